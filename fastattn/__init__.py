@@ -1,0 +1,22 @@
+"""fastattn: scaled dot-product attention on the CPU, fast, for NumPy arrays.
+
+The public names; see :func:`attention`, :func:`softmax`,
+:func:`multi_head_attention`, :class:`KVCache`, :func:`trace` and
+:func:`show_config`.
+"""
+
+from ._api import attention, softmax
+from ._config import (available_isas, get_isa, openmp_enabled, set_isa, show_config)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attention",
+    "softmax",
+    "get_isa",
+    "set_isa",
+    "available_isas",
+    "openmp_enabled",
+    "show_config",
+    "__version__",
+]

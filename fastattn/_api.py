@@ -1,0 +1,375 @@
+"""attention() and softmax(): validation, dtype rules, broadcasting, ``out=``.
+
+Everything here is plain Python and NumPy; the arithmetic happens in the C
+kernels behind :mod:`fastattn._core`, called once per public call."""
+
+from __future__ import annotations
+
+import math
+import os
+import operator
+
+import numpy as np
+
+from . import _core
+from ._masks import resolve
+
+__all__ = ["attention", "softmax"]
+
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _dtypes(*dts) -> tuple[np.dtype, np.dtype]:
+    """(compute dtype, result dtype) for the given input dtypes."""
+    for dt in dts:
+        if dt.kind not in "biuf":
+            raise TypeError(f"unsupported dtype {dt}: fastattn computes in float32 or float64 "
+                            f"(float16, integer and bool inputs are converted)")
+    rt = np.result_type(*dts)
+    if rt.kind in "biu":
+        return _F64, _F64
+    if rt == _F16:
+        return _F32, _F16
+    if rt == _F32 or rt == _F64:
+        return rt, rt
+    raise TypeError(f"unsupported dtype {rt}: use float16, float32 or float64")
+
+
+def _as_input(x, name: str, cdt: np.dtype) -> np.ndarray:
+    if x.dtype != cdt:
+        x = x.astype(cdt)
+    if not x.flags.aligned:
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def _threads(num_threads) -> int:
+    if num_threads is None:
+        return 0
+    if isinstance(num_threads, (bool, np.bool_)):
+        raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}")
+    try:
+        n = operator.index(num_threads)
+    except TypeError:
+        raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}") from None
+    if n < 1:
+        raise ValueError(f"num_threads must be None or an int >= 1, got {n}")
+    return min(n, 1 << 16)
+
+
+def _check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}, the result has shape {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype {out.dtype}, the result has dtype {dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    for name, x in inputs:
+        if x is not None and np.may_share_memory(out, x):
+            raise ValueError(f"out overlaps {name}: give a separate output array")
+
+
+def _split_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
+    """View (..., H, R, C) as (..., hkv, g, R, C) with H = hkv * g (never a copy)."""
+    st = a.strides
+    shape = a.shape[:-3] + (hkv, g) + a.shape[-2:]
+    strides = st[:-3] + (st[-3] * g, st[-3]) + st[-2:]
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=a.flags.writeable)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
+              enable_gqa=False, *, key_padding_mask=None, return_weights=False, out=None,
+              num_threads=None):
+    """Scaled dot-product attention, ``softmax(Q Kᵀ · scale + mask) V``.
+
+    The semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
+    on NumPy arrays, computed by cache-blocked SIMD kernels on OpenMP
+    threads, with the GIL released.
+
+    Parameters
+    ----------
+    query : array_like, shape (..., L, E)
+    key : array_like, shape (..., S, E)
+    value : array_like, shape (..., S, Ev)
+        Leading dimensions broadcast against each other as in ``np.matmul``.
+        Any strides (transposed, sliced, negative) are read in place.
+    attn_mask : array_like of bool or float, optional
+        Broadcastable to ``(..., L, S)``.  bool: True = may attend (as in
+        torch SDPA); float: added to the scaled scores (``-inf`` hides).
+    is_causal : bool or {'upper_left', 'lower_right'}, optional
+        ``True`` or ``'upper_left'``: query ``i`` sees key ``j`` iff ``j <= i``
+        (torch's alignment).  ``'lower_right'``: iff ``j <= i + S - L``, what
+        decoding with a KV cache needs.  Combines with the other masks.
+    scale : float, optional
+        Multiplies ``Q Kᵀ``; default ``1 / sqrt(E)``.
+    enable_gqa : bool, optional
+        Grouped-query attention: dimension -3 holds heads, ``Hq`` a multiple
+        of ``Hkv``; query head ``h`` uses key/value head ``h // (Hq // Hkv)``.
+        K and V are never copied.
+    key_padding_mask : array_like of bool, optional
+        True = padding (hidden); shape ``(S,)`` or ``(N, S)`` with
+        ``N = query.shape[0]``, as in ``torch.nn.MultiheadAttention``.
+    return_weights : bool, optional
+        Also return the attention weights ``(..., L, S)``.  Only then is an
+        ``L x S`` matrix ever allocated.
+    out : ndarray, optional
+        Array of the result's exact shape and dtype (any strides), filled and
+        returned.  Left untouched when an error is raised.
+    num_threads : int, optional
+        OpenMP threads; None = the OpenMP default.  The result is bitwise the
+        same for every thread count.
+
+    Returns
+    -------
+    output : ndarray, shape (..., L, Ev)
+        float32 for float32 inputs, float64 for float64, float16 for float16
+        (computed in float32); mixed inputs follow ``np.result_type``; integer
+        and bool inputs give float64.
+    weights : ndarray, shape (..., L, S)
+        Only with ``return_weights=True``.
+
+    Notes
+    -----
+    A position hidden by any mask (or whose score is ``-inf``) gets weight
+    exactly 0 and has no influence on the output, even if that key's or
+    value's entries are NaN or Inf.  A row with no visible key gets zero
+    weights and a zero output.  A visible NaN score makes its row NaN, as in
+    SciPy.
+
+    Examples
+    --------
+    The three-token example of the walkthrough, with causal masking:
+
+    >>> import numpy as np, fastattn
+    >>> x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> out, w = fastattn.attention(x, x, x, is_causal=True, return_weights=True)
+    >>> np.round(w, 3)
+    array([[1.   , 0.   , 0.   ],
+           [0.33 , 0.67 , 0.   ],
+           [0.248, 0.248, 0.503]])
+    >>> np.round(out, 3)
+    array([[1.   , 0.   ],
+           [0.33 , 0.67 ],
+           [0.752, 0.752]])
+    """
+    q = query if type(query) is np.ndarray else np.asarray(query)
+    k = key if type(key) is np.ndarray else np.asarray(key)
+    v = value if type(value) is np.ndarray else np.asarray(value)
+    cdt, odt = _dtypes(q.dtype, k.dtype, v.dtype)
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
+                             f"got shape {x.shape}")
+    L, E = q.shape[-2:]
+    S, Ek = k.shape[-2:]
+    Sv, Ev = v.shape[-2:]
+    if Ek != E:
+        raise ValueError(f"key's last dimension ({Ek}) must equal query's ({E}): "
+                         f"query {q.shape}, key {k.shape}")
+    if Sv != S:
+        raise ValueError(f"value must have as many rows as key (S): key {k.shape}, value {v.shape}")
+    gqa = None
+    if enable_gqa:
+        if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
+            raise ValueError(f"enable_gqa needs a head dimension (-3) in query, key and value: "
+                             f"query {q.shape}, key {k.shape}, value {v.shape}")
+        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if hk != hv or hk == 0 or hq % hk:
+            raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value "
+                             f"heads ({hk}, {hv}), which must be equal: query {q.shape}, "
+                             f"key {k.shape}, value {v.shape}")
+        if hq != hk:
+            gqa = (hk, hq // hk)
+    try:
+        if gqa is None:
+            batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        else:
+            hq = q.shape[-3]
+            batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-3] + (hq,), v.shape[:-3] + (hq,))
+    except ValueError:
+        raise ValueError(f"the leading dimensions of query {q.shape}, key {k.shape} and value "
+                         f"{v.shape} do not broadcast"
+                         + ("" if enable_gqa else " (for grouped-query heads, enable_gqa=True)")
+                         ) from None
+    if len(batch) + (1 if gqa else 0) > _core.MAX_BATCH_DIMS:
+        raise ValueError(f"at most {_core.MAX_BATCH_DIMS} leading dimensions, got {len(batch)}")
+    if scale is None:
+        sc = 1.0 / math.sqrt(E) if E > 0 else 1.0
+    else:
+        try:
+            sc = float(scale)
+        except (TypeError, ValueError):
+            raise TypeError(f"scale must be a real number, got {scale!r}") from None
+        if not math.isfinite(sc):
+            raise ValueError(f"scale must be finite, got {sc}")
+    nt = _threads(num_threads)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    shape = batch + (L, Ev)
+    if out is not None:
+        _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v),
+                                     ("attn_mask", attn_mask if isinstance(attn_mask, np.ndarray) else None)))
+    weights = None
+    if return_weights:
+        nbytes = math.prod(batch) * L * S * cdt.itemsize
+        if nbytes > _physical_memory():
+            raise MemoryError(f"the weights {batch + (L, S)} need {nbytes / 2**30:.1f} GiB, more "
+                              f"than this machine's memory; use return_weights=False (streaming)")
+        try:
+            weights = np.empty(batch + (L, S), dtype=cdt)
+        except ValueError as e:  # larger than the address space
+            raise MemoryError(f"the weights {batch + (L, S)} cannot be allocated: {e}") from None
+
+    q, k, v = _as_input(q, "query", cdt), _as_input(k, "key", cdt), _as_input(v, "value", cdt)
+    direct = out is not None and odt == cdt and out.flags.aligned
+    target = out if direct else np.empty(shape, dtype=cdt)
+    bm, am, pad, wk, tgt, cb = plan.bool_mask, plan.add_mask, plan.pad, weights, target, batch
+    if gqa is not None:
+        hk, g = gqa
+        full = batch + (L, S)
+        q = _split_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
+        k, v = k[..., None, :, :], v[..., None, :, :]
+        tgt = _split_heads(target, hk, g)
+        wk = None if weights is None else _split_heads(weights, hk, g)
+        bm = None if bm is None else _split_heads(np.broadcast_to(bm, full), hk, g)
+        am = None if am is None else _split_heads(np.broadcast_to(am, full), hk, g)
+        pad = None if pad is None else _split_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
+        cb = batch[:-1] + (hk, g)
+    _core.attention(q, k, v, tgt, cb, sc, int(plan.causal), plan.offset, bm, am, pad, wk, nt)
+    if target is not out:
+        if out is not None:
+            out[...] = target
+            target = out
+        elif odt != cdt:
+            target = target.astype(odt)
+    if return_weights:
+        return target, (weights if odt == cdt else weights.astype(odt))
+    return target
+
+
+def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    res = []
+    for a in axes:
+        try:
+            a = operator.index(a)
+        except TypeError:
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}") from None
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim)
+        a %= ndim
+        if a in res:
+            raise ValueError(f"axis {axis!r} repeats an axis")
+        res.append(a)
+    return tuple(res)
+
+
+def _as_rows(a: np.ndarray, axes: tuple, nred: int) -> np.ndarray | None:
+    """View a with the axes moved last, as (rows, n); None if that needs a copy."""
+    t = np.moveaxis(a, axes, tuple(range(a.ndim - nred, a.ndim))) if axes else a
+    r = t.view()
+    n = math.prod(t.shape[t.ndim - nred:])
+    try:
+        r.shape = (math.prod(t.shape[:t.ndim - nred]), n)
+    except AttributeError:
+        return None
+    return r
+
+
+def softmax(x, axis=None, *, mask=None, out=None):
+    """Softmax along ``axis``, a drop-in for :func:`scipy.special.softmax`.
+
+    ``exp(x - max) / sum(exp(x - max))`` computed in one vectorised pass per
+    step, threaded over slices, without temporaries of the input's size.
+
+    Parameters
+    ----------
+    x : array_like
+        Input; float16/float32/float64 keep their dtype (float16 is computed
+        in float32), integer and bool inputs give float64.
+    axis : int or tuple of ints, optional
+        Axis or axes to compute over; None (the default) = the whole array,
+        as in SciPy.
+    mask : array_like of bool, optional
+        Broadcastable to ``x``; True = keep.  Masked entries get exactly 0,
+        and a slice with nothing kept becomes all 0.
+    out : ndarray, optional
+        Result array of ``x``'s shape and the result dtype; ``out=x``
+        computes in place without allocating a copy of ``x``.
+
+    Returns
+    -------
+    ndarray
+        Same shape as ``x``.  NaN where SciPy gives NaN (a slice holding a
+        NaN or ``+inf``, or made only of ``-inf``).
+
+    Examples
+    --------
+    >>> import numpy as np, fastattn
+    >>> np.round(fastattn.softmax(np.array([[0.0, 0.7071], [1.0, 1.0]]), axis=-1), 3)
+    array([[0.33, 0.67],
+           [0.5 , 0.5 ]])
+    >>> fastattn.softmax(np.array([1.0, 2.0, 3.0]), mask=np.array([True, False, True])).round(3)
+    array([0.119, 0.   , 0.881])
+    """
+    xa = x if type(x) is np.ndarray else np.asarray(x)
+    cdt, odt = _dtypes(xa.dtype)
+    axes = _normalize_axes(axis, xa.ndim)
+    keep = None
+    if mask is not None:
+        m = mask if isinstance(mask, np.ndarray) else np.asarray(mask)
+        if m.dtype != np.bool_:
+            raise TypeError(f"mask must be bool (True = keep), got dtype {m.dtype}")
+        try:
+            keep = np.broadcast_to(m, xa.shape).view(np.uint8)
+        except ValueError:
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to x's shape {xa.shape}") from None
+    if out is not None:
+        _check_out(out, xa.shape, odt, (("mask", mask if isinstance(mask, np.ndarray) else None),))
+    if xa.size == 0:
+        return out if out is not None else np.empty(xa.shape, odt)
+    xc = xa if xa.dtype == cdt and xa.flags.aligned else np.ascontiguousarray(xa, dtype=cdt)
+    xv = xc.reshape(1, 1) if xc.ndim == 0 else xc
+    ax = (0, 1) if xc.ndim == 0 else axes
+    nred = len(ax)
+    x2 = _as_rows(xv, ax, nred)
+    if x2 is None:
+        x2 = np.ascontiguousarray(np.moveaxis(xv, ax, tuple(range(xv.ndim - nred, xv.ndim))))
+        x2 = x2.reshape(-1, math.prod(x2.shape[xv.ndim - nred:]))
+    k2 = None
+    if keep is not None:
+        kv = keep.reshape(1, 1) if keep.ndim == 0 else keep
+        k2 = _as_rows(kv, ax, nred)
+        if k2 is None:
+            k2 = np.ascontiguousarray(np.moveaxis(kv, ax, tuple(range(kv.ndim - nred, kv.ndim))))
+            k2 = k2.reshape(x2.shape)
+    y2 = None
+    if out is not None and odt == cdt and out.flags.aligned:
+        ov = out.reshape(1, 1) if out.ndim == 0 else out
+        y2 = _as_rows(ov, ax, nred)
+        if y2 is not None and np.may_share_memory(y2, x2) and not (
+                y2.ctypes.data == x2.ctypes.data and y2.strides == x2.strides):
+            y2 = None  # partial overlap: go through a temporary
+    if y2 is None:
+        y2 = np.empty(x2.shape, cdt)
+        _core.softmax_rows(x2, y2, k2, 0)
+        moved = (tuple(xv.shape[i] for i in range(xv.ndim) if i not in ax) +
+                 tuple(xv.shape[i] for i in ax))
+        res = y2.reshape(moved)
+        res = np.moveaxis(res, tuple(range(xv.ndim - nred, xv.ndim)), ax).reshape(xa.shape)
+        if out is not None:
+            out[...] = res
+            return out
+        return res if odt == cdt else res.astype(odt)
+    _core.softmax_rows(x2, y2, k2, 0)
+    return out

@@ -1,0 +1,1186 @@
+"""Benchmark harness behind ``python -m fastattn bench`` (and ``bench/run.py``).
+
+Times :func:`fastattn.attention` (and :func:`fastattn.softmax`) against
+``torch.nn.functional.scaled_dot_product_attention`` (when torch is
+installed) and the plain NumPy/SciPy composition, in one process:
+
+* every implementation is warmed up first, then timed once per *round*, in an
+  order that rotates from round to round (interleaved), and the median over
+  the rounds is reported; calls much shorter than a millisecond are timed as
+  a loop of many calls per sample;
+* every implementation runs under the same thread limit: ``num_threads=t``
+  for fastattn, ``torch.set_num_threads(t)`` for torch and
+  ``threadpoolctl.threadpool_limits(t)`` (BLAS *and* OpenMP) around all of
+  them;
+* GFLOP/s counts ``4*B*H*L*S*D`` floating point operations per attention
+  call (half of that for a causal square mask), and each fastattn figure is
+  also given as a fraction of the float matmul peak (``np.matmul`` of two
+  large square matrices, same dtype, same thread limit) measured in the
+  same run.
+
+The harness never touches ``OPENBLAS_*`` environment variables; see
+``bench/README.md`` for how to run it so that NumPy's BLAS is not slowed.
+The progress display goes to stderr, the result tables (markdown) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["main", "build_parser"]
+
+PEERS = ("torch", "numpy")
+SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory")
+SUITES = {
+    # name: sections it runs
+    "default": SECTIONS,
+    "quick": SECTIONS,
+    "targets": SECTIONS,
+    "all": SECTIONS,
+}
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+# --------------------------------------------------------------------------
+# Suite definitions
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Profile:
+    """Timing budgets of a suite."""
+    budget_s: float        # aim for this much timed work per measurement
+    min_repeats: int
+    max_repeats: int
+    min_sample_s: float    # a sample lasts at least this long (loops of calls)
+    peak_n: int            # size of the square matmul for the FLOP peak
+    peak_repeats: int
+    attention: tuple       # (B, H, L, S, D) shapes
+    decode: tuple
+    overhead: tuple
+    float64: tuple
+    softmax: tuple         # (M, N) shapes
+    memory: tuple          # (H, L, S, D)
+
+
+DEFAULT = Profile(
+    budget_s=1.5, min_repeats=3, max_repeats=11, min_sample_s=0.02,
+    peak_n=2048, peak_repeats=5,
+    attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
+               (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
+               (4, 16, 256, 256, 64)),
+    decode=((1, 32, 1, 4096, 128),),
+    overhead=((1, 1, 3, 3, 2),),
+    float64=((1, 8, 1024, 1024, 64),),
+    softmax=((2048, 4096),),
+    memory=(1, 8192, 8192, 64),
+)
+
+QUICK = Profile(
+    budget_s=0.25, min_repeats=3, max_repeats=5, min_sample_s=0.01,
+    peak_n=1024, peak_repeats=3,
+    attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
+    decode=((1, 8, 1, 1024, 64),),
+    overhead=((1, 1, 3, 3, 2),),
+    float64=((1, 4, 256, 256, 64),),
+    softmax=((256, 1024),),
+    memory=(1, 1024, 1024, 64),
+)
+
+
+@dataclass
+class Case:
+    section: str
+    kind: str               # "attention" | "softmax"
+    shape: tuple            # (B, H, L, S, D) or (M, N)
+    dtype: str
+    causal: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.kind == "softmax":
+            return "softmax %dx%d" % self.shape
+        B, H, L, S, D = self.shape
+        s = f"{B}x{H}x{L}x{D}" if L == S else f"{B}x{H}x{L}x{S}x{D}"
+        return f"{self.section} {s}" if self.section != "attention" else s
+
+    def flops(self) -> float:
+        if self.kind != "attention":
+            return float("nan")
+        B, H, L, S, D = self.shape
+        return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
+
+
+def causal_fraction(L: int, S: int, causal: bool) -> float:
+    """Fraction of the L x S score matrix a (top-left) causal mask keeps."""
+    if not causal:
+        return 1.0
+    if L == S:
+        return 0.5          # the usual convention for square causal attention
+    visible = sum(min(i + 1, S) for i in range(L))
+    return visible / float(L * S)
+
+
+def parse_shapes(text: str) -> list[tuple]:
+    """``"B,H,L,D;B,H,L,S,D"`` -> list of (B, H, L, S, D)."""
+    shapes = []
+    for part in text.replace(" ", "").split(";"):
+        if not part:
+            continue
+        try:
+            dims = tuple(int(x) for x in part.replace("x", ",").split(","))
+        except ValueError:
+            raise ValueError(f"bad shape {part!r}: expected integers B,H,L,D or B,H,L,S,D")
+        if len(dims) == 4:
+            B, H, L, D = dims
+            dims = (B, H, L, L, D)
+        if len(dims) != 5:
+            raise ValueError(f"bad shape {part!r}: expected B,H,L,D or B,H,L,S,D")
+        if min(dims) < 1:
+            raise ValueError(f"bad shape {part!r}: all sizes must be >= 1")
+        shapes.append(dims)
+    if not shapes:
+        raise ValueError("no shapes given")
+    return shapes
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(f"bad {what} {text!r}: expected comma-separated integers")
+    if not vals or min(vals) < 1:
+        raise ValueError(f"bad {what} {text!r}: expected integers >= 1")
+    return list(dict.fromkeys(vals))
+
+
+def build_cases(args, profile: Profile, sections) -> list[Case]:
+    dt = args.dtype
+    causals = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
+    cases = []
+    if "attention" in sections:
+        shapes = args.shapes_parsed if args.shapes_parsed else profile.attention
+        for shp in shapes:
+            for c in causals:
+                cases.append(Case("attention", "attention", shp, dt, c))
+    if "decode" in sections:
+        for shp in profile.decode:
+            cases.append(Case("decode", "attention", shp, dt, False))
+    if "overhead" in sections:
+        for shp in profile.overhead:
+            cases.append(Case("overhead", "attention", shp, dt, False))
+    if "float64" in sections:
+        for shp in profile.float64:
+            cases.append(Case("float64", "attention", shp, "float64", False))
+    if "softmax" in sections:
+        for shp in profile.softmax:
+            cases.append(Case("softmax", "softmax", shp, dt, False))
+    return cases
+
+
+# --------------------------------------------------------------------------
+# Environment
+# --------------------------------------------------------------------------
+
+def _import_torch():
+    try:
+        import torch  # noqa: F401
+        import torch.nn.functional  # noqa: F401
+        return torch
+    except Exception:  # ImportError, or a broken install
+        return None
+
+
+def _import_threadpoolctl():
+    try:
+        import threadpoolctl
+        return threadpoolctl
+    except ImportError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    keep = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
+                            "avx512vl", "avx512_bf16", "amx_tile", "asimd", "sve")
+                    return [x for x in keep if x in flags]
+    except OSError:
+        pass
+    return []
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _cpu_seconds():
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and
+    its waited-for children), or None where /proc/stat is unavailable."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    vals += [0] * (8 - len(vals))
+    busy = (sum(vals) - vals[3] - vals[4]) / hz      # minus idle and iowait
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    return busy, own
+
+
+def _loadavg():
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def collect_meta(fa, torch, tpc, args) -> dict:
+    import scipy
+    meta = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable_cpus(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "torch": getattr(torch, "__version__", None) if torch else None,
+        "threadpoolctl": getattr(tpc, "__version__", None) if tpc else None,
+        "fastattn": getattr(fa, "__version__", None),
+        "env": {k: os.environ[k] for k in OPENBLAS_VARS + ("OMP_NUM_THREADS",
+                                                           "OPENBLAS_NUM_THREADS",
+                                                           "MKL_NUM_THREADS")
+                if k in os.environ},
+        "loadavg_1min_at_start": _loadavg(),
+        "argv": list(args.argv),
+        "suite": args.suite_name,
+        "sections": list(args.sections),
+        "threads": list(args.threads_parsed),
+        "dtype": args.dtype,
+        "causal": args.causal,
+        "repeats": args.repeats,
+        "peers": list(args.peers_parsed),
+    }
+    try:
+        meta["isa"] = fa.get_isa()
+    except Exception as e:  # noqa: BLE001 - report, don't die
+        meta["isa"] = f"unknown ({type(e).__name__}: {e})"
+    try:
+        meta["available_isas"] = list(fa.available_isas())
+    except Exception:  # noqa: BLE001
+        meta["available_isas"] = None
+    if tpc is not None:
+        try:
+            meta["threadpools"] = [
+                {k: info.get(k) for k in ("user_api", "internal_api", "prefix",
+                                          "version", "num_threads",
+                                          "threading_layer", "architecture")}
+                for info in tpc.threadpool_info()]
+        except Exception:  # noqa: BLE001
+            meta["threadpools"] = None
+    return meta
+
+
+# --------------------------------------------------------------------------
+# Progress display (stderr)
+# --------------------------------------------------------------------------
+
+class Progress:
+    def __init__(self, total: int, stream=None, enabled: bool = True):
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self._width = 0
+
+    def _elapsed(self) -> str:
+        e = time.perf_counter() - self.t0
+        return f"{int(e // 60):d}:{e % 60:04.1f}"
+
+    def status(self, text: str) -> None:
+        """Transient status line (only on a terminal)."""
+        if not self.tty:
+            return
+        line = f"[{self.done + 1}/{self.total} {self._elapsed()}] {text}"
+        cols = 120
+        line = line[:cols]
+        pad = max(0, self._width - len(line))
+        self.stream.write("\r" + line + " " * pad)
+        self.stream.flush()
+        self._width = len(line)
+
+    def step(self, text: str) -> None:
+        """A finished measurement: one permanent line."""
+        self.done += 1
+        if not self.enabled:
+            return
+        line = f"[{self.done}/{self.total} {self._elapsed()}] {text}"
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad + "\n")
+            self._width = 0
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+# --------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------
+
+def fmt_time(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "—"
+    if s < 1e-3:
+        return f"{s * 1e6:.2f} µs"
+    if s < 1.0:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.3f} s"
+
+
+class ThreadLimit:
+    """Limit every thread pool in the process (BLAS, OpenMP, torch) to t."""
+
+    def __init__(self, t: int, tpc, torch):
+        self.t, self.tpc, self.torch = t, tpc, torch
+        self._stack = contextlib.ExitStack()
+        self._torch_prev = None
+
+    def __enter__(self):
+        if self.tpc is not None:
+            self._stack.enter_context(self.tpc.threadpool_limits(limits=self.t))
+        if self.torch is not None:
+            self._torch_prev = self.torch.get_num_threads()
+            self.torch.set_num_threads(self.t)
+        return self
+
+    def __exit__(self, *exc):
+        if self.torch is not None and self._torch_prev is not None:
+            self.torch.set_num_threads(self._torch_prev)
+        self._stack.close()
+        return False
+
+
+def _time_loop(fn, loops: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops
+
+
+@contextlib.contextmanager
+def _no_gc():
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
+                    progress: Progress | None = None, label: str = "") -> dict:
+    """Warm up, calibrate and time ``impls`` (name -> zero-arg callable).
+
+    Returns name -> {"median_s", "min_s", "times_s", "loops", "output"}.
+    """
+    names = list(impls)
+    est, outputs = {}, {}
+    for name in names:
+        if progress:
+            progress.status(f"{label}: warm-up {name}")
+        fn = impls[name]
+        outputs[name] = fn()                     # first call: lazy init, page faults
+        t = _time_loop(fn, 1)
+        if t < 1e-3:                              # tiny: estimate from a short loop
+            n = max(1, int(0.02 / max(t, 1e-7)))
+            t = _time_loop(fn, n)
+        est[name] = t
+    loops = {n: max(1, math.ceil(profile.min_sample_s / max(est[n], 1e-9)))
+             for n in names}
+    round_s = sum(loops[n] * est[n] for n in names)
+    if repeats is None:
+        reps = int(profile.budget_s / max(round_s, 1e-9))
+        reps = max(profile.min_repeats, min(profile.max_repeats, reps))
+    else:
+        reps = repeats
+    times = {n: [] for n in names}
+    with _no_gc():
+        for r in range(reps):
+            if progress:
+                progress.status(f"{label}: round {r + 1}/{reps}")
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                times[name].append(_time_loop(impls[name], loops[name]))
+    return {n: {"median_s": statistics.median(times[n]), "min_s": min(times[n]),
+                "times_s": times[n], "loops": loops[n], "output": outputs[n]}
+            for n in names}
+
+
+def measure_peak(dtype: str, n: int, repeats: int) -> dict:
+    """Best-of-``repeats`` GFLOP/s of an n x n @ n x n matmul (thread limit
+    set by the caller)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    b = rng.standard_normal((n, n)).astype(dtype)
+    c = np.empty((n, n), dtype=dtype)
+    np.matmul(a, b, out=c)
+    ts = []
+    with _no_gc():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            ts.append(time.perf_counter() - t0)
+    best = min(ts)
+    return {"dtype": dtype, "n": n, "seconds": best, "times_s": ts,
+            "gflops": 2.0 * n ** 3 / best / 1e9}
+
+
+# --------------------------------------------------------------------------
+# Implementations
+# --------------------------------------------------------------------------
+
+NUMPY_MAX_BYTES_DEFAULT = 2 * 1024 ** 3
+
+
+def numpy_composition(q, k, v, scale, mask):
+    """The plain NumPy/SciPy composition (the 'numpy' peer)."""
+    import scipy.special
+    s = q @ k.swapaxes(-1, -2)
+    s *= scale
+    if mask is not None:
+        s += mask
+    p = scipy.special.softmax(s, axis=-1)
+    return p @ v
+
+
+def numpy_peak_bytes(case: Case) -> int:
+    """Rough peak of the NumPy composition: the score matrix, its softmax
+    and SciPy's temporaries (about three L x S matrices per head)."""
+    B, H, L, S, D = case.shape
+    return 3 * B * H * L * S * np.dtype(case.dtype).itemsize
+
+
+def make_inputs(case: Case, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(case.dtype)
+    if case.kind == "softmax":
+        return (rng.standard_normal(case.shape) * 4).astype(dt)
+    B, H, L, S, D = case.shape
+    q = rng.standard_normal((B, H, L, D)).astype(dt)
+    k = rng.standard_normal((B, H, S, D)).astype(dt)
+    v = rng.standard_normal((B, H, S, D)).astype(dt)
+    return q, k, v
+
+
+def build_impls(case: Case, t: int, fa, torch, peers, numpy_max_bytes):
+    """-> (impls: name -> callable, skipped: name -> reason, variants)."""
+    impls, skipped = {}, {}
+    if case.kind == "softmax":
+        import scipy.special
+        x = make_inputs(case)
+        x_inplace = x.copy()
+        impls["fastattn"] = lambda: fa.softmax(x, axis=-1)
+        impls["fastattn_inplace"] = lambda: fa.softmax(x_inplace, axis=-1, out=x_inplace)
+        if "torch" in peers:
+            if torch is None:
+                skipped["torch"] = "torch not installed"
+            else:
+                tx = torch.from_numpy(x)
+                impls["torch"] = lambda: torch.softmax(tx, dim=-1)
+        if "numpy" in peers:
+            impls["numpy"] = lambda: scipy.special.softmax(x, axis=-1)
+        return impls, skipped, ("fastattn", "fastattn_inplace")
+
+    q, k, v = make_inputs(case)
+    causal = case.causal
+    D = case.shape[-1]
+    impls["fastattn"] = lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t)
+    if "torch" in peers:
+        if torch is None:
+            skipped["torch"] = "torch not installed"
+        else:
+            F = torch.nn.functional
+            tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+            impls["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
+                                                                    is_causal=causal)
+    if "numpy" in peers:
+        need = numpy_peak_bytes(case)
+        if need > numpy_max_bytes:
+            skipped["numpy"] = (f"skipped: would need ~{need / 2 ** 30:.1f} GiB "
+                                f"(> {numpy_max_bytes / 2 ** 30:.1f} GiB)")
+        else:
+            dt = np.dtype(case.dtype)
+            scale = dt.type(1.0 / math.sqrt(D))
+            mask = None
+            if causal:
+                L, S = case.shape[2], case.shape[3]
+                mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
+            impls["numpy"] = lambda: numpy_composition(q, k, v, scale, mask)
+    return impls, skipped, ("fastattn",)
+
+
+def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool]:
+    """Compare fastattn's output to a peer's -> (max_abs_diff, against, ok)."""
+    ref_name = next((p for p in ("torch", "numpy") if p in res), None)
+    if ref_name is None:
+        return None, None, True
+    ref = res[ref_name]["output"]
+    if hasattr(ref, "numpy"):
+        ref = ref.numpy()
+    ref = np.asarray(ref, dtype=np.float64)
+    got = np.asarray(res["fastattn"]["output"], dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("inf"), ref_name, False
+    with np.errstate(all="ignore"):
+        diff = float(np.max(np.abs(got - ref))) if got.size else 0.0
+    if case.dtype == "float64":
+        ok = np.allclose(got, ref, rtol=1e-7, atol=1e-9)
+    else:
+        ok = np.allclose(got, ref, rtol=2e-3, atol=2e-4)
+    return diff, ref_name, bool(ok)
+
+
+# --------------------------------------------------------------------------
+# Peak memory (fresh subprocess per measurement)
+# --------------------------------------------------------------------------
+
+_MEM_SCRIPT = r"""
+import json, sys
+impl, H, L, S, D, dtype, t = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
+import numpy as np
+
+def status():
+    d = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmHWM:", "VmRSS:")):
+                k, v = line.split(":")
+                d[k] = int(v.split()[0]) * 1024
+    return d
+
+rng = np.random.default_rng(0)
+q = rng.standard_normal((1, H, L, D)).astype(dtype)
+k = rng.standard_normal((1, H, S, D)).astype(dtype)
+v = rng.standard_normal((1, H, S, D)).astype(dtype)
+small = [a[..., :16, :].copy() for a in (q, k, v)]
+if impl == "fastattn":
+    import fastattn
+    run = lambda a, b, c: fastattn.attention(a, b, c, num_threads=t)
+elif impl == "torch":
+    import torch
+    torch.set_num_threads(t)
+    F = torch.nn.functional
+    def run(a, b, c):
+        with torch.inference_mode():
+            return F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (a, b, c)))
+else:
+    import scipy.special
+    try:
+        import threadpoolctl
+        threadpoolctl.threadpool_limits(t)
+    except ImportError:
+        pass
+    scale = np.dtype(dtype).type(1.0 / np.sqrt(D))
+    def run(a, b, c):
+        s = a @ b.swapaxes(-1, -2)
+        s *= scale
+        return scipy.special.softmax(s, axis=-1) @ c
+run(*small)                         # load libraries, start thread pools
+reset = True
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")                # reset VmHWM to the current RSS
+except OSError:
+    reset = False
+before = status()
+out = run(q, k, v)
+after = status()
+if reset or after["VmHWM"] > before["VmHWM"]:
+    extra = after["VmHWM"] - before["VmRSS"]
+    exact = True
+else:                               # peak not reached: only an upper bound
+    extra = before["VmHWM"] - before["VmRSS"]
+    exact = False
+print(json.dumps({"extra_peak_bytes": extra, "exact": exact, "hwm_reset": reset,
+                  "rss_before": before["VmRSS"], "hwm_after": after["VmHWM"],
+                  "output_bytes": int(np.asarray(out).nbytes)}))
+"""
+
+
+def measure_memory(impl: str, H: int, L: int, S: int, D: int, dtype: str, t: int,
+                   timeout: float = 300.0) -> dict:
+    rec = {"impl": impl, "threads": t, "shape": {"B": 1, "H": H, "L": L, "S": S, "D": D},
+           "dtype": dtype,
+           "scores_bytes": H * L * S * np.dtype(dtype).itemsize}
+    cmd = [sys.executable, "-c", _MEM_SCRIPT, impl, str(H), str(L), str(S), str(D),
+           dtype, str(t)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rec["error"] = f"timed out after {timeout:.0f} s"
+        return rec
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+        rec["error"] = f"exit {p.returncode}: {tail[0][:200]}"
+        return rec
+    try:
+        rec.update(json.loads(p.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        rec["error"] = "could not parse the subprocess output"
+    return rec
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+def _ratio(a, b):
+    if a is None or b is None or not (a > 0) or not math.isfinite(b):
+        return None
+    return b / a
+
+
+def make_rows(case: Case, t: int, res: dict, skipped: dict, variants, peaks: dict,
+              check) -> list[dict]:
+    rows = []
+    flops = case.flops()
+    peak = peaks.get((case.dtype, t))
+    for var in variants:
+        if var not in res:
+            continue
+        fa_s = res[var]["median_s"]
+        gflops = flops / fa_s / 1e9 if math.isfinite(flops) else None
+        row = {
+            "section": case.section,
+            "case": case.label + (" out=x" if var.endswith("_inplace") else ""),
+            "kind": case.kind,
+            "variant": var,
+            "shape": (dict(zip("BHLSD", case.shape)) if case.kind == "attention"
+                      else dict(zip("MN", case.shape))),
+            "dtype": case.dtype,
+            "causal": case.causal,
+            "threads": t,
+            "flops": flops if math.isfinite(flops) else None,
+            "fastattn_s": fa_s,
+            "gflops": gflops,
+            "peak_gflops": peak["gflops"] if peak else None,
+            "frac_peak": (gflops / peak["gflops"]) if (gflops and peak) else None,
+            "impls": {n: {kk: vv for kk, vv in r.items() if kk != "output"}
+                      for n, r in res.items()},
+            "speedup": {},
+            "skipped": dict(skipped),
+            "notes": [],
+        }
+        for n in ("torch", "numpy"):
+            if n in res:
+                row["impls"][n]["gflops"] = (flops / res[n]["median_s"] / 1e9
+                                             if math.isfinite(flops) else None)
+                row["speedup"][n] = _ratio(fa_s, res[n]["median_s"])
+        if check is not None:
+            diff, against, ok = check
+            row["max_abs_diff"] = diff
+            row["checked_against"] = against
+            row["output_ok"] = ok
+            if not ok:
+                row["notes"].append(f"MISMATCH vs {against} (max|Δ|={diff:.2g})")
+        for n, why in skipped.items():
+            row["notes"].append(f"{n}: {why}")
+        if case.kind == "softmax":
+            nbytes = 2 * int(np.prod(case.shape)) * np.dtype(case.dtype).itemsize
+            row["notes"].append(f"{nbytes / fa_s / 1e9:.1f} GB/s")
+        rows.append(row)
+    return rows
+
+
+def _cell_speed(row, peer):
+    if peer in row["skipped"]:
+        return "skip" if row["skipped"][peer].startswith("skipped") else "n/a"
+    x = row["speedup"].get(peer)
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def format_table(rows: list[dict], peers) -> str:
+    hdr = ["case", "dtype", "causal", "thr", "fastattn", "GFLOP/s", "% peak"]
+    for p in peers:
+        hdr += [p, f"vs {p}"]
+    hdr.append("notes")
+    lines = ["| " + " | ".join(hdr) + " |",
+             "|" + "|".join("---" if i < 3 else "--:" for i in range(len(hdr) - 1))
+             + "|---|"]
+    for r in rows:
+        cells = [r["case"], r["dtype"], "yes" if r["causal"] else "no", str(r["threads"]),
+                 fmt_time(r["fastattn_s"]),
+                 "—" if r["gflops"] is None else f"{r['gflops']:.1f}",
+                 "—" if r["frac_peak"] is None else f"{100 * r['frac_peak']:.0f}%"]
+        for p in peers:
+            imp = r["impls"].get(p)
+            cells.append(fmt_time(imp["median_s"]) if imp else
+                         ("skip" if p in r["skipped"] else "—"))
+            cells.append(_cell_speed(r, p))
+        cells.append("; ".join(r["notes"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def scaling_rows(rows: list[dict]) -> list[dict]:
+    """fastattn (and peers) time at t threads relative to 1 thread."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["case"], r["dtype"], r["causal"]), {})[r["threads"]] = r
+    out = []
+    for (case, dtype, causal), per_t in by.items():
+        if 1 not in per_t or len(per_t) < 2:
+            continue
+        base = per_t[1]
+        for t, r in sorted(per_t.items()):
+            if t == 1:
+                continue
+            rec = {"case": case, "dtype": dtype, "causal": causal, "threads": t,
+                   "fastattn": base["fastattn_s"] / r["fastattn_s"]}
+            for p in ("torch", "numpy"):
+                if p in base["impls"] and p in r["impls"]:
+                    rec[p] = base["impls"][p]["median_s"] / r["impls"][p]["median_s"]
+            out.append(rec)
+    return out
+
+
+def format_scaling(recs: list[dict], peers) -> str:
+    hdr = ["case", "dtype", "causal", "thr", "fastattn speed-up vs 1 thread"]
+    hdr += [f"{p} speed-up vs 1 thread" for p in peers]
+    lines = ["| " + " | ".join(hdr) + " |",
+             "|---|---|---|--:|" + "|".join("--:" for _ in hdr[4:]) + "|"]
+    for r in recs:
+        cells = [r["case"], r["dtype"], "yes" if r["causal"] else "no", str(r["threads"]),
+                 f"{r['fastattn']:.2f}×"]
+        cells += [f"{r[p]:.2f}×" if p in r else "—" for p in peers]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_memory(recs: list[dict]) -> str:
+    lines = ["| impl | shape (B,H,L,S,D) | dtype | thr | extra peak RSS | "
+             "one L·S score matrix | notes |",
+             "|---|---|---|--:|--:|--:|---|"]
+    for r in recs:
+        s = r["shape"]
+        shape = f"{s['B']},{s['H']},{s['L']},{s['S']},{s['D']}"
+        notes = []
+        if "error" in r:
+            extra = "—"
+            notes.append(r["error"])
+        else:
+            extra = f"{r['extra_peak_bytes'] / 2 ** 20:.1f} MiB"
+            if not r.get("exact", True):
+                extra = "≤ " + extra
+            notes.append(f"incl. {r['output_bytes'] / 2 ** 20:.1f} MiB output")
+        lines.append(f"| {r['impl']} | {shape} | {r['dtype']} | {r['threads']} | {extra} | "
+                     f"{r['scores_bytes'] / 2 ** 20:.0f} MiB | {'; '.join(notes)} |")
+    return "\n".join(lines)
+
+
+def format_header(meta: dict, peaks: list[dict]) -> str:
+    lines = [
+        "# fastattn benchmark",
+        "",
+        f"- date: {meta['date']}",
+        f"- cpu: {meta['cpu_model']} ({meta['usable_cpus']} usable of "
+        f"{meta['logical_cpus']} logical CPUs; flags: {' '.join(meta['cpu_flags']) or '?'})",
+        f"- fastattn {meta['fastattn']}: ISA in use **{meta['isa']}**"
+        + (f" (available: {', '.join(meta['available_isas'])})"
+           if meta.get("available_isas") else ""),
+        f"- python {meta['python']}, numpy {meta['numpy']}, scipy {meta['scipy']}, "
+        f"torch {meta['torch'] or 'not installed'}, "
+        f"threadpoolctl {meta['threadpoolctl'] or 'not installed'}",
+        f"- threads: {', '.join(map(str, meta['threads']))}; suite: {meta['suite']} "
+        f"({', '.join(meta['sections'])})",
+    ]
+    for tp in meta.get("threadpools") or []:
+        lines.append(f"- thread pool: {tp.get('user_api')}/{tp.get('internal_api')} "
+                     f"{tp.get('version') or ''} {tp.get('architecture') or ''} "
+                     f"({tp.get('prefix')}, default {tp.get('num_threads')} threads)")
+    if meta["env"]:
+        lines.append("- environment: " + ", ".join(f"{k}={v}" for k, v in meta["env"].items()))
+    if any(k in meta["env"] for k in OPENBLAS_VARS):
+        lines.append("- **warning**: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set, which can "
+                     "slow NumPy's BLAS (the numpy peer and the matmul peak); see "
+                     "bench/README.md")
+    bg = meta.get("background_cpus")
+    if bg is not None:
+        busy = bg >= 0.2
+        lines.append(f"- {'**warning**: ' if busy else ''}other processes used "
+                     f"~{bg:.2f} CPU on average during the run"
+                     + (" (timings, above all multi-threaded ones, are disturbed)"
+                        if busy else ""))
+    for p in peaks:
+        lines.append(f"- matmul peak {p['dtype']} {p['threads']} thread(s): "
+                     f"{p['gflops']:.1f} GFLOP/s (np.matmul {p['n']}²)")
+    return "\n".join(lines)
+
+
+def write_plot(path: str, rows: list[dict], peaks: list[dict], peers) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r["kind"] == "attention" and r["gflops"] is not None
+            and r["section"] != "overhead"]
+    cases = list(dict.fromkeys((r["case"], r["dtype"], r["causal"]) for r in rows))
+    threads = sorted({r["threads"] for r in rows})
+    impls = ["fastattn"] + [p for p in peers if any(p in r["impls"] for r in rows)]
+    series = [(imp, t) for imp in impls for t in threads]
+    colors = {"fastattn": "tab:blue", "torch": "tab:orange", "numpy": "tab:green"}
+    idx = {(r["case"], r["dtype"], r["causal"], r["threads"]): r for r in rows}
+
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cases) + 2), 4.8))
+    for si, (imp, t) in enumerate(series):
+        ys = []
+        for c in cases:
+            r = idx.get(c + (t,))
+            if r is None:
+                ys.append(0.0)
+            elif imp == "fastattn":
+                ys.append(r["gflops"])
+            else:
+                g = r["impls"].get(imp, {}).get("gflops")
+                ys.append(g or 0.0)
+        xs = [i - 0.4 + width * (si + 0.5) for i in range(len(cases))]
+        alpha = 0.45 + 0.55 * (threads.index(t) + 1) / len(threads)
+        ax.bar(xs, ys, width, label=f"{imp} {t}t", color=colors.get(imp, "gray"),
+               alpha=alpha, hatch="" if threads.index(t) == 0 else "//",
+               edgecolor="black", linewidth=0.3)
+    for p in peaks:
+        if p["dtype"] == "float32" and p["threads"] in threads:
+            ax.axhline(p["gflops"], linestyle="--", linewidth=0.8, color="gray")
+            ax.text(len(cases) - 0.5, p["gflops"], f" f32 matmul peak {p['threads']}t",
+                    va="bottom", ha="right", fontsize=7, color="gray")
+    labels = [f"{c}\n{d}{' causal' if k else ''}" for c, d, k in cases]
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(labels, fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel("GFLOP/s (4·B·H·L·S·D, causal halved)")
+    ax.set_title("fastattn attention throughput by shape and thread count")
+    ax.legend(fontsize=7, ncol=max(1, len(threads)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+EPILOG = textwrap.dedent("""\
+    sections of a suite: attention (the shape grid; --shapes replaces it),
+    decode (1 query against a 4096-key cache), overhead (the 3-token call),
+    float64, softmax (fastattn.softmax, also in place, vs SciPy and torch),
+    memory (extra peak RSS of one call in a fresh subprocess).
+    --suite also takes a comma-separated list of sections, e.g.
+    --suite attention,memory.  When benchmarking the numpy peer, run with
+    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m fastattn bench
+    """)
+
+
+def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Time fastattn.attention against torch SDPA and the NumPy/SciPy "
+                    "composition (interleaved, medians, equal thread limits).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default=None, metavar="NAME",
+                   help="default (all targets, < ~4 min on 2 cores), quick (~30 s "
+                        "smoke run), targets/all (= default), or a comma-separated "
+                        "list of sections: " + ", ".join(SECTIONS))
+    p.add_argument("--quick", action="store_true",
+                   help="quick smoke run: small shapes, few repeats (= --suite quick)")
+    p.add_argument("--shapes", metavar="'B,H,L,D;B,H,L,S,D'",
+                   help="attention shapes, ';'-separated (S defaults to L); runs only "
+                        "the attention section unless --suite is given")
+    p.add_argument("--threads", default="1,2", metavar="T1,T2",
+                   help="thread counts (default: 1,2)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                   help="dtype of the attention/decode/softmax cases (default float32)")
+    p.add_argument("--causal", default="both", choices=("no", "yes", "both"),
+                   help="causal variants of the attention shapes (default both)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="interleaved rounds per measurement (default: adaptive, "
+                        "3..11, fewer for big shapes)")
+    p.add_argument("--peers", default="torch,numpy", metavar="LIST",
+                   help="peers to time: comma-separated from torch,numpy, or 'none' "
+                        "(default torch,numpy)")
+    p.add_argument("--numpy-max-gib", type=float, default=2.0, metavar="GIB",
+                   help="skip the numpy peer where it would need more memory (default 2)")
+    p.add_argument("--isa", default=None, metavar="NAME",
+                   help="call fastattn.set_isa(NAME) first")
+    p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="bar chart of GFLOP/s per shape and thread count (needs matplotlib)")
+    p.add_argument("--list", action="store_true",
+                   help="list the measurements that would run, then exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    return p
+
+
+def _resolve(args, parser) -> Profile:
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    if not (args.numpy_max_gib > 0):
+        parser.error("--numpy-max-gib must be > 0")
+    try:
+        args.threads_parsed = parse_int_list(args.threads, "--threads")
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        args.shapes_parsed = parse_shapes(args.shapes) if args.shapes is not None else None
+    except ValueError as e:
+        parser.error(f"--shapes: {e}")
+    peers = [x for x in args.peers.replace(" ", "").split(",") if x]
+    if peers == ["none"]:
+        peers = []
+    bad = [x for x in peers if x not in PEERS]
+    if bad:
+        parser.error(f"--peers: unknown peer(s) {', '.join(bad)} (choose from torch, numpy, none)")
+    args.peers_parsed = tuple(x for x in PEERS if x in peers)
+
+    suite = args.suite
+    if args.quick and suite not in (None, "quick"):
+        # --quick with an explicit section list: quick budgets, those sections
+        pass
+    profile = QUICK if (args.quick or suite == "quick") else DEFAULT
+    if suite is None:
+        if args.shapes_parsed:
+            sections = ("attention",)
+            name = "custom"
+        else:
+            sections = SECTIONS
+            name = "quick" if args.quick else "default"
+    elif suite in SUITES:
+        sections, name = SUITES[suite], suite
+    else:
+        sections = tuple(x for x in suite.replace(" ", "").split(",") if x)
+        bad = [x for x in sections if x not in SECTIONS]
+        if bad or not sections:
+            parser.error(f"--suite: unknown suite or section(s) {', '.join(bad) or suite!r} "
+                         f"(suites: {', '.join(SUITES)}; sections: {', '.join(SECTIONS)})")
+        name = suite
+    if args.quick and name != "quick":
+        name += " (quick)"
+    args.sections = tuple(x for x in SECTIONS if x in sections)
+    args.suite_name = name
+    return profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    profile = _resolve(args, parser)
+
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib, which is not installed "
+                         "(pip install 'fastattn[plot]' or pip install matplotlib)")
+
+    cases = build_cases(args, profile, args.sections)
+    threads = args.threads_parsed
+    mem_jobs = []
+    if "memory" in args.sections:
+        H, L, S, D = profile.memory
+        for t in threads:
+            mem_jobs.append(("fastattn", t))
+        for p in args.peers_parsed:
+            mem_jobs.append((p, max(threads)))
+
+    if args.list:
+        for t in threads:
+            for c in cases:
+                print(f"{c.label:<28} {c.dtype:<8} causal={'yes' if c.causal else 'no':<3} "
+                      f"threads={t}")
+        for imp, t in mem_jobs:
+            H, L, S, D = profile.memory
+            print(f"memory {imp} 1x{H}x{L}x{S}x{D} threads={t}")
+        return 0
+
+    import fastattn as fa
+    if args.isa:
+        try:
+            fa.set_isa(args.isa)
+        except Exception as e:  # noqa: BLE001
+            parser.error(f"--isa {args.isa}: {e}")
+
+    torch = _import_torch() if "torch" in args.peers_parsed else None
+    tpc = _import_threadpoolctl()
+    progress = Progress(len(cases) * len(threads) + len(mem_jobs),
+                        enabled=not args.no_progress)
+    if tpc is None:
+        progress.note("warning: threadpoolctl is not installed; BLAS/OpenMP thread pools "
+                      "are NOT limited (pip install 'fastattn[bench]')")
+    if "torch" in args.peers_parsed and torch is None:
+        progress.note("note: torch is not installed; its column is skipped")
+    if any(k in os.environ for k in OPENBLAS_VARS):
+        progress.note("note: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set and may slow the "
+                      "numpy peer; see bench/README.md")
+
+    meta = collect_meta(fa, torch, tpc, args)
+    la = meta["loadavg_1min_at_start"]
+    if la is not None and la >= 0.5:
+        progress.note(f"warning: the machine is busy (1-min load average {la:.2f}); "
+                      "timings will be noisy")
+    cpu0 = _cpu_seconds()
+    numpy_max_bytes = int(args.numpy_max_gib * 2 ** 30)
+    t_start = time.perf_counter()
+    peaks, rows = {}, []
+    torch_ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    with torch_ctx:
+        for t in threads:
+            with ThreadLimit(t, tpc, torch):
+                for dt in dict.fromkeys(c.dtype for c in cases):
+                    progress.status(f"matmul peak {dt} {t}t")
+                    pk = measure_peak(dt, profile.peak_n, profile.peak_repeats)
+                    pk["threads"] = t
+                    peaks[(dt, t)] = pk
+                    progress.note(f"matmul peak {dt}, {t} thread(s): {pk['gflops']:.1f} GFLOP/s")
+                for case in cases:
+                    label = f"{case.label} {case.dtype}{' causal' if case.causal else ''} {t}t"
+                    impls, skipped, variants = build_impls(case, t, fa, torch,
+                                                           args.peers_parsed,
+                                                           numpy_max_bytes)
+                    res = run_interleaved(impls, profile, args.repeats, progress, label)
+                    check = check_outputs(case, res) if case.kind == "attention" else None
+                    new = make_rows(case, t, res, skipped, variants, peaks, check)
+                    rows.extend(new)
+                    del impls, res
+                    parts = []
+                    for n in ("fastattn", "fastattn_inplace", "torch", "numpy"):
+                        r0 = new[0]["impls"].get(n)
+                        if r0:
+                            parts.append(f"{n} {fmt_time(r0['median_s'])}")
+                    if new[0]["gflops"]:
+                        parts.append(f"{new[0]['gflops']:.1f} GFLOP/s")
+                    if new[0].get("output_ok") is False:
+                        parts.append("MISMATCH")
+                    progress.step(f"{label}: " + ", ".join(parts))
+    mem = []
+    if mem_jobs:
+        H, L, S, D = profile.memory
+        dt = args.dtype
+        for imp, t in mem_jobs:
+            progress.status(f"memory {imp} L=S={L} {t}t (subprocess)")
+            rec = measure_memory(imp, H, L, S, D, dt, t)
+            mem.append(rec)
+            progress.step(f"memory {imp} 1x{H}x{L}x{S}x{D} {t}t: " +
+                          (rec["error"] if "error" in rec else
+                           f"{rec['extra_peak_bytes'] / 2 ** 20:.1f} MiB extra peak RSS"))
+    elapsed = time.perf_counter() - t_start
+    meta["elapsed_s"] = round(elapsed, 2)
+    cpu1 = _cpu_seconds()
+    if cpu0 is not None and cpu1 is not None and elapsed > 0:
+        bg = ((cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])) / elapsed
+        meta["background_cpus"] = round(max(0.0, bg), 3)
+    else:
+        meta["background_cpus"] = None
+
+    # Order rows by section, case, then thread count.
+    order = {s: i for i, s in enumerate(SECTIONS)}
+    case_order = {}
+    for r in rows:
+        case_order.setdefault((r["section"], r["case"], r["dtype"], r["causal"]), len(case_order))
+    rows.sort(key=lambda r: (order.get(r["section"], 99),
+                             case_order[(r["section"], r["case"], r["dtype"], r["causal"])],
+                             r["threads"]))
+    peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
+    scaling = scaling_rows(rows)
+
+    out = [format_header(meta, peak_list), ""]
+    if rows:
+        out += ["## Timings (median of interleaved rounds)", "",
+                format_table(rows, args.peers_parsed), "",
+                "fastattn/peer columns: median time per call; `vs X` = X's time / "
+                "fastattn's time (> 1: fastattn is faster); % peak = fastattn GFLOP/s "
+                "over the same-dtype np.matmul peak at the same thread count.", ""]
+    if scaling:
+        out += ["## Thread scaling", "", format_scaling(scaling, args.peers_parsed), ""]
+    if mem:
+        out += ["## Peak memory (one call, fresh subprocess, VmHWM)", "",
+                format_memory(mem), ""]
+    out.append(f"total benchmark time: {elapsed:.1f} s")
+    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.flush()
+
+    if args.json:
+        doc = {"schema": "fastattn-bench/1", "meta": meta, "peaks": peak_list,
+               "results": rows, "scaling": scaling, "memory": mem}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=_json_default)
+            f.write("\n")
+        progress.note(f"wrote {args.json}")
+    if args.plot:
+        write_plot(args.plot, rows, peak_list, args.peers_parsed)
+        progress.note(f"wrote {args.plot}")
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.bool_):
+        return bool(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,177 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The bridge: turns validated NumPy arrays into pointers, sizes and strides
+and calls the C kernels of ``src_c/`` with the GIL released.  Validation,
+broadcasting and dtype rules live in ``fastattn/_api.py``."""
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t
+
+cnp.import_array()
+
+cdef extern from "fastattn.h" nogil:
+    enum:
+        FA_OK
+        FA_ENOMEM
+        FA_EINVAL
+        FA_FLOAT32
+        FA_FLOAT64
+        FA_ISA_COUNT
+        FA_MAX_BATCH_DIMS
+    ctypedef struct fa_operand:
+        const void *data
+        int64_t bstride[32]
+        int64_t rs
+        int64_t cs
+    ctypedef struct fa_attention_args:
+        int dtype
+        int nbatch_dims
+        int64_t batch_shape[32]
+        int64_t L, S, E, Ev
+        fa_operand q, k, v, out
+        double scale
+        int causal
+        int64_t causal_offset
+        fa_operand bool_mask
+        fa_operand add_mask
+        fa_operand pad
+        void *weights
+        int num_threads
+    int fa_attention(const fa_attention_args *args)
+    int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
+                        int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
+                        int64_t k_rs, int64_t k_cs, int num_threads)
+    int fa_cpu_supports(int isa)
+    int fa_get_isa()
+    int fa_set_isa(int isa)
+    const char *fa_isa_name(int isa)
+    int fa_init_dispatch(char *msg, size_t msg_len)
+    int fa_openmp_enabled()
+    int fa_max_threads()
+    const char *fa_openmp_runtime()
+    void fa_debug_fail_alloc_after(int64_t n_ok)
+
+MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
+
+cdef char _msg[512]
+if fa_init_dispatch(_msg, sizeof(_msg)) != FA_OK:
+    raise RuntimeError(_msg.decode())
+
+
+cdef int _fill(fa_operand *op, cnp.ndarray a, int nb) except -1:
+    """Point op at a; its dims are right-aligned against nb batch dims + 2,
+    and a dimension of length 1 broadcasts (stride 0)."""
+    cdef int nd = cnp.PyArray_NDIM(a), d, src
+    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(a)
+    cdef cnp.npy_intp *st = cnp.PyArray_STRIDES(a)
+    cdef cnp.npy_intp *sh = cnp.PyArray_DIMS(a)
+    op.data = cnp.PyArray_DATA(a)
+    for d in range(nb):
+        src = d - (nb + 2 - nd)
+        op.bstride[d] = 0 if (src < 0 or sh[src] == 1) else st[src] // isz
+    op.rs = 0 if sh[nd - 2] == 1 else st[nd - 2] // isz
+    op.cs = 0 if sh[nd - 1] == 1 else st[nd - 1] // isz
+    return 0
+
+
+cdef int _check(int status) except -1:
+    if status == FA_ENOMEM:
+        raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
+    if status != FA_OK:
+        raise ValueError(f"fastattn: the kernel rejected its arguments (status {status})")
+    return 0
+
+
+def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out, tuple batch,
+              double scale, int causal, int64_t causal_offset, object bool_mask,
+              object add_mask, object pad, object weights, int num_threads):
+    """Fill ``out`` (batch + (L, Ev)) and ``weights`` if given; every array
+    validated, same float dtype, dims broadcastable to batch."""
+    cdef fa_attention_args a
+    cdef int nb = len(batch), d, status
+    a.dtype = FA_FLOAT64 if q.dtype.itemsize == 8 else FA_FLOAT32
+    a.nbatch_dims = nb
+    for d in range(nb):
+        a.batch_shape[d] = batch[d]
+    a.L = q.shape[q.ndim - 2]
+    a.E = q.shape[q.ndim - 1]
+    a.S = k.shape[k.ndim - 2]
+    a.Ev = v.shape[v.ndim - 1]
+    _fill(&a.q, q, nb)
+    _fill(&a.k, k, nb)
+    _fill(&a.v, v, nb)
+    _fill(&a.out, out, nb)
+    a.scale = scale
+    a.causal = causal
+    a.causal_offset = causal_offset
+    a.bool_mask.data = NULL
+    a.add_mask.data = NULL
+    a.pad.data = NULL
+    if bool_mask is not None:
+        _fill(&a.bool_mask, bool_mask, nb)
+    if add_mask is not None:
+        _fill(&a.add_mask, add_mask, nb)
+    if pad is not None:
+        _fill(&a.pad, pad, nb)
+    a.weights = NULL if weights is None else cnp.PyArray_DATA(<cnp.ndarray>weights)
+    a.num_threads = num_threads
+    with nogil:
+        status = fa_attention(&a)
+    _check(status)
+
+
+def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
+    """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype);
+    keep: None or a uint8 array broadcast to x's shape."""
+    cdef int dtype = FA_FLOAT64 if x.dtype.itemsize == 8 else FA_FLOAT32
+    cdef Py_ssize_t isz = x.dtype.itemsize
+    cdef int64_t nrows = x.shape[0], n = x.shape[1]
+    cdef int64_t xrs = x.strides[0] // isz, xcs = x.strides[1] // isz
+    cdef int64_t yrs = y.strides[0] // isz, ycs = y.strides[1] // isz
+    cdef int64_t krs = 0, kcs = 0
+    cdef const uint8_t *kp = NULL
+    cdef const void *xp = cnp.PyArray_DATA(x)
+    cdef void *yp = cnp.PyArray_DATA(y)
+    cdef int status
+    if keep is not None:
+        kp = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>keep)
+        krs = keep.strides[0]
+        kcs = keep.strides[1]
+    with nogil:
+        status = fa_softmax_rows(dtype, nrows, n, xp, xrs, xcs, yp, yrs, ycs, kp, krs, kcs,
+                                 num_threads)
+    _check(status)
+
+
+ISA_NAMES = tuple(fa_isa_name(i).decode() for i in range(FA_ISA_COUNT))
+
+
+def cpu_supports(str name):
+    return bool(fa_cpu_supports(ISA_NAMES.index(name)))
+
+
+def get_isa():
+    return ISA_NAMES[fa_get_isa()]
+
+
+def set_isa(str name):
+    if name not in ISA_NAMES or fa_set_isa(ISA_NAMES.index(name)) != FA_OK:
+        raise ValueError(f"ISA path {name!r} is not available here; available: "
+                         f"{tuple(n for n in ISA_NAMES if cpu_supports(n))}")
+
+
+def openmp_enabled():
+    return bool(fa_openmp_enabled())
+
+
+def openmp_max_threads():
+    return fa_max_threads()
+
+
+def openmp_runtime():
+    return fa_openmp_runtime().decode()
+
+
+def _debug_fail_alloc_after(int64_t n_ok):
+    """Test hook: the next n_ok kernel allocations succeed, then they fail
+    (-1 turns the hook off)."""
+    fa_debug_fail_alloc_after(n_ok)

@@ -1,0 +1,92 @@
+"""Every mask form resolved in one place.
+
+``resolve()`` turns ``attn_mask``, ``is_causal`` and ``key_padding_mask``
+into one :class:`MaskPlan`: the causal alignment as an offset (query ``i``
+sees key ``j`` iff ``j <= i + offset``), a boolean block (uint8 view, 1 = may
+attend), an additive block (in the compute dtype) and the key-padding rows
+(uint8, 1 = padding).  The kernels combine them: a position hidden by any of
+them is hidden (so is one whose additive mask is ``-inf``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["MaskPlan", "resolve", "causal_offset"]
+
+
+class MaskPlan(NamedTuple):
+    causal: bool
+    offset: int
+    bool_mask: np.ndarray | None
+    add_mask: np.ndarray | None
+    pad: np.ndarray | None
+
+
+def causal_offset(is_causal, L: int, S: int) -> tuple[bool, int]:
+    """``(causal, offset)`` for ``is_causal``: False, True/'upper_left' or 'lower_right'."""
+    if is_causal is False or is_causal is None:
+        return False, 0
+    if is_causal is True or (isinstance(is_causal, np.bool_) and bool(is_causal)):
+        return True, 0
+    if isinstance(is_causal, np.bool_):
+        return False, 0
+    if is_causal == "upper_left":
+        return True, 0
+    if is_causal == "lower_right":
+        return True, S - L
+    raise ValueError(f"is_causal must be False, True, 'upper_left' or 'lower_right', got {is_causal!r}")
+
+
+def _at_least_2d(m: np.ndarray) -> np.ndarray:
+    return m if m.ndim >= 2 else m.reshape((1,) * (2 - m.ndim) + m.shape)
+
+
+def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int,
+            compute_dtype: np.dtype, query_ndim: int) -> MaskPlan:
+    """Check every mask against the problem ``batch + (L, S)`` and return the plan."""
+    causal, offset = causal_offset(is_causal, L, S)
+    bool_mask = add_mask = pad = None
+    target = batch + (L, S)
+    if attn_mask is not None:
+        m = attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
+        if m.dtype == np.bool_:
+            bool_mask = _at_least_2d(m.view(np.uint8))
+        elif m.dtype.kind == "f":
+            add_mask = _at_least_2d(m.astype(compute_dtype, copy=False))
+            if not add_mask.flags.aligned:
+                add_mask = np.ascontiguousarray(add_mask)
+        else:
+            raise TypeError(f"attn_mask must be bool (True = may attend) or floating point "
+                            f"(added to the scores), got dtype {m.dtype}")
+        if not _broadcastable(m.shape, target):
+            raise ValueError(f"attn_mask of shape {m.shape} does not broadcast to "
+                             f"(..., L, S) = {target}")
+    if key_padding_mask is not None:
+        p = key_padding_mask if isinstance(key_padding_mask, np.ndarray) \
+            else np.asarray(key_padding_mask)
+        if p.dtype != np.bool_:
+            raise TypeError(f"key_padding_mask must be bool (True = padding), got dtype {p.dtype}")
+        if p.ndim == 1 and p.shape[0] == S:
+            pad = p.view(np.uint8).reshape(1, S)
+        elif p.ndim == 2 and p.shape[1] == S and query_ndim >= 3 and len(batch) >= query_ndim - 2:
+            n0 = batch[len(batch) - (query_ndim - 2)]
+            if p.shape[0] not in (n0, 1):
+                raise ValueError(f"key_padding_mask of shape {p.shape} needs (N, S) with "
+                                 f"N = query.shape[0] = {n0} and S = {S}")
+            pad = p.view(np.uint8).reshape((p.shape[0],) + (1,) * (query_ndim - 2) + (S,))
+        else:
+            raise ValueError(f"key_padding_mask of shape {p.shape} must be (S,) = ({S},) or "
+                             f"(N, S) with N = query.shape[0] (query needs >= 3 dimensions)")
+    return MaskPlan(causal, offset, bool_mask, add_mask, pad)
+
+
+def _broadcastable(shape: tuple, target: tuple) -> bool:
+    if len(shape) > len(target):
+        return False
+    for a, b in zip(reversed(shape), reversed(target)):
+        if a != b and a != 1:
+            return False
+    return True

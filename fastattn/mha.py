@@ -1,0 +1,522 @@
+"""Multi-head attention and a key/value cache for decoding.
+
+Everything here is bookkeeping around :func:`fastattn.attention`: the input
+projections and the output projection are plain :func:`numpy.matmul` calls,
+the heads are *views* of the projected arrays (``reshape`` + ``transpose``,
+no copies), and the attention itself -- masks, grouped-query heads, causal
+alignment -- is done by the library's kernels.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+__all__ = ["multi_head_attention", "KVCache"]
+
+
+# ---------------------------------------------------------------------------
+# small validation helpers
+# ---------------------------------------------------------------------------
+
+def _attention():
+    # Imported lazily: the compiled core is only needed once attention runs.
+    from ._api import attention
+    return attention
+
+
+def _positive_int(value, name, *, minimum=1):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _as_float_array(a, name):
+    arr = np.asarray(a)
+    if arr.dtype.kind in "biu":
+        return arr
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _dtypes(*arrays):
+    """(compute dtype, output dtype) for the arrays of one call."""
+    dt = np.result_type(*arrays)
+    if dt.kind in "biu":
+        return np.dtype(np.float64), np.dtype(np.float64)
+    if dt == np.float16:
+        return np.dtype(np.float32), np.dtype(np.float16)
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"unsupported dtype {dt}: use float16, float32 or float64")
+    return dt, dt
+
+
+def _check_weight(w, name, rows, rows_what, cols_multiple_of, cols_what, expected_cols=None):
+    if w.ndim != 2:
+        raise ValueError(f"{name} must be 2-D ({rows_what}, {cols_what}), got shape {w.shape}")
+    if w.shape[0] != rows:
+        raise ValueError(
+            f"{name} has shape {w.shape}: its first dimension must be {rows_what}={rows}")
+    if expected_cols is not None:
+        if w.shape[1] != expected_cols:
+            raise ValueError(
+                f"{name} has shape {w.shape}: its second dimension must be "
+                f"{cols_what}={expected_cols}")
+    elif w.shape[1] % cols_multiple_of != 0 or w.shape[1] == 0:
+        raise ValueError(
+            f"{name} has shape {w.shape}: its second dimension ({w.shape[1]}) must be a "
+            f"positive multiple of {cols_what.split('*')[0]}={cols_multiple_of}")
+
+
+# ---------------------------------------------------------------------------
+# KVCache
+# ---------------------------------------------------------------------------
+
+class KVCache:
+    """Preallocated keys and values of the tokens seen so far, for decoding.
+
+    Parameters
+    ----------
+    batch_size : int
+        Number of sequences decoded together (``N``).
+    num_kv_heads : int
+        Number of key/value heads (``num_kv_heads`` of
+        :func:`multi_head_attention`).
+    head_dim : int
+        Size ``d_k`` of one key head.
+    max_len : int
+        Number of positions the cache can hold.  Storage for all of them is
+        allocated once, here.
+    dtype : dtype, optional
+        ``float16``, ``float32`` (default) or ``float64``.  Must be the dtype
+        of the calls that use the cache (float16 calls may also use float32).
+    value_dim : int, optional
+        Size ``d_v`` of one value head (default ``head_dim``).
+
+    Notes
+    -----
+    The storage is laid out as ``(batch, num_kv_heads, max_len, dim)``; the
+    filled part ``[:, :, :len(cache)]`` is a strided view of it that is passed
+    to :func:`fastattn.attention` as is, so a decoding step never copies the
+    cache.  :attr:`keys` and :attr:`values` are read-only views of that filled
+    part; they share memory with the cache, so a view taken before
+    :meth:`reset` sees whatever is written into those positions later.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastattn.mha import KVCache
+    >>> cache = KVCache(1, 2, 4, max_len=8)
+    >>> len(cache), cache.keys.shape
+    (0, (1, 2, 0, 4))
+    >>> cache.append(np.ones((1, 2, 3, 4), np.float32), np.ones((1, 2, 3, 4), np.float32))
+    >>> len(cache), cache.keys.shape, cache.keys.flags.writeable
+    (3, (1, 2, 3, 4), False)
+    >>> cache.reset()
+    >>> len(cache)
+    0
+    """
+
+    def __init__(self, batch_size, num_kv_heads, head_dim, max_len, dtype=np.float32,
+                 value_dim=None):
+        batch_size = _positive_int(batch_size, "batch_size")
+        num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads")
+        head_dim = _positive_int(head_dim, "head_dim")
+        max_len = _positive_int(max_len, "max_len")
+        value_dim = head_dim if value_dim is None else _positive_int(value_dim, "value_dim")
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype: {exc}") from None
+        if dtype not in (np.float16, np.float32, np.float64):
+            raise TypeError(f"dtype must be float16, float32 or float64, got {dtype}")
+        self._keys = np.zeros((batch_size, num_kv_heads, max_len, head_dim), dtype)
+        self._values = np.zeros((batch_size, num_kv_heads, max_len, value_dim), dtype)
+        self._len = 0
+
+    # -- shape information -------------------------------------------------
+    @property
+    def batch_size(self):
+        """Number of sequences (first dimension)."""
+        return self._keys.shape[0]
+
+    @property
+    def num_kv_heads(self):
+        """Number of key/value heads."""
+        return self._keys.shape[1]
+
+    @property
+    def max_len(self):
+        """Number of positions the cache can hold."""
+        return self._keys.shape[2]
+
+    @property
+    def head_dim(self):
+        """Size of one key head (``d_k``)."""
+        return self._keys.shape[3]
+
+    @property
+    def value_dim(self):
+        """Size of one value head (``d_v``)."""
+        return self._values.shape[3]
+
+    @property
+    def dtype(self):
+        """dtype of the stored keys and values."""
+        return self._keys.dtype
+
+    def __len__(self):
+        return self._len
+
+    def __repr__(self):
+        return (f"KVCache(batch_size={self.batch_size}, num_kv_heads={self.num_kv_heads}, "
+                f"head_dim={self.head_dim}, max_len={self.max_len}, dtype={self.dtype.name}, "
+                f"value_dim={self.value_dim}; len={self._len})")
+
+    # -- contents ------------------------------------------------------------
+    @property
+    def keys(self):
+        """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys."""
+        view = self._keys[:, :, :self._len]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def values(self):
+        """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values."""
+        view = self._values[:, :, :self._len]
+        view.flags.writeable = False
+        return view
+
+    def reset(self):
+        """Forget every cached position (the storage is kept for reuse)."""
+        self._len = 0
+
+    def _check_room(self, n_new):
+        if self._len + n_new > self.max_len:
+            raise ValueError(
+                f"kv_cache overflow: the cache holds {self._len} of max_len={self.max_len} "
+                f"positions and cannot take {n_new} more; the cache was left unchanged")
+
+    def append(self, keys, values):
+        """Append the keys and values of new positions.
+
+        Parameters
+        ----------
+        keys : array_like, shape (batch, num_kv_heads, T, head_dim)
+        values : array_like, shape (batch, num_kv_heads, T, value_dim)
+            Cast to the cache's dtype (same-kind casting).
+
+        Raises
+        ------
+        ValueError
+            If the shapes do not match the cache, or if ``len(self) + T``
+            exceeds :attr:`max_len`.  The cache is unchanged then.
+        """
+        k = np.asarray(keys)
+        v = np.asarray(values)
+        b, h = self.batch_size, self.num_kv_heads
+        if k.ndim != 4 or k.shape[:2] != (b, h) or k.shape[3] != self.head_dim:
+            raise ValueError(
+                f"keys must have shape (batch_size={b}, num_kv_heads={h}, T, "
+                f"head_dim={self.head_dim}), got {k.shape}")
+        if v.ndim != 4 or v.shape[:3] != k.shape[:3] or v.shape[3] != self.value_dim:
+            raise ValueError(
+                f"values must have shape (batch_size={b}, num_kv_heads={h}, T={k.shape[2]}, "
+                f"value_dim={self.value_dim}), got {v.shape}")
+        for arr, what in ((k, "keys"), (v, "values")):
+            if not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
+                raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in a "
+                                f"{self.dtype} cache")
+        n_new = k.shape[2]
+        self._check_room(n_new)
+        start = self._len
+        self._keys[:, :, start:start + n_new] = k
+        self._values[:, :, start:start + n_new] = v
+        self._len = start + n_new
+
+    def _filled(self):
+        # Internal, writable views of the filled part (no copies).
+        return self._keys[:, :, :self._len], self._values[:, :, :self._len]
+
+
+# ---------------------------------------------------------------------------
+# multi_head_attention
+# ---------------------------------------------------------------------------
+
+def _split_heads(a, n, seq, heads, d):
+    # (n, seq, heads * d) -> (n, heads, seq, d), a view.
+    return a.reshape(n, seq, heads, d).transpose(0, 2, 1, 3)
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, *, num_kv_heads=None,
+                         context=None, is_causal=False, attn_mask=None,
+                         key_padding_mask=None, kv_cache=None, return_weights=False,
+                         num_threads=None):
+    """Multi-head (grouped-query, multi-query, cross-) attention without biases.
+
+    Computes ``Q = x @ w_q``, ``K = s @ w_k``, ``V = s @ w_v`` (``s`` is
+    ``context`` for cross-attention, else ``x``), splits them into heads
+    (contiguous column slices), runs scaled dot-product attention per head with
+    :func:`fastattn.attention`, concatenates the heads and returns
+    ``concat @ w_o``.  This is ``torch.nn.MultiheadAttention(bias=False,
+    batch_first=True)`` with ``in_proj_weight = concat(w_q.T, w_k.T, w_v.T)``
+    and ``out_proj.weight = w_o.T``, except for the mask conventions below.
+
+    Parameters
+    ----------
+    x : array_like, shape (N, L, d_model) or (L, d_model)
+        Query tokens.
+    w_q : array_like, shape (d_model, num_heads * d_k)
+    w_k : array_like, shape (d_kv_in, num_kv_heads * d_k)
+    w_v : array_like, shape (d_kv_in, num_kv_heads * d_v)
+        Projections; ``d_kv_in`` is the last dimension of ``context`` (of ``x``
+        without context).  Head ``h`` uses columns ``h*d_k:(h+1)*d_k``.
+    w_o : array_like, shape (num_heads * d_v, d_out)
+        Output projection.
+    num_heads : int
+        Number of query heads.
+    num_kv_heads : int, optional
+        Number of key/value heads (default ``num_heads``); must divide
+        ``num_heads``.  Query head ``h`` uses key/value head
+        ``h // (num_heads // num_kv_heads)`` (grouped-query attention; 1 is
+        multi-query attention).  Keys and values are never copied per query
+        head.
+    context : array_like, shape (N, S, d_kv_in) or (S, d_kv_in), optional
+        Cross-attention: keys and values are projected from ``context``
+        (same number of dimensions and batch size as ``x``).
+    is_causal : bool or {"upper_left", "lower_right"}, optional
+        Causal mask as in :func:`fastattn.attention` (``True`` is
+        ``"upper_left"``: query ``i`` sees keys ``j <= i``).  Ignored with
+        ``kv_cache``, which is always causal, lower-right aligned
+        (``"upper_left"`` is rejected there).
+    attn_mask : array_like, optional
+        Boolean (True = may attend, as in SDPA -- the opposite of
+        ``torch.nn.MultiheadAttention``) or additive float mask, broadcastable
+        to ``(N, num_heads, L, S)`` (``(num_heads, L, S)`` for 2-D ``x``).
+        With ``kv_cache``, ``S`` is the cache length after appending.
+    key_padding_mask : array_like of bool, shape (N, S) or (S,), optional
+        True marks a padding key that no query may attend to.
+    kv_cache : KVCache, optional
+        Self-attention decoding: the keys and values of the new tokens ``x``
+        are appended to the cache, and each new query attends to every cached
+        position up to and including its own (lower-right causal alignment).
+        Old tokens are not projected again and the cache is not copied, so a
+        one-token step costs time proportional to the cached length.  The
+        cache's batch size, head layout (``num_kv_heads``, ``d_k``, ``d_v``)
+        and dtype must match the call (a float16 call takes a float16 or a
+        float32 cache, see Notes).  Not allowed with ``context``.
+    return_weights : bool, optional
+        Also return the attention weights of every head (not averaged over
+        heads, unlike torch's default).
+    num_threads : int, optional
+        Passed to :func:`fastattn.attention`.
+
+    Returns
+    -------
+    out : ndarray, shape (N, L, d_out) or (L, d_out)
+    weights : ndarray, shape (N, num_heads, L, S) or (num_heads, L, S)
+        Only with ``return_weights=True``.
+
+    Raises
+    ------
+    ValueError
+        Wrong shapes of ``x``, ``context``, weights or masks; ``num_heads``
+        not a multiple of ``num_kv_heads``; a cache whose batch size or head
+        layout differs from the call; a cache without room for the new
+        tokens.  Nothing is appended to the cache when an error is raised.
+    TypeError
+        Non-integer head counts, non-real dtypes, a cache of another dtype, a
+        ``kv_cache`` that is not a :class:`KVCache`.
+
+    Notes
+    -----
+    dtypes follow NumPy's promotion of ``x``, ``context`` and the weights
+    (integers compute in float64).  float32 and float64 are kept.  When
+    everything is float16, the inputs are converted exactly to float32, all
+    the work (projections, attention, output projection) is done in float32,
+    and only the result is rounded to float16: every element of the output
+    is within half a float16 ulp (relative ``2**-11`` ~ 4.9e-4, or ``2**-25``
+    absolute below the normal range) of the float32 computation on the same
+    inputs; results beyond 65504 become ``inf``.  The weights are rounded the
+    same way.  A float16 call may use a float32 ``kv_cache`` (same guarantee,
+    no copies) or a float16 one (half the memory; keys and values are rounded
+    to float16 when stored, one more relative ``2**-11`` on K and V, and each
+    call makes a float32 copy of the cached part for the kernels).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastattn.mha import multi_head_attention, KVCache
+    >>> rng = np.random.default_rng(0)
+    >>> d_model, heads, kv_heads, d_k = 16, 4, 2, 4
+    >>> x = rng.standard_normal((2, 5, d_model))
+    >>> w_q = rng.standard_normal((d_model, heads * d_k))
+    >>> w_k = rng.standard_normal((d_model, kv_heads * d_k))
+    >>> w_v = rng.standard_normal((d_model, kv_heads * d_k))
+    >>> w_o = rng.standard_normal((heads * d_k, d_model))
+    >>> out = multi_head_attention(x, w_q, w_k, w_v, w_o, heads,
+    ...                            num_kv_heads=kv_heads, is_causal=True)
+    >>> out.shape
+    (2, 5, 16)
+
+    Decoding with a cache: prefill 3 tokens, then one token at a time.
+
+    >>> cache = KVCache(2, kv_heads, d_k, max_len=5, dtype=np.float64)
+    >>> steps = [multi_head_attention(x[:, :3], w_q, w_k, w_v, w_o, heads,
+    ...                               num_kv_heads=kv_heads, kv_cache=cache)]
+    >>> for t in (3, 4):
+    ...     steps.append(multi_head_attention(x[:, t:t + 1], w_q, w_k, w_v, w_o, heads,
+    ...                                       num_kv_heads=kv_heads, kv_cache=cache))
+    >>> len(cache), bool(np.allclose(np.concatenate(steps, axis=1), out))
+    (5, True)
+    """
+    # ---- head counts ------------------------------------------------------
+    num_heads = _positive_int(num_heads, "num_heads")
+    num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads,
+                                                                         "num_kv_heads")
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(f"num_heads={num_heads} must be a multiple of "
+                         f"num_kv_heads={num_kv_heads}")
+
+    # ---- arrays and dtypes ------------------------------------------------
+    x = _as_float_array(x, "x")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must have shape (N, L, d_model) or (L, d_model), got {x.shape}")
+    w_q = _as_float_array(w_q, "w_q")
+    w_k = _as_float_array(w_k, "w_k")
+    w_v = _as_float_array(w_v, "w_v")
+    w_o = _as_float_array(w_o, "w_o")
+    arrays = [x, w_q, w_k, w_v, w_o]
+    if context is not None:
+        if kv_cache is not None:
+            raise ValueError("context and kv_cache cannot be combined: the cache is for "
+                             "causal self-attention decoding")
+        context = _as_float_array(context, "context")
+        if context.ndim != x.ndim:
+            raise ValueError(f"context must have as many dimensions as x ({x.ndim}): "
+                             f"x has shape {x.shape}, context has shape {context.shape}")
+        if x.ndim == 3 and context.shape[0] != x.shape[0]:
+            raise ValueError(f"context and x must have the same batch size: x has shape "
+                             f"{x.shape}, context has shape {context.shape}")
+        arrays.append(context)
+    cdt, odt = _dtypes(*arrays)
+
+    squeeze = x.ndim == 2
+    xb = x[None] if squeeze else x
+    src = xb if context is None else (context[None] if squeeze else context)
+    n, L, d_model = xb.shape
+    S_new, d_in = src.shape[1], src.shape[2]
+
+    # ---- weight shapes ----------------------------------------------------
+    _check_weight(w_q, "w_q", d_model, "d_model", num_heads, "num_heads*d_k")
+    d_k = w_q.shape[1] // num_heads
+    kv_in = "d_model" if context is None else "context's last dimension"
+    _check_weight(w_k, "w_k", d_in, kv_in, num_kv_heads, "num_kv_heads*d_k",
+                  expected_cols=num_kv_heads * d_k)
+    _check_weight(w_v, "w_v", d_in, kv_in, num_kv_heads, "num_kv_heads*d_v")
+    d_v = w_v.shape[1] // num_kv_heads
+    if w_o.ndim != 2 or w_o.shape[0] != num_heads * d_v:
+        raise ValueError(f"w_o has shape {w_o.shape}: it must be 2-D with first dimension "
+                         f"num_heads*d_v={num_heads}*{d_v}={num_heads * d_v} "
+                         f"(w_v has shape {w_v.shape})")
+
+    # ---- cache --------------------------------------------------------------
+    if kv_cache is not None:
+        if not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
+        if isinstance(is_causal, str) and is_causal != "lower_right":
+            raise ValueError(f"is_causal={is_causal!r} cannot be used with kv_cache: the "
+                             "cache is always causal, lower-right aligned")
+        want = (n, num_kv_heads, d_k, d_v)
+        have = (kv_cache.batch_size, kv_cache.num_kv_heads, kv_cache.head_dim,
+                kv_cache.value_dim)
+        if want != have:
+            raise ValueError(
+                "kv_cache layout (batch_size, num_kv_heads, head_dim, value_dim)="
+                f"{have} does not match the call's {want} (x has shape {x.shape}, "
+                f"w_k {w_k.shape}, w_v {w_v.shape}, num_kv_heads={num_kv_heads})")
+        allowed = (odt, cdt) if odt == np.float16 else (odt,)
+        if kv_cache.dtype not in allowed:
+            raise TypeError(f"kv_cache has dtype {kv_cache.dtype} but this call needs "
+                            + " or ".join(str(a) for a in allowed)
+                            + f" (x {x.dtype}, weights {w_q.dtype}/{w_k.dtype}/"
+                            f"{w_v.dtype}/{w_o.dtype})")
+        kv_cache._check_room(S_new)
+        S = len(kv_cache) + S_new
+    else:
+        S = S_new
+
+    # ---- masks (shapes only; values are the kernel's business) -----------
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        full = (n, num_heads, L, S)
+        try:
+            ok = np.broadcast_shapes(attn_mask.shape, full) == full
+        except ValueError:
+            ok = False
+        if not ok:
+            what, shown = (("(num_heads, L, S)", full[1:]) if squeeze
+                           else ("(N, num_heads, L, S)", full))
+            raise ValueError(f"attn_mask of shape {attn_mask.shape} is not broadcastable "
+                             f"to {what}={shown}")
+    if key_padding_mask is not None:
+        key_padding_mask = np.asarray(key_padding_mask)
+        if key_padding_mask.dtype != bool:
+            raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
+                            f"{key_padding_mask.dtype}")
+        allowed = [(S,)] if squeeze else [(S,), (n, S)]
+        if key_padding_mask.shape not in allowed and not (squeeze
+                                                          and key_padding_mask.shape == (1, S)):
+            raise ValueError(f"key_padding_mask has shape {key_padding_mask.shape}; expected "
+                             + " or ".join(str(a) for a in allowed)
+                             + f" (S={S} keys)")
+
+    # ---- projections --------------------------------------------------------
+    xq = xb.astype(cdt, copy=False)
+    q = np.matmul(xq, w_q.astype(cdt, copy=False))
+    s = xq if context is None else src.astype(cdt, copy=False)
+    k_new = np.matmul(s, w_k.astype(cdt, copy=False))
+    v_new = np.matmul(s, w_v.astype(cdt, copy=False))
+    q = _split_heads(q, n, L, num_heads, d_k)
+    k_new = _split_heads(k_new, n, S_new, num_kv_heads, d_k)
+    v_new = _split_heads(v_new, n, S_new, num_kv_heads, d_v)
+
+    attention = _attention()
+    causal = is_causal
+    old_len = None if kv_cache is None else len(kv_cache)
+    try:
+        if kv_cache is not None:
+            kv_cache.append(k_new, v_new)
+            k, v = kv_cache._filled()
+            causal = "lower_right"
+            if k.dtype != cdt:      # float16 cache: the kernels work in float32
+                k, v = k.astype(cdt), v.astype(cdt)
+        else:
+            k, v = k_new, v_new
+        res = attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                        enable_gqa=num_kv_heads != num_heads,
+                        key_padding_mask=key_padding_mask, return_weights=return_weights,
+                        num_threads=num_threads)
+    except BaseException:
+        if kv_cache is not None:
+            kv_cache._len = old_len      # an error leaves the cache as it was
+        raise
+    heads, weights = res if return_weights else (res, None)
+
+    # ---- merge heads and project -------------------------------------------
+    merged = heads.transpose(0, 2, 1, 3).reshape(n, L, num_heads * d_v)
+    out = np.matmul(merged.astype(cdt, copy=False), w_o.astype(cdt, copy=False))
+    out = out.astype(odt, copy=False)
+    if squeeze:
+        out = out[0]
+    if not return_weights:
+        return out
+    weights = weights.astype(odt, copy=False)
+    return out, (weights[0] if squeeze else weights)

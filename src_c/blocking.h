@@ -1,0 +1,38 @@
+/* blocking.h -- every block size of fastattn, with the cache level it targets.
+ *
+ * Names follow BLIS: MR x NR is the register tile of a micro-kernel (defined
+ * per ISA in simd.h, because it depends on the vector width and register
+ * count); MC and KC are the cache blocks of the drivers (here, shared by all
+ * ISAs so that every path walks the keys in the same order).
+ *
+ *   FA_MC  query rows per score tile.  The score tile is FA_MC x FA_KC
+ *          elements (64 KiB in float32): it stays in L2 (512 KiB on this
+ *          machine) while it is produced, exponentiated and consumed by P.V.
+ *   FA_KC  keys per key block.  The packed K block (FA_KC x E) and V block
+ *          (FA_KC x Ev) are 32-64 KiB for E = 64-128 in float32: L2-resident,
+ *          reused by every query row of a work chunk before the next block.
+ *          Must be a multiple of every ISA's NR (16, 32 for float; 8, 16 for
+ *          double).
+ *   FA_MAX_CHUNK_MC  at most this many score tiles (query rows / FA_MC) share
+ *          one packed K/V block; bounds the per-thread Q and O scratch
+ *          (FA_MAX_CHUNK_MC * FA_MC rows) to a few hundred KiB (L2).
+ *   FA_SPLIT_KC  keys per chunk when a decoding step (few query rows, many
+ *          keys) splits the keys across threads.  Fixed by the problem, never
+ *          by the thread count, so results are bitwise reproducible.
+ */
+#ifndef FASTATTN_BLOCKING_H
+#define FASTATTN_BLOCKING_H
+
+#define FA_MC 64
+#define FA_KC 256
+#define FA_MAX_CHUNK_MC 8
+#define FA_SPLIT_KC 512
+/* Split the keys only when there are fewer than this many (batch x query
+ * tile) work items and more than two key chunks. */
+#define FA_SPLIT_MAX_ITEMS 16
+/* Below this many multiply-adds a call runs on one thread. */
+#define FA_PARALLEL_MIN_WORK 200000
+/* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
+#define FA_ALIGN 64
+
+#endif

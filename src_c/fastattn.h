@@ -1,0 +1,77 @@
+/* fastattn.h -- the C API that fastattn/_core.pyx calls.  Plain C99: no
+ * Python headers.  Every size, stride and index is 64-bit; strides are in
+ * elements and may be zero (broadcast) or negative.  Every entry point
+ * returns a status code and, on failure, writes nothing to its outputs. */
+#ifndef FASTATTN_H
+#define FASTATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FA_OK = 0, FA_ENOMEM = 1, FA_EINVAL = 2 };
+enum { FA_FLOAT32 = 0, FA_FLOAT64 = 1 };
+enum { FA_ISA_GENERIC = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2, FA_ISA_COUNT = 3 };
+#define FA_MAX_BATCH_DIMS 32
+
+/* One operand: base pointer, strides of the broadcast batch dimensions, and
+ * the strides of its last two dimensions (rows, columns). */
+typedef struct fa_operand {
+    const void *data;
+    int64_t bstride[FA_MAX_BATCH_DIMS];
+    int64_t rs, cs;
+} fa_operand;
+
+/* out[b, i, :] = sum_j softmax_j(scale q[b,i,:].k[b,j,:] + mask) v[b, j, :]
+ *   q (batch..., L, E), k (batch..., S, E), v (batch..., S, Ev),
+ *   out (batch..., L, Ev); weights NULL or contiguous (batch..., L, S). */
+typedef struct fa_attention_args {
+    int dtype;                 /* FA_FLOAT32 / FA_FLOAT64: every operand's type */
+    int nbatch_dims;           /* <= FA_MAX_BATCH_DIMS */
+    int64_t batch_shape[FA_MAX_BATCH_DIMS];
+    int64_t L, S, E, Ev;
+    fa_operand q, k, v, out;
+    double scale;
+    int causal;                /* key j hidden from query i iff j > i + causal_offset */
+    int64_t causal_offset;
+    fa_operand bool_mask;      /* uint8, 1 = may attend; data NULL if none */
+    fa_operand add_mask;       /* dtype, added to the scaled score; NULL if none */
+    fa_operand pad;            /* uint8 (batch..., 1, S), 1 = padding; NULL if none */
+    void *weights;             /* NULL: streaming path, no L x S buffer at all */
+    int num_threads;           /* <= 0: the OpenMP default */
+} fa_attention_args;
+
+int fa_attention(const fa_attention_args *args);
+
+/* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
+ * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,
+ * an all-hidden row becomes 0).  y may alias x exactly (in place). */
+int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
+                    int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
+                    int64_t k_rs, int64_t k_cs, int num_threads);
+
+/* ISA selection (dispatch.c). */
+int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
+int fa_get_isa(void);
+int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
+const char *fa_isa_name(int isa);
+/* Applies FASTATTN_DISABLE_CPU_FEATURES and FASTATTN_ISA; on a bad value
+ * returns FA_EINVAL with a message in msg. */
+int fa_init_dispatch(char *msg, size_t msg_len);
+
+/* Threads (omp_shim.h). */
+int fa_openmp_enabled(void);
+int fa_max_threads(void);
+const char *fa_openmp_runtime(void);
+
+/* Test hook: make the next n_ok allocations succeed and the following fail;
+ * -1 disables.  Used by the tests to prove allocation failures are handled. */
+void fa_debug_fail_alloc_after(int64_t n_ok);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,52 @@
+/* kernels.h -- the micro-kernel contract, one table per element type.
+ *
+ * Each ISA (kernels_generic.c, kernels_avx2.c, kernels_avx512.c) fills one
+ * fa_kernels_f32 and one fa_kernels_f64 with the same functions; dispatch.c
+ * picks the table once (cpuid + xgetbv, or FASTATTN_ISA) and the drivers in
+ * attention.c and softmax.c call through it.  Nothing here allocates.
+ *
+ * Layouts (all sizes and leading dimensions in elements, 64-bit):
+ *   qp  packed queries, row-major [rows x E], rows a multiple of mr, already
+ *       multiplied by the softmax scale;
+ *   kp  packed keys, panel-major: panel p holds keys p*nr .. p*nr+nr-1 as
+ *       [E x nr] (key index fastest), zero-padded past the last key;
+ *   vp  packed values, row-major [keys x ldvp], columns zero-padded to ldvp
+ *       (a multiple of vw);
+ *   s   score tile, row-major with leading dimension lds;
+ *   p   probabilities, row-major with leading dimension ldp;
+ *   o   output accumulator, row-major with leading dimension ldo.
+ */
+#ifndef FASTATTN_KERNELS_H
+#define FASTATTN_KERNELS_H
+
+#include <stdint.h>
+
+#define FA_DECLARE_KERNEL_TABLE(T, SFX)                                              \
+    typedef struct fa_kernels_##SFX {                                                \
+        const char *isa;                                                             \
+        int64_t mr, nr, vw; /* register tile: mr query rows x nr keys; lanes */      \
+        /* s[rows x ncols] = qp[rows x E] . kp^T; rows % mr == 0, ncols % nr == 0 */ \
+        void (*qk)(int64_t rows, int64_t ncols, int64_t E, const T *qp,              \
+                   const T *kp, T *s, int64_t lds);                                  \
+        /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % vw == 0 */\
+        void (*pv)(int64_t rows, int64_t nkeys, int64_t ncols, const T *p,           \
+                   int64_t ldp, const T *vp, int64_t ldvp, T *o, int64_t ldo);       \
+        /* max of x[0..n) ignoring NaN (-inf if none); *has_nan |= any NaN */        \
+        T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
+        /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \
+        T (*expsum)(const T *x, T *y, int64_t n, T m);                               \
+        /* x[i] *= a for i < n */                                                    \
+        void (*scal)(T *x, int64_t n, T a);                                          \
+    } fa_kernels_##SFX;
+
+FA_DECLARE_KERNEL_TABLE(float, f32)
+FA_DECLARE_KERNEL_TABLE(double, f64)
+
+extern const fa_kernels_f32 fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f32_avx512;
+extern const fa_kernels_f64 fa_kernels_f64_generic, fa_kernels_f64_avx2, fa_kernels_f64_avx512;
+
+/* The tables in use, set by fa_select_isa() in dispatch.c. */
+const fa_kernels_f32 *fa_kernels_f32_current(void);
+const fa_kernels_f64 *fa_kernels_f64_current(void);
+
+#endif

@@ -1,0 +1,159 @@
+/* kernels_tmpl.h -- the micro-kernels, written once over simd.h.
+ *
+ * Included by kernels_impl.h once per element type with these macros set:
+ *   FA_T (float/double), VT (vector type), VW (lanes), MR, NRV (vectors per
+ *   register tile row), V_* (the simd.h operations), FA_SFX (f32/f64).
+ * The including file is compiled with the ISA's -m flags (setup.py).
+ */
+#define NR (NRV * VW)
+#define FA_CAT3_(a, b, c) a##_##b##_##c
+#define FA_CAT3(a, b, c) FA_CAT3_(a, b, c)
+#define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
+
+/* s[MR x NR] = q[MR x E] . kpanel[E x NR]; q row-major (ld E). */
+static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *restrict kp,
+                               FA_T *restrict s, int64_t lds)
+{
+    VT acc[MR][NRV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) acc[r][v] = V_ZERO();
+    for (int64_t d = 0; d < E; d++) {
+        VT kv[NRV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) kv[v] = V_LOAD(kp + d * NR + v * VW);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            VT qb = V_SET1(q[r * E + d]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) acc[r][v] = V_FMA(qb, kv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) V_STORE(s + r * lds + v * VW, acc[r][v]);
+}
+
+static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const FA_T *kp,
+                   FA_T *s, int64_t lds)
+{
+    for (int64_t p = 0; p < ncols / NR; p++) {
+        const FA_T *panel = kp + p * E * NR;
+        for (int64_t i = 0; i < rows; i += MR)
+            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds);
+    }
+}
+
+/* o[R x C*VW] += p[R x nkeys] . vp[nkeys x C*VW] for compile-time R, C. */
+#define FA_PV_TILE(NAME, R, C)                                                           \
+    static inline void NAME(int64_t nkeys, const FA_T *restrict p, int64_t ldp,          \
+                            const FA_T *restrict vp, int64_t ldvp, FA_T *restrict o,     \
+                            int64_t ldo)                                                 \
+    {                                                                                    \
+        VT acc[R][C];                                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
+                acc[r][c] = V_LOAD(o + r * ldo + c * VW);                                \
+        for (int64_t k = 0; k < nkeys; k++) {                                            \
+            VT vv[C];                                                                    \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
+                vv[c] = V_LOAD(vp + k * ldvp + c * VW);                                  \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                       \
+                VT pb = V_SET1(p[r * ldp + k]);                                          \
+                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                      \
+                    acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);                             \
+            }                                                                            \
+        }                                                                                \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
+                V_STORE(o + r * ldo + c * VW, acc[r][c]);                                \
+    }
+
+FA_PV_TILE(FN(pv_tile_full), MR, NRV)
+FA_PV_TILE(FN(pv_tile_col1), MR, 1)
+FA_PV_TILE(FN(pv_tile_row1), 1, NRV)
+FA_PV_TILE(FN(pv_tile_one), 1, 1)
+
+static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
+                   const FA_T *vp, int64_t ldvp, FA_T *o, int64_t ldo)
+{
+    int64_t i = 0;
+    for (; i + MR <= rows; i += MR) {
+        int64_t c = 0;
+        for (; c + NR <= ncols; c += NR)
+            FN(pv_tile_full)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+        for (; c < ncols; c += VW)
+            FN(pv_tile_col1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+    }
+    for (; i < rows; i++) {
+        int64_t c = 0;
+        for (; c + NR <= ncols; c += NR)
+            FN(pv_tile_row1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+        for (; c < ncols; c += VW)
+            FN(pv_tile_one)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+    }
+}
+
+static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
+{
+    VT m0 = V_SET1(-INFINITY), m1 = m0;
+    VT bad = V_ZERO(); /* x - x is NaN exactly where x is NaN or +-inf */
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        VT a = V_LOAD(x + i), b = V_LOAD(x + i + VW);
+        m0 = V_MAXACC(m0, a);
+        m1 = V_MAXACC(m1, b);
+        bad = V_ADD(bad, V_ADD(V_SUB(a, a), V_SUB(b, b)));
+    }
+    FA_T m = V_HMAX(V_MAXACC(m0, m1));
+    FA_T sbad = V_HSUM(bad);
+    for (; i < n; i++) {
+        if (x[i] > m) m = x[i];
+        sbad += x[i] - x[i];
+    }
+    if (sbad != sbad) { /* some entry is NaN or infinite: find a NaN, if any */
+        for (int64_t j = 0; j < n; j++)
+            if (x[j] != x[j]) { *has_nan = 1; break; }
+    }
+    return m;
+}
+
+static FA_T FN(expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
+{
+    VT vm = V_SET1(m), s0 = V_ZERO(), s1 = V_ZERO();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        VT a = V_EXP(V_SUB(V_LOAD(x + i), vm));
+        VT b = V_EXP(V_SUB(V_LOAD(x + i + VW), vm));
+        V_STORE(y + i, a);
+        V_STORE(y + i + VW, b);
+        s0 = V_ADD(s0, a);
+        s1 = V_ADD(s1, b);
+    }
+    if (i < n) { /* tail through a padded vector so every element sees the same exp */
+        FA_T buf[2 * VW];
+        int64_t t = n - i;
+        for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY;
+        VT a = V_EXP(V_SUB(V_LOAD(buf), vm));
+        VT b = V_EXP(V_SUB(V_LOAD(buf + VW), vm));
+        V_STORE(buf, a);
+        V_STORE(buf + VW, b);
+        for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];
+        s0 = V_ADD(s0, a);
+        s1 = V_ADD(s1, b);
+    }
+    return V_HSUM(V_ADD(s0, s1));
+}
+
+static void FN(scal)(FA_T *x, int64_t n, FA_T a)
+{
+    VT va = V_SET1(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(x + i, V_MUL(V_LOAD(x + i), va));
+    for (; i < n; i++) x[i] *= a;
+}
+
+#undef NR
+#undef FN

@@ -1,0 +1,258 @@
+/* simd.h -- the thin vector layer the micro-kernels are written in.
+ *
+ * Exactly one of FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC is defined by the
+ * kernels_<isa>.c file that includes this header; that file alone is compiled
+ * with the matching -m flags.  For each element type (f = float, d = double)
+ * it defines a vector type, its width, the register tile MR x NRV vectors of
+ * the micro-kernels and a handful of operations, among them a vectorised exp.
+ *
+ * exp(x): x = n ln2 + r with |r| <= ln2/2, exp(r) by a Taylor polynomial
+ * (degree 7 for float: truncation < 6e-9 relative; degree 13 for double:
+ * < 5e-18), then scaled by 2^n.  Arguments below the smallest normal result
+ * give exactly 0 (so exp(-inf) = 0); NaN gives NaN.  Max error about 2 ulp.
+ */
+#ifndef FASTATTN_SIMD_H
+#define FASTATTN_SIMD_H
+
+#include <math.h>
+#include <stdint.h>
+
+#define FA_EXPF_LO (-87.3365478515625f) /* below: result 0 (flush, < FLT_MIN) */
+#define FA_EXPF_HI (88.72283172607421875f)
+#define FA_EXPD_LO (-708.3964185322641)
+#define FA_EXPD_HI (709.782712893384)
+
+#if defined(FA_ISA_AVX512)
+#include <immintrin.h>
+#define FA_ISA_NAME avx512
+typedef __m512 vf;
+typedef __m512d vd;
+#define VF_W 16
+#define VD_W 8
+#define VF_MR 8
+#define VF_NRV 2
+#define VD_MR 8
+#define VD_NRV 2
+static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vf_store(float *p, vf a) { _mm512_storeu_ps(p, a); }
+static inline vf vf_set1(float a) { return _mm512_set1_ps(a); }
+static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
+static inline vf vf_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+/* max ignoring a NaN in x: returns acc where x is NaN */
+static inline vf vf_max_acc(vf acc, vf x) { return _mm512_max_ps(x, acc); }
+static inline float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline vf vf_exp(vf x)
+{
+    const vf log2e = _mm512_set1_ps(1.44269504088896341f);
+    const vf ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440e-4f);
+    x = _mm512_min_ps(_mm512_set1_ps(FA_EXPF_HI), x);           /* NaN stays NaN */
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(FA_EXPF_LO), _CMP_LT_OQ);
+    vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_fnmadd_ps(n, ln2hi, x);
+    r = _mm512_fnmadd_ps(n, ln2lo, r);
+    vf p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_scalef_ps(p, n);
+    return _mm512_mask_mov_ps(p, under, _mm512_setzero_ps());
+}
+static inline vd vd_load(const double *p) { return _mm512_loadu_pd(p); }
+static inline void vd_store(double *p, vd a) { _mm512_storeu_pd(p, a); }
+static inline vd vd_set1(double a) { return _mm512_set1_pd(a); }
+static inline vd vd_zero(void) { return _mm512_setzero_pd(); }
+static inline vd vd_fma(vd a, vd b, vd c) { return _mm512_fmadd_pd(a, b, c); }
+static inline vd vd_add(vd a, vd b) { return _mm512_add_pd(a, b); }
+static inline vd vd_sub(vd a, vd b) { return _mm512_sub_pd(a, b); }
+static inline vd vd_mul(vd a, vd b) { return _mm512_mul_pd(a, b); }
+static inline vd vd_max_acc(vd acc, vd x) { return _mm512_max_pd(x, acc); }
+static inline double vd_hmax(vd a) { return _mm512_reduce_max_pd(a); }
+static inline double vd_hsum(vd a) { return _mm512_reduce_add_pd(a); }
+static inline vd vd_exp_poly(vd r)
+{
+    vd p = _mm512_set1_pd(1.0 / 6227020800.0);
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 479001600.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 39916800.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3628800.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 362880.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 40320.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 5040.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+    return _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+}
+static inline vd vd_exp(vd x)
+{
+    x = _mm512_min_pd(_mm512_set1_pd(FA_EXPD_HI), x);
+    __mmask8 under = _mm512_cmp_pd_mask(x, _mm512_set1_pd(FA_EXPD_LO), _CMP_LT_OQ);
+    vd n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vd r = _mm512_fnmadd_pd(n, _mm512_set1_pd(0.693147180369123816490), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    vd p = _mm512_scalef_pd(vd_exp_poly(r), n);
+    return _mm512_mask_mov_pd(p, under, _mm512_setzero_pd());
+}
+
+#elif defined(FA_ISA_AVX2)
+#include <immintrin.h>
+#define FA_ISA_NAME avx2
+typedef __m256 vf;
+typedef __m256d vd;
+#define VF_W 8
+#define VD_W 4
+#define VF_MR 4
+#define VF_NRV 2
+#define VD_MR 4
+#define VD_NRV 2
+static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vf_store(float *p, vf a) { _mm256_storeu_ps(p, a); }
+static inline vf vf_set1(float a) { return _mm256_set1_ps(a); }
+static inline vf vf_zero(void) { return _mm256_setzero_ps(); }
+static inline vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vf_max_acc(vf acc, vf x) { return _mm256_max_ps(x, acc); }
+static inline float vf_hmax(vf a)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+static inline float vf_hsum(vf a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline vf vf_exp(vf x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(FA_EXPF_HI), x);
+    vf under = _mm256_cmp_ps(x, _mm256_set1_ps(FA_EXPF_LO), _CMP_LT_OQ);
+    vf n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    vf p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n = 2^(n>>1) * 2^(n - (n>>1)): both factors normal for n in [-126, 128] */
+    __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
+    __m256i e1 = _mm256_srai_epi32(e, 1), e2 = _mm256_sub_epi32(e, e1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    vf s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, bias), 23));
+    vf s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, bias), 23));
+    p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_andnot_ps(under, p);
+}
+static inline vd vd_load(const double *p) { return _mm256_loadu_pd(p); }
+static inline void vd_store(double *p, vd a) { _mm256_storeu_pd(p, a); }
+static inline vd vd_set1(double a) { return _mm256_set1_pd(a); }
+static inline vd vd_zero(void) { return _mm256_setzero_pd(); }
+static inline vd vd_fma(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
+static inline vd vd_add(vd a, vd b) { return _mm256_add_pd(a, b); }
+static inline vd vd_sub(vd a, vd b) { return _mm256_sub_pd(a, b); }
+static inline vd vd_mul(vd a, vd b) { return _mm256_mul_pd(a, b); }
+static inline vd vd_max_acc(vd acc, vd x) { return _mm256_max_pd(x, acc); }
+static inline double vd_hmax(vd a)
+{
+    __m128d m = _mm_max_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    m = _mm_max_sd(m, _mm_unpackhi_pd(m, m));
+    return _mm_cvtsd_f64(m);
+}
+static inline double vd_hsum(vd a)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
+static inline vd vd_exp(vd x)
+{
+    x = _mm256_min_pd(_mm256_set1_pd(FA_EXPD_HI), x);
+    vd under = _mm256_cmp_pd(x, _mm256_set1_pd(FA_EXPD_LO), _CMP_LT_OQ);
+    vd n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vd r = _mm256_fnmadd_pd(n, _mm256_set1_pd(0.693147180369123816490), x);
+    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), r);
+    vd p = _mm256_set1_pd(1.0 / 6227020800.0);
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 479001600.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 39916800.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 3628800.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 362880.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 40320.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 5040.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 720.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 120.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 24.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 6.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(0.5));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0));
+    __m128i n32 = _mm256_cvtpd_epi32(_mm256_max_pd(n, _mm256_set1_pd(-1022.0)));
+    __m128i h1 = _mm_srai_epi32(n32, 1), h2 = _mm_sub_epi32(n32, h1);
+    const __m256i bias = _mm256_set1_epi64x(1023);
+    vd s1 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(h1), bias), 52));
+    vd s2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(h2), bias), 52));
+    p = _mm256_mul_pd(_mm256_mul_pd(p, s1), s2);
+    return _mm256_andnot_pd(under, p);
+}
+
+#elif defined(FA_ISA_GENERIC)
+/* Portable C: one-lane "vectors"; the compiler may auto-vectorise the loops. */
+#define FA_ISA_NAME generic
+typedef float vf;
+typedef double vd;
+#define VF_W 1
+#define VD_W 1
+#define VF_MR 4
+#define VF_NRV 4
+#define VD_MR 4
+#define VD_NRV 4
+static inline vf vf_load(const float *p) { return *p; }
+static inline void vf_store(float *p, vf a) { *p = a; }
+static inline vf vf_set1(float a) { return a; }
+static inline vf vf_zero(void) { return 0.0f; }
+static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
+static inline vf vf_add(vf a, vf b) { return a + b; }
+static inline vf vf_sub(vf a, vf b) { return a - b; }
+static inline vf vf_mul(vf a, vf b) { return a * b; }
+static inline vf vf_max_acc(vf acc, vf x) { return x > acc ? x : acc; }
+static inline float vf_hmax(vf a) { return a; }
+static inline float vf_hsum(vf a) { return a; }
+static inline vf vf_exp(vf x) { return x < FA_EXPF_LO ? 0.0f : expf(x); }
+static inline vd vd_load(const double *p) { return *p; }
+static inline void vd_store(double *p, vd a) { *p = a; }
+static inline vd vd_set1(double a) { return a; }
+static inline vd vd_zero(void) { return 0.0; }
+static inline vd vd_fma(vd a, vd b, vd c) { return a * b + c; }
+static inline vd vd_add(vd a, vd b) { return a + b; }
+static inline vd vd_sub(vd a, vd b) { return a - b; }
+static inline vd vd_mul(vd a, vd b) { return a * b; }
+static inline vd vd_max_acc(vd acc, vd x) { return x > acc ? x : acc; }
+static inline double vd_hmax(vd a) { return a; }
+static inline double vd_hsum(vd a) { return a; }
+static inline vd vd_exp(vd x) { return x < FA_EXPD_LO ? 0.0 : exp(x); }
+#else
+#error "define one of FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC"
+#endif
+
+#endif

@@ -1,0 +1,250 @@
+"""Shared fixtures, hypothesis profile and helpers for the fastattn test suite.
+
+Test modules import the plain helpers with ``from conftest import ...`` (the
+tests directory has no ``__init__.py``, so pytest puts it on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import fastattn
+import fastattn.reference as reference
+
+# ---------------------------------------------------------------------------
+# hypothesis: one fixed, derandomized profile so that failures reproduce
+# ---------------------------------------------------------------------------
+
+_SUPPRESS = [
+    HealthCheck.too_slow,
+    HealthCheck.data_too_large,
+    HealthCheck.filter_too_much,
+    # The ISA fixture is function scoped on purpose: it is set once per test
+    # (not per example), which is exactly what we want.
+    HealthCheck.function_scoped_fixture,
+]
+
+settings.register_profile(
+    "fastattn",
+    derandomize=True,
+    deadline=None,
+    max_examples=150,
+    suppress_health_check=_SUPPRESS,
+    print_blob=True,
+)
+# A longer run for local soak testing: FASTATTN_HYPOTHESIS_PROFILE=thorough.
+settings.register_profile(
+    "thorough",
+    derandomize=True,
+    deadline=None,
+    max_examples=2000,
+    suppress_health_check=_SUPPRESS,
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("FASTATTN_HYPOTHESIS_PROFILE", "fastattn"))
+
+# ---------------------------------------------------------------------------
+# ISA fixture
+# ---------------------------------------------------------------------------
+
+ISAS = tuple(fastattn.available_isas())
+FLOAT_DTYPES = (np.float32, np.float64)
+
+
+@pytest.fixture(params=ISAS, ids=[f"isa={n}" for n in ISAS])
+def isa(request):
+    """Run the test with the kernels of one ISA path, restoring the old one."""
+    previous = fastattn.get_isa()
+    fastattn.set_isa(request.param)
+    assert fastattn.get_isa() == request.param
+    try:
+        yield request.param
+    finally:
+        fastattn.set_isa(previous)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20240613)
+
+
+# ---------------------------------------------------------------------------
+# tolerances
+# ---------------------------------------------------------------------------
+
+_TOL = {
+    np.dtype(np.float16): 2e-3,
+    np.dtype(np.float32): 2e-5,
+    np.dtype(np.float64): 1e-12,
+}
+
+
+def tol_for(dtype) -> float:
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    return _TOL[dtype]
+
+
+def finite_absmax(*arrays) -> float:
+    """Largest finite |entry| over the arrays (1.0 if there is none)."""
+    m = 0.0
+    for a in arrays:
+        a = np.asarray(a, dtype=np.float64)
+        fin = a[np.isfinite(a)]
+        if fin.size:
+            m = max(m, float(np.abs(fin).max()))
+    return m if m > 0 else 1.0
+
+
+def assert_close(actual, expected, dtype, magnitude=1.0, factor=1.0, err_msg=""):
+    """Compare with a tolerance for ``dtype``, scaled by ``magnitude``.
+
+    NaN positions must match exactly (assert_allclose's default equal_nan),
+    and infinities must match exactly.
+    """
+    t = tol_for(dtype) * factor
+    m = max(1.0, float(magnitude))
+    np.testing.assert_allclose(
+        np.asarray(actual, dtype=np.float64),
+        np.asarray(expected, dtype=np.float64),
+        rtol=t,
+        atol=t * m,
+        err_msg=err_msg,
+    )
+
+
+def expected_result_dtype(*arrays):
+    """The documented output dtype of attention/softmax for these inputs."""
+    dt = np.result_type(*arrays)
+    if dt.kind in "biu":
+        return np.dtype(np.float64)
+    return dt
+
+
+# ---------------------------------------------------------------------------
+# reference, evaluated in float64 (an accurate "truth" for any input dtype)
+# ---------------------------------------------------------------------------
+
+def _f64(a):
+    if a is None:
+        return None
+    a = np.asarray(a)
+    if a.dtype == bool:
+        return a
+    return a.astype(np.float64)
+
+
+def reference_attention64(query, key, value, attn_mask=None, **kwargs):
+    """fastattn.reference.attention on float64 copies of the inputs.
+
+    Always returns (output, weights), both float64.
+    """
+    kwargs = dict(kwargs)
+    kwargs.pop("out", None)
+    kwargs.pop("num_threads", None)
+    kwargs["return_weights"] = True
+    return reference.attention(_f64(query), _f64(key), _f64(value), _f64(attn_mask), **kwargs)
+
+
+def hidden_positions(L, S, batch, *, is_causal=False, attn_mask=None, key_padding_mask=None):
+    """Boolean array batch+(L, S): True where a mask (not a score) hides (i, j)."""
+    hidden = np.zeros(tuple(batch) + (L, S), dtype=bool)
+    if is_causal:
+        offset = S - L if is_causal == "lower_right" else 0
+        hidden |= np.arange(S)[None, :] > np.arange(L)[:, None] + offset
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        if m.dtype == bool:
+            hidden |= ~m
+        else:
+            hidden |= m == -np.inf
+    if key_padding_mask is not None:
+        kpm = np.asarray(key_padding_mask, dtype=bool)
+        if kpm.ndim == 2:
+            kpm = kpm.reshape((kpm.shape[0],) + (1,) * (len(batch) - 1) + (1, S))
+        hidden |= kpm
+    return hidden
+
+
+# ---------------------------------------------------------------------------
+# memory layouts: same values, different strides
+# ---------------------------------------------------------------------------
+
+LAYOUTS = ("C", "F", "sliced", "negative", "permuted")
+
+
+def _junk(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    return 12345
+
+
+def relayout(a, layout):
+    """Return an array equal to ``a`` but with the memory layout ``layout``.
+
+    C: C-contiguous; F: Fortran order; sliced: every other element of a larger
+    buffer whose other elements are junk (NaN for floats); negative: every
+    stride negative; permuted: leading axis moved last in memory (for 2-D:
+    the transpose of a C-contiguous array).
+    """
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return a.copy()
+    if layout == "C":
+        return np.ascontiguousarray(a)
+    if layout == "F":
+        return np.asfortranarray(a)
+    if layout == "sliced":
+        big = np.full(tuple(2 * n + 1 for n in a.shape), _junk(a.dtype), dtype=a.dtype)
+        sl = tuple(slice(1, 2 * n, 2) for n in a.shape)
+        big[sl] = a
+        view = big[sl]
+        assert not view.flags.c_contiguous or a.size <= 1
+        return view
+    if layout == "negative":
+        rev = (slice(None, None, -1),) * a.ndim
+        return np.ascontiguousarray(a[rev])[rev]
+    if layout == "permuted":
+        b = np.ascontiguousarray(np.moveaxis(a, 0, -1))
+        return np.moveaxis(b, -1, 0)
+    raise ValueError(layout)
+
+
+def empty_with_layout(shape, dtype, layout, fill):
+    """A writable array of ``shape`` with ``layout``, filled with ``fill``.
+
+    Returns (array, parent) where ``parent`` is the owning buffer, so a test
+    can check that nothing outside the view was written.
+    """
+    base = np.full(shape, fill, dtype=dtype)
+    if layout == "sliced":
+        parent = np.full(tuple(2 * n + 1 for n in shape), fill, dtype=dtype)
+        view = parent[tuple(slice(1, 2 * n, 2) for n in shape)]
+        return view, parent
+    view = relayout(base, layout)
+    parent = view.base if view.base is not None else view
+    return view, parent
+
+
+def mentions_shape(msg: str, shape) -> bool:
+    """True when ``msg`` shows ``shape`` in one of the usual spellings."""
+    shape = tuple(int(n) for n in shape)
+    forms = {
+        str(shape),
+        str(shape).replace(" ", ""),
+        str(list(shape)),
+        str(list(shape)).replace(" ", ""),
+        "x".join(map(str, shape)),
+        " x ".join(map(str, shape)),
+        "×".join(map(str, shape)),
+    }
+    return any(f in msg for f in forms)
+

@@ -1,0 +1,192 @@
+"""The benchmark command line (``python -m fastattn bench``, ``bench/run.py``).
+
+These tests check that the harness runs and reports what it should.  They
+never assert anything about speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fastattn._bench as bench
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+def _run(*args, timeout=TIMEOUT):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One ``--quick`` run shared by the tests below (it takes ~30 s)."""
+    d = tmp_path_factory.mktemp("bench")
+    js, png = d / "quick.json", d / "quick.png"
+    args = ["-m", "fastattn", "bench", "--quick", "--json", str(js)]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(png)]
+    except ImportError:
+        png = None
+    p = _run(*args)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p, json.loads(js.read_text()), png
+
+
+def test_quick_json_fields(quick_run):
+    _, doc, _ = quick_run
+    assert doc["schema"] == "fastattn-bench/1"
+    meta = doc["meta"]
+    for key in ("date", "cpu_model", "isa", "numpy", "scipy", "torch", "threads",
+                "suite", "elapsed_s", "fastattn"):
+        assert key in meta, key
+    assert meta["threads"] == [1, 2]
+
+    assert doc["peaks"], "no matmul peak measured"
+    for pk in doc["peaks"]:
+        assert pk["gflops"] > 0 and pk["threads"] in (1, 2)
+        assert pk["dtype"] in ("float32", "float64")
+
+    rows = doc["results"]
+    assert {r["section"] for r in rows} == {"attention", "decode", "overhead",
+                                           "float64", "softmax"}
+    assert {r["threads"] for r in rows} == {1, 2}
+    assert {r["causal"] for r in rows if r["section"] == "attention"} == {False, True}
+    assert any(r["dtype"] == "float64" for r in rows)
+    torch_there = meta["torch"] is not None
+    for r in rows:
+        for key in ("case", "shape", "dtype", "causal", "threads", "fastattn_s",
+                    "gflops", "frac_peak", "speedup", "impls", "skipped", "notes"):
+            assert key in r, key
+        assert r["fastattn_s"] > 0
+        fa = r["impls"][r["variant"]]
+        assert fa["median_s"] == r["fastattn_s"]
+        assert len(fa["times_s"]) >= 3 and fa["loops"] >= 1
+        assert "numpy" in r["impls"]
+        assert r["speedup"]["numpy"] > 0
+        if torch_there:
+            assert r["speedup"]["torch"] > 0
+        if r["kind"] == "attention":
+            assert r["flops"] > 0 and r["gflops"] > 0 and r["frac_peak"] > 0
+            assert set("BHLSD") == set(r["shape"])
+            # the harness checks fastattn's output against a peer's
+            assert r["output_ok"], r["notes"]
+    dec = [r for r in rows if r["section"] == "decode"]
+    assert dec and all(r["shape"]["L"] == 1 < r["shape"]["S"] for r in dec)
+    assert any(r["variant"] == "fastattn_inplace" for r in rows)
+
+    assert doc["scaling"] and all(s["threads"] == 2 for s in doc["scaling"])
+    mem = doc["memory"]
+    assert {m["impl"] for m in mem} >= {"fastattn", "numpy"}
+    for m in mem:
+        assert "error" not in m, m
+        assert m["extra_peak_bytes"] >= 0 and m["scores_bytes"] > 0
+
+
+def test_quick_output(quick_run):
+    p, _, _ = quick_run
+    assert "| case |" in p.stdout and "GFLOP/s" in p.stdout
+    assert "matmul peak" in p.stdout and "ISA in use" in p.stdout
+    assert "Peak memory" in p.stdout and "Thread scaling" in p.stdout
+    # progress goes to stderr, one line per measurement when not a terminal
+    assert "[1/" in p.stderr
+    assert "| case |" not in p.stderr
+
+
+def test_plot_writes_png(quick_run):
+    _, _, png = quick_run
+    if png is None:
+        pytest.skip("matplotlib is not installed")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+def test_custom_shapes_and_wrapper(tmp_path):
+    js = tmp_path / "c.json"
+    p = _run("bench/run.py", "--shapes", "1,2,8,4;1,2,1,16,8", "--threads", "1",
+             "--causal", "yes", "--repeats", "3", "--peers", "numpy",
+             "--json", str(js), timeout=60)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(js.read_text())["results"]
+    assert [(r["shape"]["L"], r["shape"]["S"], r["causal"]) for r in rows] == \
+        [(8, 8, True), (1, 16, True)]
+    assert all("torch" not in r["impls"] for r in rows)
+    assert all(len(r["impls"]["fastattn"]["times_s"]) == 3 for r in rows)
+
+
+@pytest.mark.parametrize("bad", [
+    ["--threads", "0"],
+    ["--threads", "two"],
+    ["--dtype", "float16"],
+    ["--causal", "maybe"],
+    ["--shapes", "1,2,3"],
+    ["--shapes", "1,2,0,4"],
+    ["--repeats", "0"],
+    ["--peers", "jax"],
+    ["--suite", "nonsense"],
+    ["--no-such-option"],
+])
+def test_bad_options_exit_2(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(bad)
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_bad_option_process_exit_code():
+    p = _run("-m", "fastattn", "bench", "--causal", "sometimes", timeout=60)
+    assert p.returncode == 2
+    assert "usage" in p.stderr
+    p = _run("-m", "fastattn", "frobnicate", timeout=60)
+    assert p.returncode == 2
+
+
+def test_help():
+    for args in (["-m", "fastattn", "--help"], ["-m", "fastattn", "bench", "--help"],
+                 ["bench/run.py", "--help"]):
+        p = _run(*args, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "usage" in p.stdout
+    p = _run("-m", "fastattn", "bench", "--help", timeout=60)
+    assert "--shapes" in p.stdout and "--quick" in p.stdout
+
+
+def test_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # makes the import fail
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--quick", "--plot", str(tmp_path / "x.png")])
+    assert exc.value.code == 2
+    assert "matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_list_only(capsys):
+    assert bench.main(["--list", "--shapes", "1,8,1024,64", "--threads", "1,2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4          # 2 causal variants x 2 thread counts
+
+
+def test_shape_parsing_and_flops():
+    assert bench.parse_shapes("1,8,1024,64; 1,32,1,4096,128") == [
+        (1, 8, 1024, 1024, 64), (1, 32, 1, 4096, 128)]
+    assert bench.causal_fraction(1024, 1024, True) == 0.5
+    assert bench.causal_fraction(1, 4096, True) == 1 / 4096
+    assert bench.causal_fraction(7, 9, False) == 1.0
+    case = bench.Case("attention", "attention", (1, 8, 1024, 1024, 64), "float32", True)
+    assert case.flops() == 2 * 8 * 1024 * 1024 * 64
+    assert bench.parse_int_list("1,2,2", "--threads") == [1, 2]
+
+
+def test_openblas_env_untouched(monkeypatch):
+    """The harness must leave OPENBLAS_* alone (see bench/README.md)."""
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    bench.main(["--list"])
+    assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"

@@ -1,0 +1,159 @@
+"""Results are bitwise identical whatever num_threads is (and thread safety).
+
+Shapes are chosen to give several query blocks (L=300 > 64-row tiles), several
+key blocks (S=517 > 256-key blocks), the key-splitting decode path (few query
+rows, S > 2 x 512 keys) and enough work to actually run in parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+
+import numpy as np
+import pytest
+
+import fastattn
+from conftest import FLOAT_DTYPES, assert_close, finite_absmax, reference_attention64
+
+THREADS = (1, 2, 3, 4)
+
+
+def _assert_same_for_all_thread_counts(q, k, v, mask=None, **kwargs):
+    results = []
+    for n in (None,) + THREADS:
+        o, w = fastattn.attention(q, k, v, mask, return_weights=True, num_threads=n, **kwargs)
+        o_only = fastattn.attention(q, k, v, mask, num_threads=n, **kwargs)
+        results.append((n, o, w, o_only))
+    _, o1, w1, oo1 = results[1]   # num_threads=1
+    for n, o, w, oo in results:
+        assert np.array_equal(o, o1, equal_nan=True), f"output differs for num_threads={n}"
+        assert np.array_equal(w, w1, equal_nan=True), f"weights differ for num_threads={n}"
+        assert np.array_equal(oo, oo1, equal_nan=True), f"output (no weights) differs for num_threads={n}"
+    return o1, w1
+
+
+CASES = {
+    # name: (qshape, kshape, vshape)
+    "L300_S517": ((2, 300, 64), (2, 517, 64), (2, 517, 48)),
+    "one_head_L300_S517": ((300, 40), (517, 40), (517, 40)),
+    "decode_L1_S2100": ((2, 1, 64), (2, 2100, 64), (2, 2100, 64)),
+    "decode_L3_S1500": ((1, 3, 3, 32), (1, 3, 1500, 32), (1, 3, 1500, 24)),
+    "many_heads_small": ((16, 70, 33), (16, 130, 33), (16, 130, 17)),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("masking", ["none", "causal_lr_mask_kpm", "causal_ul_bool"])
+def test_thread_count_invariance(isa, dtype, case, masking):
+    qs, ks, vs = CASES[case]
+    rng = np.random.default_rng(zlib.crc32(f"{case}/{masking}".encode()))
+    q = rng.standard_normal(qs).astype(dtype)
+    k = rng.standard_normal(ks).astype(dtype)
+    v = rng.standard_normal(vs).astype(dtype)
+    L, S = qs[-2], ks[-2]
+    kwargs, mask = {}, None
+    if masking == "causal_lr_mask_kpm":
+        mask = rng.standard_normal((L, S)).astype(dtype)
+        mask[rng.random((L, S)) < 0.1] = -np.inf
+        kwargs["is_causal"] = "lower_right"
+        kwargs["key_padding_mask"] = rng.random(S) < 0.1
+    elif masking == "causal_ul_bool":
+        mask = rng.random((L, S)) < 0.8
+        kwargs["is_causal"] = True
+    o, w = _assert_same_for_all_thread_counts(q, k, v, mask, **kwargs)
+    if case in ("L300_S517", "decode_L1_S2100") and masking != "none":
+        eo, ew = reference_attention64(q, k, v, mask, **kwargs)
+        assert_close(o, eo, dtype, magnitude=finite_absmax(v), factor=2.5)
+        assert_close(w, ew, dtype, factor=2.5)
+
+
+def test_thread_count_invariance_gqa(isa):
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 8, 300, 32)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 517, 32)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 517, 32)).astype(np.float32)
+    _assert_same_for_all_thread_counts(q, k, v, enable_gqa=True, is_causal="lower_right")
+
+
+def test_thread_count_invariance_float16(isa):
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 300, 32)).astype(np.float16)
+    k = rng.standard_normal((2, 517, 32)).astype(np.float16)
+    v = rng.standard_normal((2, 517, 32)).astype(np.float16)
+    _assert_same_for_all_thread_counts(q, k, v, is_causal=True)
+
+
+def test_thread_count_invariance_with_nan_and_dead_rows(isa):
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((2, 300, 16))
+    k = rng.standard_normal((2, 517, 16))
+    v = rng.standard_normal((2, 517, 16))
+    k[0, 400] = np.nan   # visible to the last rows of head 0 (lower_right)
+    kpm = np.zeros((2, 517), bool)
+    kpm[1, :300] = True
+    m = np.ones((300, 517), bool)
+    m[17] = False
+    o, w = _assert_same_for_all_thread_counts(q, k, v, m, is_causal="lower_right",
+                                              key_padding_mask=kpm)
+    assert np.all(o[:, 17] == 0)
+
+
+def test_thread_count_invariance_noncontiguous_out(isa):
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((2, 300, 24)).astype(np.float32)
+    k = rng.standard_normal((2, 517, 24)).astype(np.float32)
+    v = rng.standard_normal((2, 517, 24)).astype(np.float32)
+    outs = []
+    for n in THREADS:
+        out = np.zeros((24, 300, 2), np.float32).transpose(2, 1, 0)
+        assert fastattn.attention(q, k, v, out=out, num_threads=n) is out
+        outs.append(out)
+    for o in outs[1:]:
+        assert np.array_equal(o, outs[0])
+
+
+def test_num_threads_larger_than_cores(isa):
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal(s) for s in [(300, 16), (517, 16), (517, 16)])
+    a = fastattn.attention(q, k, v, num_threads=1)
+    b = fastattn.attention(q, k, v, num_threads=64)
+    assert np.array_equal(a, b)
+
+
+def test_num_threads_numpy_integer(isa):
+    rng = np.random.default_rng(10)
+    q, k, v = (rng.standard_normal(s) for s in [(300, 16), (517, 16), (517, 16)])
+    a = fastattn.attention(q, k, v, num_threads=2)
+    b = fastattn.attention(q, k, v, num_threads=np.int64(2))
+    assert np.array_equal(a, b)
+
+
+def test_openmp_enabled_is_bool():
+    assert isinstance(fastattn.openmp_enabled(), bool)
+
+
+def test_concurrent_python_threads(isa):
+    """Several Python threads calling attention at once get correct results."""
+    rng = np.random.default_rng(11)
+    inputs = [tuple(rng.standard_normal(s).astype(np.float32) for s in
+                    [(2, 150, 32), (2, 300, 32), (2, 300, 16)]) for _ in range(4)]
+    expected = [fastattn.attention(*qkv, is_causal=True, num_threads=1) for qkv in inputs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got = fastattn.attention(*inputs[i], is_causal=True, num_threads=2)
+                if not np.array_equal(got, expected[i]):
+                    errors.append(f"thread {i}: wrong result")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
