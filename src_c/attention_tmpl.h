@@ -149,11 +149,11 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                             int64_t r0, int64_t r1, int64_t k0, int64_t k1, int64_t ldv,
                             FN(fa_scratch) *sc)
 {
-    const int64_t E = a->E, mr = K->mr, nr = K->nr;
+    const int64_t E = a->E, mr = K->mr, nr = K->nr, mcp = (FA_MC + mr - 1) / mr * mr;
     const int64_t nrows = r1 - r0, ntiles = (nrows + FA_MC - 1) / FA_MC;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t i0 = r0 + t * FA_MC, ni = r1 - i0 < FA_MC ? r1 - i0 : FA_MC;
-        FN(pack_q)(a, off->q, i0, ni, (ni + mr - 1) / mr * mr, sc->qp + t * FA_MC * E);
+        FN(pack_q)(a, off->q, i0, ni, (ni + mr - 1) / mr * mr, sc->qp + t * mcp * E);
     }
     for (int64_t i = 0; i < nrows; i++) { sc->m[i] = (FA_T)-INFINITY; sc->l[i] = 0; }
     memset(sc->o, 0, (size_t)(nrows * ldv) * sizeof(FA_T));
@@ -177,33 +177,37 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
         for (int64_t t = 0; t < ntiles; t++) {
             const int64_t i0 = r0 + t * FA_MC, ni = r1 - i0 < FA_MC ? r1 - i0 : FA_MC;
             int causal_diag = 0;
+            int64_t nk_t = nk; /* keys of this block that some row of the tile sees */
             if (a->causal) {
-                if (kb > i0 + ni - 1 + a->causal_offset) continue; /* tile wholly future */
-                causal_diag = kb + nk - 1 > i0 + a->causal_offset;
+                int64_t lim = i0 + ni + a->causal_offset - kb;
+                if (lim <= 0) continue; /* tile wholly in the future of the block */
+                if (lim < nk_t) nk_t = lim;
+                causal_diag = kb + nk_t - 1 > i0 + a->causal_offset;
             }
-            if (a->bool_mask.data && FN(bool_tile_hidden)(a, off, i0, ni, kb, nk)) continue;
+            if (a->bool_mask.data && FN(bool_tile_hidden)(a, off, i0, ni, kb, nk_t)) continue;
             FA_T *st = sc->st;
-            K->qk((ni + mr - 1) / mr * mr, ncols, E, sc->qp + t * FA_MC * E, sc->kp, st, FA_KC);
+            const int64_t ncols_t = (nk_t + nr - 1) / nr * nr;
+            K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC);
             if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
-                FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some);
+                FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
             FA_T *m = sc->m + (i0 - r0), *l = sc->l + (i0 - r0), *o = sc->o + (i0 - r0) * ldv;
             for (int64_t i = 0; i < ni; i++) {
                 FA_T *row = st + i * FA_KC;
                 int has_nan = 0;
-                FA_T mx = K->rowmax(row, nk, &has_nan);
+                FA_T mx = K->rowmax(row, nk_t, &has_nan);
                 if (has_nan) l[i] = (FA_T)NAN; /* a visible NaN score poisons its row */
                 FA_T mnew = mx > m[i] ? mx : m[i];
-                if (mnew == (FA_T)-INFINITY) { memset(row, 0, (size_t)nk * sizeof(FA_T)); continue; }
+                if (mnew == (FA_T)-INFINITY) { memset(row, 0, (size_t)nk_t * sizeof(FA_T)); continue; }
                 FA_T alpha = (m[i] == mnew) ? (FA_T)1 : (FA_T)exp((double)(m[i] - mnew));
-                FA_T rs = K->expsum(row, row, nk, mnew);
+                FA_T rs = K->expsum(row, row, nk_t, mnew);
                 if (alpha != (FA_T)1) K->scal(o + i * ldv, ldv, alpha);
                 l[i] = l[i] * alpha + rs;
                 m[i] = mnew;
             }
             if (v_bad)
-                FN(pv_careful)(ni, nk, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
+                FN(pv_careful)(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
             else
-                K->pv(ni, nk, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
+                K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
         }
     }
 }
@@ -342,9 +346,11 @@ static int FN(attention)(const fa_attention_args *a)
     if (nt < 1) nt = 1;
 
     /* All scratch is allocated here, before any output is touched. */
+    const int64_t mcp = (FA_MC + K->mr - 1) / K->mr * K->mr; /* tile rows, padded to mr */
     const int64_t rows = a->weights ? FA_MC : chunk_tiles * FA_MC;
+    const int64_t qrows = a->weights ? mcp : chunk_tiles * mcp;
     const int64_t kc_e = FA_KC * Epad;
-    const size_t per = (size_t)(rows * Epad + kc_e + FA_KC * ldv + FA_MC * FA_KC +
+    const size_t per = (size_t)(qrows * Epad + kc_e + FA_KC * ldv + mcp * FA_KC +
                                 rows * ldv + 2 * rows + 64);
     FA_T **bufs = (FA_T **)fa_calloc((size_t)nt, sizeof(FA_T *));
     FA_T *part = NULL;
@@ -372,10 +378,10 @@ static int FN(attention)(const fa_attention_args *a)
         FA_T *base = bufs[FA_OMP_THREAD_NUM()];
         FN(fa_scratch) sc;
         sc.qp = base;
-        sc.kp = sc.qp + rows * Epad;
+        sc.kp = sc.qp + qrows * Epad;
         sc.vp = sc.kp + kc_e;
         sc.st = sc.vp + FA_KC * ldv;
-        sc.o = sc.st + FA_MC * FA_KC;
+        sc.o = sc.st + mcp * FA_KC;
         sc.m = sc.o + rows * ldv;
         sc.l = sc.m + rows;
         fa_offsets off;

@@ -13,6 +13,7 @@
 #define VT vf
 #define VW VF_W
 #define MR VF_MR
+#define PV_MR VF_PV_MR
 #define NRV VF_NRV
 #define V_LOAD vf_load
 #define V_STORE vf_store
@@ -32,6 +33,7 @@
 #undef VT
 #undef VW
 #undef MR
+#undef PV_MR
 #undef NRV
 #undef V_LOAD
 #undef V_STORE
@@ -51,6 +53,7 @@
 #define VT vd
 #define VW VD_W
 #define MR VD_MR
+#define PV_MR VD_PV_MR
 #define NRV VD_NRV
 #define V_LOAD vd_load
 #define V_STORE vd_store

@@ -71,8 +71,10 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
                 V_STORE(o + r * ldo + c * VW, acc[r][c]);                                \
     }
 
-FA_PV_TILE(FN(pv_tile_full), MR, NRV)
-FA_PV_TILE(FN(pv_tile_col1), MR, 1)
+FA_PV_TILE(FN(pv_tile_full), PV_MR, NRV)
+FA_PV_TILE(FN(pv_tile_col1), PV_MR, 1)
+FA_PV_TILE(FN(pv_tile_half), PV_MR / 2, NRV)
+FA_PV_TILE(FN(pv_tile_halfcol1), PV_MR / 2, 1)
 FA_PV_TILE(FN(pv_tile_row1), 1, NRV)
 FA_PV_TILE(FN(pv_tile_one), 1, 1)
 
@@ -80,12 +82,19 @@ static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, in
                    const FA_T *vp, int64_t ldvp, FA_T *o, int64_t ldo)
 {
     int64_t i = 0;
-    for (; i + MR <= rows; i += MR) {
+    for (; i + PV_MR <= rows; i += PV_MR) {
         int64_t c = 0;
         for (; c + NR <= ncols; c += NR)
             FN(pv_tile_full)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
         for (; c < ncols; c += VW)
             FN(pv_tile_col1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+    }
+    for (; i + PV_MR / 2 <= rows; i += PV_MR / 2) {
+        int64_t c = 0;
+        for (; c + NR <= ncols; c += NR)
+            FN(pv_tile_half)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+        for (; c < ncols; c += VW)
+            FN(pv_tile_halfcol1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
     }
     for (; i < rows; i++) {
         int64_t c = 0;

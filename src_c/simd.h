@@ -33,6 +33,8 @@ typedef __m512d vd;
 #define VF_NRV 2
 #define VD_MR 8
 #define VD_NRV 2
+#define VF_PV_MR 8
+#define VD_PV_MR 8
 static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void vf_store(float *p, vf a) { _mm512_storeu_ps(p, a); }
 static inline vf vf_set1(float a) { return _mm512_set1_ps(a); }
@@ -112,10 +114,12 @@ typedef __m256 vf;
 typedef __m256d vd;
 #define VF_W 8
 #define VD_W 4
-#define VF_MR 4
+#define VF_MR 6
 #define VF_NRV 2
-#define VD_MR 4
+#define VD_MR 6
 #define VD_NRV 2
+#define VF_PV_MR 6
+#define VD_PV_MR 6
 static inline vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vf_store(float *p, vf a) { _mm256_storeu_ps(p, a); }
 static inline vf vf_set1(float a) { return _mm256_set1_ps(a); }
@@ -227,6 +231,8 @@ typedef double vd;
 #define VF_NRV 4
 #define VD_MR 4
 #define VD_NRV 4
+#define VF_PV_MR 4
+#define VD_PV_MR 4
 static inline vf vf_load(const float *p) { return *p; }
 static inline void vf_store(float *p, vf a) { *p = a; }
 static inline vf vf_set1(float a) { return a; }
