@@ -6,13 +6,21 @@ The public names; see :func:`attention`, :func:`softmax`,
 """
 
 from ._api import attention, softmax
-from ._config import (available_isas, get_isa, openmp_enabled, set_isa, show_config)
+from .mha import KVCache, multi_head_attention
+from .trace import trace
+from ._config import (_init_threads, available_isas, get_isa, openmp_enabled, set_isa,
+                      show_config)
+
+_init_threads()
 
 __version__ = "0.1.0"
 
 __all__ = [
     "attention",
     "softmax",
+    "multi_head_attention",
+    "KVCache",
+    "trace",
     "get_isa",
     "set_isa",
     "available_isas",

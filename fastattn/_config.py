@@ -2,12 +2,57 @@
 
 from __future__ import annotations
 
+import math
+import os
 import platform
 import sys
 
 from . import _core
 
 __all__ = ["get_isa", "set_isa", "available_isas", "openmp_enabled", "show_config"]
+
+
+def _cgroup_cpu_limit() -> int | None:
+    """CPUs allowed by the cgroup's CPU quota (v2 cpu.max or v1 cfs), if any."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+            quota_us = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            period_us = int(f.read())
+        if quota_us > 0 and period_us > 0:
+            return max(1, math.ceil(quota_us / period_us))
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def effective_cpu_count() -> int:
+    """The CPUs this process may use: affinity mask and cgroup quota (as
+    scikit-learn's ``_openmp_effective_n_threads``)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit()
+    return max(1, min(n, limit) if limit else n)
+
+
+def _init_threads() -> None:
+    """At import: unless OMP_NUM_THREADS is set, the OpenMP default becomes the
+    CPUs this process may really use.  threadpoolctl and omp_set_num_threads
+    still change it afterwards; num_threads=None reads it at each call."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    n = effective_cpu_count()
+    if n < _core.openmp_max_threads():
+        _core.set_default_threads(n)
 
 
 def get_isa() -> str:

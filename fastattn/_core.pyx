@@ -49,9 +49,12 @@ cdef extern from "fastattn.h" nogil:
     int fa_max_threads()
     const char *fa_openmp_runtime()
     void fa_debug_fail_alloc_after(int64_t n_ok)
+    void fa_init_threads()
+    void fa_set_default_threads(int n)
 
 MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
 
+fa_init_threads()
 cdef char _msg[512]
 if fa_init_dispatch(_msg, sizeof(_msg)) != FA_OK:
     raise RuntimeError(_msg.decode())
@@ -165,6 +168,11 @@ def openmp_enabled():
 
 def openmp_max_threads():
     return fa_max_threads()
+
+
+def set_default_threads(int n):
+    """Set the OpenMP default thread count (what num_threads=None uses)."""
+    fa_set_default_threads(n)
 
 
 def openmp_runtime():

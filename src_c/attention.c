@@ -3,6 +3,10 @@
  * streaming loop and the loop that materialises the weights.  The
  * arithmetic goes through the micro-kernel table of the ISA in use. */
 #include <math.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define FA_HAVE_ATFORK 1
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,12 +83,44 @@ int fa_attention(const fa_attention_args *a)
     return FA_EINVAL;
 }
 
+static volatile int g_forked_child = 0;
+
+#ifdef FA_HAVE_ATFORK
+static void fa_atfork_child(void) { g_forked_child = 1; }
+#endif
+
+void fa_init_threads(void)
+{
+#ifdef FA_HAVE_ATFORK
+    static int done = 0;
+    if (!done) {
+        pthread_atfork(NULL, NULL, fa_atfork_child);
+        done = 1;
+    }
+#endif
+}
+
+int fa_resolve_threads(int requested)
+{
+    if (g_forked_child) return 1;
+    return requested > 0 ? requested : FA_OMP_MAX_THREADS();
+}
+
 int fa_openmp_enabled(void)
 {
 #ifdef _OPENMP
     return 1;
 #else
     return 0;
+#endif
+}
+
+void fa_set_default_threads(int n)
+{
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+#else
+    (void)n;
 #endif
 }
 

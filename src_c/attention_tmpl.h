@@ -309,6 +309,76 @@ static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, FA_T *o
     *l = lsum;
 }
 
+/* Everything a work item needs, shared read-only by the threads. */
+typedef struct FN(fa_plan) {
+    const fa_attention_args *a;
+    const KT *K;
+    FA_T **bufs, *part;
+    int64_t ldv, Epad, rows, qrows, mcp, kc_e, ntiles, chunk_tiles, nchunks, nsplit, split_kc,
+        nbatch;
+} FN(fa_plan);
+
+/* Work item it: (query chunk, batch, key split) or, with weights, (batch, tile). */
+static void FN(run_item)(const FN(fa_plan) *pl, int64_t it, int tid)
+{
+    const fa_attention_args *a = pl->a;
+    const KT *K = pl->K;
+    const int64_t L = a->L, S = a->S, ldv = pl->ldv, ntiles = pl->ntiles;
+    const int64_t nbatch = pl->nbatch, nsplit = pl->nsplit, split_kc = pl->split_kc;
+    const int64_t chunk_tiles = pl->chunk_tiles, nchunks = pl->nchunks;
+    FA_T *part = pl->part;
+    FA_T *base = pl->bufs[tid];
+    FN(fa_scratch) sc;
+    sc.qp = base;
+    sc.kp = sc.qp + pl->qrows * pl->Epad;
+    sc.vp = sc.kp + pl->kc_e;
+    sc.st = sc.vp + FA_KC * ldv;
+    sc.o = sc.st + pl->mcp * FA_KC;
+    sc.m = sc.o + pl->rows * ldv;
+    sc.l = sc.m + pl->rows;
+    fa_offsets off;
+    if (a->weights) {
+        int64_t b = it / ntiles, t = it % ntiles;
+        if (a->causal) t = ntiles - 1 - t; /* the longest rows first */
+        fa_batch_offsets(a, b, &off);
+        int64_t i0 = t * FA_MC;
+        FN(weights_rows)(a, K, &off, b, i0, L - i0 < FA_MC ? L - i0 : FA_MC, ldv, &sc);
+        return;
+    }
+    int64_t c = it / (nbatch * nsplit), rest = it % (nbatch * nsplit);
+    if (a->causal) c = nchunks - 1 - c;
+    int64_t b = rest / nsplit, s = rest % nsplit;
+    fa_batch_offsets(a, b, &off);
+    int64_t r0 = c * chunk_tiles * FA_MC;
+    int64_t r1 = r0 + chunk_tiles * FA_MC < L ? r0 + chunk_tiles * FA_MC : L;
+    int64_t k0 = s * split_kc, k1 = k0 + split_kc < S ? k0 + split_kc : S;
+    FN(stream_rows)(a, K, &off, r0, r1, k0, k1, ldv, &sc);
+    if (nsplit == 1) {
+        FN(write_out)(a, &off, r0, r1, ldv, sc.o, sc.l);
+    } else {
+        for (int64_t i = r0; i < r1; i++) {
+            FA_T *p = part + ((b * L + i) * nsplit + s) * (ldv + 2);
+            p[0] = sc.m[i - r0];
+            p[1] = sc.l[i - r0];
+            memcpy(p + 2, sc.o + (i - r0) * ldv, (size_t)ldv * sizeof(FA_T));
+        }
+    }
+}
+
+/* Merge the key-split partials of every row of batch b and write them out. */
+static void FN(merge_batch)(const FN(fa_plan) *pl, int64_t b, int tid)
+{
+    const fa_attention_args *a = pl->a;
+    const int64_t L = a->L, nsplit = pl->nsplit, ldv = pl->ldv;
+    FA_T *base = pl->bufs[tid];
+    fa_offsets off;
+    fa_batch_offsets(a, b, &off);
+    for (int64_t i = 0; i < L; i++) {
+        FN(merge_row)(pl->part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, base, base + ldv);
+        FN(write_out)(a, &off, i, i + 1, ldv, base, base + ldv);
+    }
+}
+
 static int FN(attention)(const fa_attention_args *a)
 {
     const KT *K = KCUR();
@@ -318,7 +388,7 @@ static int FN(attention)(const fa_attention_args *a)
     if (nbatch == 0 || L == 0 || Ev == 0) return FA_OK;
     const int64_t ldv = (Ev + K->vw - 1) / K->vw * K->vw;
     const int64_t Epad = E > 0 ? E : 1;
-    int nt = a->num_threads > 0 ? a->num_threads : FA_OMP_MAX_THREADS();
+    int nt = fa_resolve_threads(a->num_threads);
     double work = (double)nbatch * (double)L * (double)S * (double)(E + Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
 
@@ -371,59 +441,24 @@ static int FN(attention)(const fa_attention_args *a)
         return status;
     }
 
+    FN(fa_plan) pl = {a, K, bufs, part, ldv, Epad, rows, qrows, mcp, kc_e, ntiles,
+                      chunk_tiles, nchunks, nsplit, split_kc, nbatch};
+    if (nt > 1) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
-    for (int64_t it = 0; it < nitems; it++) {
-        FA_T *base = bufs[FA_OMP_THREAD_NUM()];
-        FN(fa_scratch) sc;
-        sc.qp = base;
-        sc.kp = sc.qp + qrows * Epad;
-        sc.vp = sc.kp + kc_e;
-        sc.st = sc.vp + FA_KC * ldv;
-        sc.o = sc.st + mcp * FA_KC;
-        sc.m = sc.o + rows * ldv;
-        sc.l = sc.m + rows;
-        fa_offsets off;
-        if (a->weights) {
-            int64_t b = it / ntiles, t = it % ntiles;
-            if (a->causal) t = ntiles - 1 - t; /* the longest rows first */
-            fa_batch_offsets(a, b, &off);
-            int64_t i0 = t * FA_MC;
-            FN(weights_rows)(a, K, &off, b, i0, L - i0 < FA_MC ? L - i0 : FA_MC, ldv, &sc);
-            continue;
-        }
-        int64_t c = it / (nbatch * nsplit), rest = it % (nbatch * nsplit);
-        if (a->causal) c = nchunks - 1 - c;
-        int64_t b = rest / nsplit, s = rest % nsplit;
-        fa_batch_offsets(a, b, &off);
-        int64_t r0 = c * chunk_tiles * FA_MC;
-        int64_t r1 = r0 + chunk_tiles * FA_MC < L ? r0 + chunk_tiles * FA_MC : L;
-        int64_t k0 = s * split_kc, k1 = k0 + split_kc < S ? k0 + split_kc : S;
-        FN(stream_rows)(a, K, &off, r0, r1, k0, k1, ldv, &sc);
-        if (nsplit == 1) {
-            FN(write_out)(a, &off, r0, r1, ldv, sc.o, sc.l);
-        } else {
-            for (int64_t i = r0; i < r1; i++) {
-                FA_T *p = part + ((b * L + i) * nsplit + s) * (ldv + 2);
-                p[0] = sc.m[i - r0];
-                p[1] = sc.l[i - r0];
-                memcpy(p + 2, sc.o + (i - r0) * ldv, (size_t)ldv * sizeof(FA_T));
-            }
-        }
+        for (int64_t it = 0; it < nitems; it++) FN(run_item)(&pl, it, FA_OMP_THREAD_NUM());
+    } else {
+        for (int64_t it = 0; it < nitems; it++) FN(run_item)(&pl, it, 0);
     }
     if (nsplit > 1) {
+        if (nt > 1) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
 #endif
-        for (int64_t b = 0; b < nbatch; b++) {
-            FA_T *base = bufs[FA_OMP_THREAD_NUM()];
-            fa_offsets off;
-            fa_batch_offsets(a, b, &off);
-            for (int64_t i = 0; i < L; i++) {
-                FN(merge_row)(part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, base, base + ldv);
-                FN(write_out)(a, &off, i, i + 1, ldv, base, base + ldv);
-            }
+            for (int64_t b = 0; b < nbatch; b++) FN(merge_batch)(&pl, b, FA_OMP_THREAD_NUM());
+        } else {
+            for (int64_t b = 0; b < nbatch; b++) FN(merge_batch)(&pl, b, 0);
         }
     }
     for (int t = 0; t < nt; t++) fa_free(bufs[t]);

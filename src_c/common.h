@@ -19,6 +19,11 @@ typedef struct fa_offsets {
     int64_t q, k, v, o, bm, am, pad;
 } fa_offsets;
 
+/* Threads for a call asking for `requested` (<= 0: the OpenMP default); 1 in
+ * a child forked after the parent used OpenMP (libgomp's pool does not
+ * survive fork(); such a child runs serially and never enters OpenMP). */
+int fa_resolve_threads(int requested);
+
 void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off);
 
 #endif

@@ -62,7 +62,9 @@ const char *fa_isa_name(int isa);
  * returns FA_EINVAL with a message in msg. */
 int fa_init_dispatch(char *msg, size_t msg_len);
 
-/* Threads (omp_shim.h). */
+/* Threads (attention.c).  fa_init_threads() registers the fork handler. */
+void fa_init_threads(void);
+void fa_set_default_threads(int n); /* omp_set_num_threads, if OpenMP */
 int fa_openmp_enabled(void);
 int fa_max_threads(void);
 const char *fa_openmp_runtime(void);

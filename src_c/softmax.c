@@ -48,7 +48,7 @@
         const fa_kernels_##SFX *K = KCUR();                                                    \
         if (nrows == 0 || n == 0) return FA_OK;                                                \
         if ((double)nrows * (double)n < 4 * FA_PARALLEL_MIN_WORK || nrows == 1) nt = 1;        \
-        if (nt <= 0) nt = FA_OMP_MAX_THREADS();                                                \
+        nt = fa_resolve_threads(nt);                                                           \
         if (nt > nrows) nt = (int)nrows;                                                       \
         int need_buf = keep || xcs != 1 || ycs != 1;                                           \
         FA_T **bufs = (FA_T **)fa_calloc((size_t)nt, sizeof(FA_T *));                          \
@@ -61,17 +61,23 @@
                 return FA_ENOMEM;                                                              \
             }                                                                                  \
         }                                                                                      \
-        FA_OMP_PARALLEL_FOR_STATIC(nt)                                                         \
-        for (int64_t r = 0; r < nrows; r++)                                                    \
-            softmax_row_##SFX(K, n, x + r * xrs, xcs, y + r * yrs, ycs,                        \
-                              keep ? keep + r * krs : NULL, kcs, bufs[FA_OMP_THREAD_NUM()]);   \
+        if (nt > 1) {                                                                          \
+            FA_OMP_PARALLEL_FOR_STATIC(nt)                                                     \
+            for (int64_t r = 0; r < nrows; r++)                                                \
+                softmax_row_##SFX(K, n, x + r * xrs, xcs, y + r * yrs, ycs,                    \
+                                  keep ? keep + r * krs : NULL, kcs, bufs[FA_OMP_THREAD_NUM()]); \
+        } else {                                                                               \
+            for (int64_t r = 0; r < nrows; r++)                                                \
+                softmax_row_##SFX(K, n, x + r * xrs, xcs, y + r * yrs, ycs,                    \
+                                  keep ? keep + r * krs : NULL, kcs, bufs[0]);                 \
+        }                                                                                      \
         for (int t = 0; t < nt; t++) fa_free(bufs[t]);                                         \
         fa_free(bufs);                                                                         \
         return FA_OK;                                                                          \
     }
 
 #ifdef _OPENMP
-#define FA_OMP_PARALLEL_FOR_STATIC(nt) _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+#define FA_OMP_PARALLEL_FOR_STATIC(nt) _Pragma("omp parallel for schedule(static) num_threads(nt)")
 #else
 #define FA_OMP_PARALLEL_FOR_STATIC(nt)
 #endif

@@ -186,6 +186,47 @@ def test_matches_reference_random_float16(isa, dtype, case):
 
 
 @st.composite
+def block_boundary_cases(draw):
+    """Sizes around the kernels' register tiles and cache blocks (8-32, 64, 256, 512)."""
+    L = draw(st.sampled_from([1, 2, 7, 63, 64, 65, 129, 200]))
+    S = draw(st.sampled_from([1, 15, 16, 17, 33, 255, 256, 257, 300, 513, 600]))
+    E = draw(st.sampled_from([1, 3, 8, 15, 16, 17, 32, 64, 65, 100]))
+    Ev = draw(st.sampled_from([1, 7, 16, 31, 64, 65]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    case = dict(
+        query=rng.standard_normal((1, L, E)),
+        key=rng.standard_normal((1, S, E)),
+        value=rng.standard_normal((1, S, Ev)),
+        is_causal=draw(st.sampled_from(CAUSAL)),
+        scale=draw(st.sampled_from([None, 0.0, 0.25])),
+    )
+    mk = draw(st.sampled_from([None, "bool", "float"]))
+    if mk == "bool":
+        case["attn_mask"] = rng.random((L, S)) < draw(st.sampled_from([0.05, 0.5, 0.95]))
+    elif mk == "float":
+        m = rng.standard_normal((L, S))
+        m[rng.random((L, S)) < 0.2] = -np.inf
+        case["attn_mask"] = m
+    if draw(st.booleans()):
+        kpm = np.zeros(S, bool)
+        a = draw(st.integers(0, S - 1))
+        kpm[a: a + draw(st.integers(1, S))] = True   # a padded run of keys
+        case["key_padding_mask"] = kpm
+    case["layouts"] = (draw(st.sampled_from(LAYOUTS)), "C", draw(st.sampled_from(["C", "F"])), "C")
+    case["return_weights"] = True
+    case["num_threads"] = draw(st.sampled_from([None, 1, 2]))
+    case["use_out"] = None
+    return case
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
+@settings(max_examples=30)
+@given(case=block_boundary_cases())
+def test_matches_reference_random_block_sizes(isa, dtype, case):
+    _run_case(case, dtype)
+
+
+@st.composite
 def gqa_cases(draw):
     Hq = draw(st.sampled_from([2, 4, 6, 8]))
     Hkv = draw(st.sampled_from([d for d in range(1, Hq + 1) if Hq % d == 0]))

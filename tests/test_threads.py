@@ -157,3 +157,26 @@ def test_concurrent_python_threads(isa):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
+def test_thread_count_invariance_decode_split_hidden_nan(isa, dtype):
+    """Key-split decode path: whole key chunks padded (and poisoned with NaN/Inf)."""
+    rng = np.random.default_rng(12)
+    q = rng.standard_normal((2, 1, 64)).astype(dtype)
+    k = rng.standard_normal((2, 3000, 64)).astype(dtype)
+    v = rng.standard_normal((2, 3000, 64)).astype(dtype)
+    kpm = np.zeros((2, 3000), bool)
+    kpm[0, :1100] = True
+    kpm[1, 2000:] = True
+    k[kpm] = np.nan
+    v[kpm] = np.inf
+    o, w = _assert_same_for_all_thread_counts(q, k, v, key_padding_mask=kpm)
+    assert np.all(np.isfinite(o)) and np.all(w[kpm[:, None, :]] == 0)
+    eo, ew = reference_attention64(q, k, v, key_padding_mask=kpm)
+    assert_close(o, eo, dtype, magnitude=finite_absmax(v), factor=2.5)
+    # a head whose every key is padding: zeros for any thread count
+    kpm_all = kpm.copy()
+    kpm_all[1] = True
+    o, w = _assert_same_for_all_thread_counts(q, k, v, key_padding_mask=kpm_all)
+    assert np.all(o[1] == 0) and np.all(w[1] == 0)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build the extension with AddressSanitizer + UndefinedBehaviorSanitizer and
+# run the whole test suite against that build; fail on any sanitizer report.
+#
+#   bash .ci/sanitize.sh [extra pytest args]
+#
+# The build goes to a temporary directory (never the checkout's build/ or the
+# in-place extension), and is imported from there through PYTHONPATH, with
+# the working directory outside the checkout so that the checkout's own
+# fastattn cannot shadow it.  The interpreter is not built with ASan, so the
+# ASan runtime is preloaded; leak checking is off (CPython keeps memory until
+# exit by design).  UBSan is made fatal at compile time
+# (-fno-sanitize-recover=all).  Every report is also written to a log file,
+# so a report in a child process (tests that spawn python) fails this script
+# even if the test that spawned it did not notice.
+# Environment: FASTATTN_HYPOTHESIS_PROFILE (default: ci-sanitize when
+# tests/conftest.py registers it, else the suite's default profile); CC.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=${PYTHON:-python}
+T0=$SECONDS
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastattn-sanitize.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+CC=${CC:-gcc}
+export CC
+SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+echo "== building with FASTATTN_CFLAGS='$SAN_FLAGS' into $WORK/build"
+# A separate --build-base and --force: nothing is reused from, or written to,
+# the checkout's build/ (only cythonize regenerates fastattn/_core.c there,
+# with the same contents).
+FASTATTN_CFLAGS="$SAN_FLAGS" "$PY" setup.py -q build --build-base "$WORK/build" --force \
+    > "$WORK/build.log" 2>&1 || { tail -n 60 "$WORK/build.log"; exit 1; }
+LIB=$(echo "$WORK"/build/lib.*)
+SO=$(echo "$LIB"/fastattn/_core*.so)
+[ -f "$SO" ] || { echo "no extension built under $LIB"; exit 1; }
+nm -D "$SO" | grep -q '__asan_report' || { echo "$SO has no ASan instrumentation"; exit 1; }
+nm -D "$SO" | grep -q '__ubsan_handle' || { echo "$SO has no UBSan instrumentation"; exit 1; }
+echo "built $SO in $((SECONDS - T0)) s"
+
+LIBASAN=$("$CC" -print-file-name=libasan.so)
+[ -f "$LIBASAN" ] || { echo "cannot find libasan.so for $CC"; exit 1; }
+mkdir -p "$WORK/logs"
+export LD_PRELOAD="$LIBASAN${LD_PRELOAD:+:$LD_PRELOAD}"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:log_path=$WORK/logs/asan"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1:log_path=$WORK/logs/ubsan"
+export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONFAULTHANDLER=1
+if [ -z "${FASTATTN_HYPOTHESIS_PROFILE:-}" ] && grep -q '"ci-sanitize"' tests/conftest.py; then
+    export FASTATTN_HYPOTHESIS_PROFILE=ci-sanitize
+fi
+echo "hypothesis profile: ${FASTATTN_HYPOTHESIS_PROFILE:-(suite default)}"
+
+cd "$WORK"
+"$PY" - "$SO" <<'PYEOF'
+import sys, fastattn, fastattn._core as c
+assert c.__file__ == sys.argv[1], f"imported {c.__file__}, not the sanitizer build"
+print("importing", c.__file__, "| ISA paths:", fastattn.available_isas())
+PYEOF
+rc=0
+"$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
+    "$REPO/tests" "$@" || rc=$?
+cd "$REPO"
+if compgen -G "$WORK/logs/*" > /dev/null; then
+    echo "== sanitizer reports:"
+    for f in "$WORK"/logs/*; do echo "--- $f"; head -n 80 "$f"; done
+    rc=1
+fi
+echo "== sanitize.sh: pytest exit $rc, $((SECONDS - T0)) s in all"
+exit $rc

@@ -1,0 +1,41 @@
+"""Type stubs for the compiled bridge fastattn._core (fastattn/_core.pyx).
+
+Private to the package: fastattn/_api.py validates every argument before it
+reaches these functions.  Keep in step with _core.pyx; CI checks the two
+agree with ``python -m mypy.stubtest fastattn._core`` (.ci/typecheck.sh).
+"""
+
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+_Array = npt.NDArray[Any]
+
+MAX_BATCH_DIMS: Final[int]
+ISA_NAMES: Final[tuple[str, ...]]
+
+def attention(
+    q: _Array,
+    k: _Array,
+    v: _Array,
+    out: _Array,
+    batch: tuple[int, ...],
+    scale: float,
+    causal: int,
+    causal_offset: int,
+    bool_mask: _Array | None,
+    add_mask: _Array | None,
+    pad: _Array | None,
+    weights: _Array | None,
+    num_threads: int,
+) -> None: ...
+def softmax_rows(x: _Array, y: _Array, keep: npt.NDArray[np.uint8] | None, num_threads: int) -> None: ...
+def cpu_supports(name: str) -> bool: ...
+def get_isa() -> str: ...
+def set_isa(name: str) -> None: ...
+def openmp_enabled() -> bool: ...
+def openmp_max_threads() -> int: ...
+def set_default_threads(n: int) -> None: ...
+def openmp_runtime() -> str: ...
+def _debug_fail_alloc_after(n_ok: int) -> None: ...

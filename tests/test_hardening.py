@@ -1,0 +1,358 @@
+"""Hardening: failed allocations inside the kernels, and problems with more
+than 2**31 scores.
+
+Allocation failure
+    Every allocation of ``src_c/`` goes through ``fa_malloc``; the test hook
+    ``fastattn._core._debug_fail_alloc_after(n)`` lets the next ``n`` kernel
+    allocations succeed and fails every later one.  For ``n = 0, 1, 2, ...``
+    each call must either raise ``MemoryError`` with ``out`` (filled with a
+    sentinel) left untouched, or -- once ``n`` covers every allocation of the
+    call -- give exactly the result of an unhooked call.  The hook is reset in
+    a ``finally`` so that a failing test cannot poison the rest of the suite.
+
+Sizes
+    ``L = S = 47000`` is ``2.2e9 > 2**31`` query/key pairs in one call.  With
+    ``E = Ev = 8`` (and causal masking) that is ~1e10 flops: a few seconds on
+    two cores.  A handful of output rows are checked against a float64 NumPy
+    computation of just those rows.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+import fastattn
+import fastattn._core as _core
+
+SENTINEL = -12345.0
+MAX_ALLOCS = 40  # far more than any call below makes
+
+
+def _hook(n):
+    _core._debug_fail_alloc_after(n)
+
+
+def _check_alloc_failures(call, out_shape, out_dtype, expected):
+    """Run ``call(out)`` with 0, 1, 2, ... allocations allowed.
+
+    Returns the number of ``n`` that raised MemoryError (>= 1)."""
+    failures = 0
+    succeeded = False
+    for n in range(MAX_ALLOCS):
+        out = np.full(out_shape, SENTINEL, dtype=out_dtype)
+        raised = False
+        try:
+            _hook(n)
+            res = call(out)
+        except MemoryError:
+            raised = True
+        finally:
+            _hook(-1)
+        if raised:
+            assert not succeeded, f"n={n}: MemoryError after a smaller n succeeded"
+            assert np.all(out == SENTINEL), f"n={n}: out was written before the MemoryError"
+            failures += 1
+        else:
+            assert res is out
+            assert np.array_equal(out, expected, equal_nan=True), \
+                f"n={n}: wrong result after the allocations succeeded"
+            succeeded = True
+            break
+    assert succeeded, f"the call still failed with {MAX_ALLOCS} allocations allowed"
+    assert failures >= 1, "the kernel allocated nothing: the hook tested nothing"
+    # The hook is off again: a plain call works and agrees.
+    out = np.full(out_shape, SENTINEL, dtype=out_dtype)
+    assert np.array_equal(call(out), expected, equal_nan=True)
+    return failures
+
+
+def _qkv(rng, qs, ks, vs, dtype):
+    return (rng.standard_normal(qs).astype(dtype), rng.standard_normal(ks).astype(dtype),
+            rng.standard_normal(vs).astype(dtype))
+
+
+ATTN_CASES = {
+    # name: (qshape, kshape, vshape, kwargs)
+    "streaming": ((2, 300, 32), (2, 517, 32), (2, 517, 24), {}),
+    "streaming_masks": ((2, 300, 32), (2, 517, 32), (2, 517, 24),
+                        {"is_causal": "lower_right", "mask": "bool", "kpm": True}),
+    "weights": ((2, 300, 32), (2, 517, 32), (2, 517, 24), {"return_weights": True}),
+    "weights_masks": ((2, 300, 32), (2, 517, 32), (2, 517, 24),
+                      {"return_weights": True, "is_causal": True, "mask": "float"}),
+    "split_key_decode": ((1, 1, 1, 64), (1, 1, 5000, 64), (1, 1, 5000, 64), {}),
+    "split_key_decode_batched": ((3, 2, 64), (3, 5000, 64), (3, 5000, 40),
+                                 {"is_causal": "lower_right"}),
+    "gqa": ((1, 4, 150, 32), (1, 2, 300, 32), (1, 2, 300, 32), {"enable_gqa": True}),
+}
+
+
+def _attn_call(case, dtype, num_threads):
+    qs, ks, vs, kw = ATTN_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    q, k, v = _qkv(rng, qs, ks, vs, dtype)
+    kw = dict(kw)
+    L, S = qs[-2], ks[-2]
+    mask = kw.pop("mask", None)
+    if mask == "bool":
+        mask = rng.random((L, S)) < 0.8
+    elif mask == "float":
+        mask = rng.standard_normal((L, S)).astype(dtype)
+        mask[rng.random((L, S)) < 0.1] = -np.inf
+    if kw.pop("kpm", False):
+        kw["key_padding_mask"] = rng.random(S) < 0.1
+    rw = kw.get("return_weights", False)
+
+    def call(out):
+        res = fastattn.attention(q, k, v, mask, out=out, num_threads=num_threads, **kw)
+        return res[0] if rw else res
+
+    expected = fastattn.attention(q, k, v, mask, num_threads=num_threads, **kw)
+    if rw:
+        expected = expected[0]
+    return call, expected
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, None], ids=["nt1", "nt2", "ntNone"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("case", list(ATTN_CASES))
+def test_attention_allocation_failure_raises_memory_error_out_untouched(case, dtype, num_threads):
+    call, expected = _attn_call(case, dtype, num_threads)
+    failures = _check_alloc_failures(call, expected.shape, expected.dtype, expected)
+    if num_threads == 2:
+        # per-thread scratch: the table of buffers plus one buffer per thread
+        # (the problems are large enough to run on two threads)
+        assert failures >= 2
+
+
+def test_attention_allocation_failure_float16_out_untouched():
+    rng = np.random.default_rng(3)
+    q, k, v = _qkv(rng, (2, 300, 32), (2, 517, 32), (2, 517, 24), np.float16)
+    expected = fastattn.attention(q, k, v, is_causal=True, num_threads=2)
+    _check_alloc_failures(
+        lambda out: fastattn.attention(q, k, v, is_causal=True, num_threads=2, out=out),
+        expected.shape, np.float16, expected)
+
+
+def test_attention_allocation_failure_noncontiguous_out_untouched():
+    rng = np.random.default_rng(4)
+    q, k, v = _qkv(rng, (2, 300, 32), (2, 517, 32), (2, 517, 24), np.float32)
+    expected = fastattn.attention(q, k, v, num_threads=2)
+    for n in range(6):
+        parent = np.full((24, 300, 2), SENTINEL, np.float32)
+        out = parent.transpose(2, 1, 0)
+        try:
+            _hook(n)
+            fastattn.attention(q, k, v, num_threads=2, out=out)
+        except MemoryError:
+            assert np.all(parent == SENTINEL)
+            continue
+        finally:
+            _hook(-1)
+        assert np.array_equal(out, expected)
+        break
+    else:
+        pytest.fail("never succeeded")
+
+
+def test_memory_error_message_is_helpful():
+    rng = np.random.default_rng(5)
+    q, k, v = _qkv(rng, (2, 300, 32), (2, 517, 32), (2, 517, 24), np.float32)
+    try:
+        _hook(0)
+        with pytest.raises(MemoryError, match="memory|allocat"):
+            fastattn.attention(q, k, v)
+        with pytest.raises(MemoryError, match="memory|allocat"):
+            fastattn.softmax(np.ones((1000, 1000)), axis=-1, mask=np.ones(1000, bool))
+    finally:
+        _hook(-1)
+
+
+SOFTMAX_CASES = {
+    # name: (shape, axis, mask?)
+    "rows_mask": ((1000, 1000), -1, True),          # a scratch row per thread
+    "rows_nomask": ((1000, 1000), -1, False),
+    "axis0_strided": ((1000, 1000), 0, False),
+    "tuple_axis_mask": ((10, 100, 1000), (1, 2), True),
+    "whole_array": ((300, 700), None, True),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("case", list(SOFTMAX_CASES))
+def test_softmax_allocation_failure_raises_memory_error_out_untouched(case, dtype):
+    shape, axis, with_mask = SOFTMAX_CASES[case]
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(dtype)
+    mask = rng.random(shape[-1]) < 0.7 if with_mask else None
+    expected = fastattn.softmax(x, axis=axis, mask=mask)
+    _check_alloc_failures(lambda out: fastattn.softmax(x, axis=axis, mask=mask, out=out),
+                          shape, dtype, expected)
+
+
+def test_softmax_in_place_allocation_failure_leaves_x_untouched():
+    rng = np.random.default_rng(7)
+    x0 = rng.standard_normal((1000, 1000))
+    mask = rng.random(1000) < 0.7
+    expected = fastattn.softmax(x0, axis=-1, mask=mask)
+    for n in range(MAX_ALLOCS):
+        x = x0.copy()
+        try:
+            _hook(n)
+            res = fastattn.softmax(x, axis=-1, mask=mask, out=x)
+        except MemoryError:
+            assert np.array_equal(x, x0), f"n={n}: x changed before the MemoryError"
+            continue
+        finally:
+            _hook(-1)
+        assert res is x and np.array_equal(x, expected)
+        break
+    else:
+        pytest.fail("never succeeded")
+
+
+def test_allocation_failure_from_several_python_threads_at_once():
+    """The hook is global: with it failing every allocation, concurrent calls
+    on several Python threads (each with two OpenMP threads) all raise
+    MemoryError and leave their ``out`` alone."""
+    import threading
+    rng = np.random.default_rng(8)
+    inputs = [_qkv(rng, (2, 300, 32), (2, 517, 32), (2, 517, 24), np.float32) for _ in range(4)]
+    outs = [np.full((2, 300, 24), SENTINEL, np.float32) for _ in range(4)]
+    results = [None] * 4
+
+    def work(i):
+        try:
+            fastattn.attention(*inputs[i], num_threads=2, out=outs[i])
+            results[i] = "no error"
+        except MemoryError:
+            results[i] = "MemoryError"
+        except Exception as e:  # pragma: no cover - reported below
+            results[i] = repr(e)
+
+    try:
+        _hook(0)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        _hook(-1)
+    assert results == ["MemoryError"] * 4
+    for o in outs:
+        assert np.all(o == SENTINEL)
+
+
+# ---------------------------------------------------------------------------
+# more than 2**31 scores in one call
+# ---------------------------------------------------------------------------
+
+BIG = 47000
+assert BIG * BIG > 2**31
+ROWS = (0, 1, 63, 64, 255, 256, 4097, 23500, 33333, BIG - 65, BIG - 2, BIG - 1)
+
+
+@pytest.fixture(scope="module")
+def big_qkv():
+    rng = np.random.default_rng(47000)
+    q = rng.standard_normal((BIG, 8)).astype(np.float32)
+    k = rng.standard_normal((BIG, 8)).astype(np.float32)
+    v = rng.standard_normal((BIG, 8)).astype(np.float32)
+    return q, k, v
+
+
+def _rows64(q, k, v, rows, visible, add=None):
+    """float64 attention of the query ``rows``; visible(i) -> bool (S,)."""
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1])
+    res = []
+    for i in rows:
+        vis = visible(i)
+        s = (k64 @ q64[i]) * scale
+        if add is not None:
+            s = s + add(i)
+            vis = vis & (s != -np.inf)
+        if not vis.any():
+            res.append(np.zeros(v.shape[-1]))
+            continue
+        s = s[vis]
+        w = np.exp(s - s.max())
+        res.append((w / w.sum()) @ v64[vis])
+    return np.array(res)
+
+
+def _assert_rows(out, q, k, v, rows, visible, add=None):
+    exp = _rows64(q, k, v, rows, visible, add)
+    # float32 over up to 47000 keys: a few ulp of accumulation per block
+    np.testing.assert_allclose(out[list(rows)].astype(np.float64), exp, rtol=2e-4, atol=2e-5)
+
+
+def test_more_than_2_31_scores_causal(big_qkv):
+    q, k, v = big_qkv
+    out = fastattn.attention(q, k, v, is_causal=True)
+    assert out.shape == (BIG, 8) and out.dtype == np.float32
+    assert np.isfinite(out).all()
+    _assert_rows(out, q, k, v, ROWS, lambda i: np.arange(BIG) <= i)
+
+
+def test_more_than_2_31_scores_key_padding_and_broadcast_bool_mask(big_qkv):
+    q, k, v = big_qkv
+    rng = np.random.default_rng(1)
+    kpm = rng.random(BIG) < 0.1           # True = padding
+    kpm[:3] = [False, True, False]
+    bm = rng.random((1, BIG)) < 0.9       # True = may attend, broadcast over all rows
+    bm[0, :3] = True
+    out = fastattn.attention(q, k, v, bm, is_causal=True, key_padding_mask=kpm)
+    allowed = ~kpm & bm[0]
+    rows = ROWS + (2,)
+    _assert_rows(out, q, k, v, rows, lambda i: allowed & (np.arange(BIG) <= i))
+    # rows 0 and 1 both see key 0 alone (key 1 is padding)
+    np.testing.assert_allclose(out[0], v[0], rtol=1e-6)
+    np.testing.assert_allclose(out[1], v[0], rtol=1e-6)
+
+
+def test_more_than_2_31_entry_bool_mask_full_L_by_S(big_qkv):
+    """A full (L, S) bool mask: 2.2e9 bytes, indexed beyond 2**31.
+
+    np.zeros maps zero pages lazily: only the rows set below are ever
+    backed by memory, so this costs a few MiB of RSS, not 2.2 GB.  Every
+    other row has no visible key and must come out exactly 0."""
+    q, k, v = big_qkv
+    mask = np.zeros((BIG, BIG), dtype=bool)
+    rng = np.random.default_rng(2)
+    rows = (0, 5, 30000, BIG - 300, BIG - 2, BIG - 1)
+    for i in rows:
+        mask[i] = rng.random(BIG) < 0.5
+    out = fastattn.attention(q, k, v, mask)
+    _assert_rows(out, q, k, v, rows, lambda i: mask[i])
+    others = np.ones(BIG, bool)
+    others[list(rows)] = False
+    assert np.all(out[others] == 0)
+
+
+def test_more_than_2_31_entry_float_mask_full_L_by_S(big_qkv):
+    """A full (L, S) additive float32 mask: 8.8e9 bytes (8.8 GB of address
+    space but, as above, only a handful of rows are backed by memory; the
+    zero rows read the shared zero page).  Causal, so only half is read."""
+    q, k, v = big_qkv
+    mask = np.zeros((BIG, BIG), dtype=np.float32)
+    rng = np.random.default_rng(3)
+    rows = (1, 40000, BIG - 2, BIG - 1)
+    for i in rows:
+        mask[i] = rng.standard_normal(BIG).astype(np.float32)
+        mask[i, rng.random(BIG) < 0.2] = -np.inf
+    out = fastattn.attention(q, k, v, mask, is_causal=True)
+    allrows = rows + (0, 2, 64, 30000)
+    _assert_rows(out, q, k, v, allrows, lambda i: np.arange(BIG) <= i,
+                 add=lambda i: mask[i].astype(np.float64))
+
+
+# The weights path with > 2**31 weights is not tested here: the weights alone
+# would be 47000**2 * 4 bytes = 8.8 GB of *written* memory (plus the inputs),
+# which does not fit the test machines' budget next to a parallel test run
+# (24 GiB, no swap).  The index arithmetic of that path is int64 throughout
+# ((b * L + i0) * S), and its > 2**31 *work* is covered by the streaming tests.

@@ -1,0 +1,192 @@
+"""Memory: no growth over thousands of calls on every path (including the
+error paths), and the streaming path's extra memory is bounded by the
+threads' scratch (no L x S matrix).
+
+Resident memory is read from ``/proc/self/statm`` (Linux).  Each leak test
+warms up, reads RSS, makes 3000 calls, reads RSS again and allows 8 MiB of
+slack (malloc arenas, the OpenMP pool); the inputs are large enough that a
+leaked output, input copy or scratch buffer per call would add tens of MiB.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fastattn
+import fastattn._core as _core
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="reads /proc/self (Linux only)")
+
+WARMUP = 300
+CALLS = 3000
+SLACK = 8 * 2**20
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def _qkv(rng, qs, ks, vs, dt=np.float32):
+    return tuple(rng.standard_normal(s).astype(dt) for s in (qs, ks, vs))
+
+
+def _expect(exc, fn):
+    def call():
+        try:
+            fn()
+        except exc:
+            return
+        raise AssertionError(f"expected {exc.__name__}")
+    return call
+
+
+def _alloc_fail(fn, budgets=(0, 1, 2, 3)):
+    """fn() with the allocation hook failing after n allocations, n cycling
+    through budgets (MemoryError expected for each; partial allocations must
+    be freed)."""
+    state = {"i": 0}
+
+    def call():
+        n = budgets[state["i"] % len(budgets)]
+        state["i"] += 1
+        try:
+            _core._debug_fail_alloc_after(n)
+            fn()
+        except MemoryError:
+            return
+        finally:
+            _core._debug_fail_alloc_after(-1)
+        raise AssertionError(f"expected MemoryError with {n} allocations allowed")
+    return call
+
+
+def _paths():
+    rng = np.random.default_rng(0)
+    q, k, v = _qkv(rng, (2, 100, 32), (2, 200, 32), (2, 200, 32))   # two threads
+    q1, k1, v1 = _qkv(rng, (1, 1, 64), (1, 3000, 64), (1, 3000, 64))  # split-key decode
+    qh, kh, vh = _qkv(rng, (1, 4, 60, 32), (1, 2, 90, 32), (1, 2, 90, 32))
+    q16 = q.astype(np.float16)
+    qd, kd, vd = (a.astype(np.float64) for a in (q, k, v))
+    bm = rng.random((100, 200)) < 0.8
+    am = rng.standard_normal((100, 200)).astype(np.float32)
+    kpm = rng.random((2, 200)) < 0.1
+    out = np.empty((2, 100, 32), np.float32)
+    out_t = np.empty((32, 100, 2), np.float32).T
+    x = rng.standard_normal((200, 300))
+    xm = rng.random(300) < 0.7
+    xo = np.empty_like(x)
+    A, SM = fastattn.attention, fastattn.softmax
+    return {
+        "streaming": lambda: A(q, k, v),
+        "streaming_float64_nt1": lambda: A(qd, kd, vd, num_threads=1),
+        "streaming_float16": lambda: A(q16, k, v),
+        "streaming_out": lambda: A(q, k, v, out=out),
+        "streaming_strided_out": lambda: A(q, k, v, out=out_t),
+        "streaming_noncontiguous_inputs": lambda: A(q[:, ::2], k[:, :, ::2], v[::-1]),
+        "weights": lambda: A(q, k, v, return_weights=True),
+        "bool_mask_causal": lambda: A(q, k, v, bm, is_causal=True),
+        "float_mask_kpm": lambda: A(q, k, v, am, key_padding_mask=kpm),
+        "float64_mask_converted": lambda: A(q, k, v, am.astype(np.float64)),
+        "gqa": lambda: A(qh, kh, vh, enable_gqa=True, is_causal="lower_right"),
+        "split_key_decode": lambda: A(q1, k1, v1),
+        "softmax": lambda: SM(x, axis=-1),
+        "softmax_mask_out": lambda: SM(x, axis=-1, mask=xm, out=xo),
+        "softmax_axis0_whole": lambda: (SM(x, axis=0), SM(x)),
+        "softmax_int": lambda: SM(np.arange(60000).reshape(200, 300) % 7, axis=-1),
+        # error paths, raised at different points of the validation
+        "error_value_shapes": _expect(ValueError, lambda: A(q, k[..., :16], v)),
+        "error_type_dtype": _expect(TypeError, lambda: A(q.astype(complex), k, v)),
+        "error_value_mask_shape": _expect(ValueError, lambda: A(q, k, v, bm[:, :50])),
+        "error_type_mask_dtype": _expect(TypeError, lambda: A(q, k, v, bm.astype(int))),
+        "error_value_kpm_shape": _expect(ValueError, lambda: A(q, k, v, key_padding_mask=kpm[:, 1:])),
+        "error_value_scale": _expect(ValueError, lambda: A(q, k, v, scale=np.nan)),
+        "error_value_out_shape": _expect(ValueError, lambda: A(q, k, v, out=out[:, 1:])),
+        "error_type_out_dtype": _expect(TypeError, lambda: A(q, k, v, out=out.astype(np.float64))),
+        "error_value_threads": _expect(ValueError, lambda: A(q, k, v, num_threads=0)),
+        "error_value_after_conversion": _expect(ValueError, lambda: A(q16, k, v, is_causal="x")),
+        "error_softmax_mask": _expect(ValueError, lambda: SM(x, mask=xm[:10])),
+        "memoryerror_streaming": _alloc_fail(lambda: A(q, k, v, num_threads=2)),
+        "memoryerror_weights": _alloc_fail(lambda: A(q, k, v, return_weights=True, num_threads=2)),
+        "memoryerror_split": _alloc_fail(lambda: A(q1, k1, v1, num_threads=2), (0, 1, 2, 3)),
+        "memoryerror_softmax": _alloc_fail(lambda: SM(x, axis=-1, mask=xm), (0, 1, 2)),
+    }
+
+
+PATHS = _paths()
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_no_memory_growth_over_3000_calls(path):
+    fn = PATHS[path]
+    for _ in range(WARMUP):
+        fn()
+    gc.collect()
+    before = _rss()
+    for _ in range(CALLS):
+        fn()
+    gc.collect()
+    grown = _rss() - before
+    assert grown < SLACK, f"{path}: RSS grew by {grown / 2**20:.1f} MiB over {CALLS} calls"
+
+
+_STREAMING_SCRIPT = textwrap.dedent("""
+    import numpy as np, fastattn
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        raise KeyError(key)
+
+    L = S = 32768
+    E = 64
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((L, E), dtype=np.float32)
+    k = rng.standard_normal((S, E), dtype=np.float32)
+    v = rng.standard_normal((S, E), dtype=np.float32)
+    out = np.full((L, E), np.nan, np.float32)       # touched: resident
+    # warm-up on a small problem: the OpenMP pool and the code pages
+    fastattn.attention(q[:512], k[:1024], v[:1024])
+    try:                                               # reset VmHWM to VmRSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    base = status("VmRSS")
+    hwm0 = status("VmHWM")
+    fastattn.attention(q, k, v, out=out)
+    peak = status("VmHWM")
+    assert np.isfinite(out).all()
+    # a few rows against float64
+    rows = [0, 12345, L - 1]
+    s = (q[rows].astype(np.float64) @ k.T.astype(np.float64)) / np.sqrt(E)
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    exp = (w / w.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+    np.testing.assert_allclose(out[rows], exp, rtol=1e-4, atol=1e-5)
+    print("EXTRA", peak - base, base, hwm0, peak)
+""")
+
+
+def test_streaming_extra_memory_is_bounded_by_scratch():
+    """L = S = 32768: the L x S scores would be 4 GiB; the streaming path
+    must stay within its per-thread scratch (well under 64 MiB)."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    res = subprocess.run([sys.executable, "-c", _STREAMING_SCRIPT], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("EXTRA")][0]
+    extra, base, hwm0, peak = map(int, line.split()[1:])
+    assert extra < 64 * 2**20, (f"peak RSS exceeded the resident inputs + output by "
+                                f"{extra / 2**20:.1f} MiB (base {base}, hwm0 {hwm0}, peak {peak})")
