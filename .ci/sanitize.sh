@@ -41,8 +41,14 @@ echo "built $SO in $((SECONDS - T0)) s"
 
 LIBASAN=$("$CC" -print-file-name=libasan.so)
 [ -f "$LIBASAN" ] || { echo "cannot find libasan.so for $CC"; exit 1; }
+# libstdc++ is preloaded too: otherwise ASan's __cxa_throw interceptor finds
+# no real __cxa_throw and aborts the first time a C++ extension loaded later
+# (matplotlib's ft2font, in the benchmark tests) throws an exception.
+LIBSTDCXX=$("$CC" -print-file-name=libstdc++.so)
+PRELOAD=$LIBASAN
+[ -f "$LIBSTDCXX" ] && PRELOAD="$PRELOAD:$LIBSTDCXX"
 mkdir -p "$WORK/logs"
-export LD_PRELOAD="$LIBASAN${LD_PRELOAD:+:$LD_PRELOAD}"
+export LD_PRELOAD="$PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:log_path=$WORK/logs/asan"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:abort_on_error=1:log_path=$WORK/logs/ubsan"
 export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"

@@ -12,15 +12,20 @@ import operator
 import numpy as np
 
 from . import _core
-from ._masks import resolve
+from ._masks import MaskPlan, resolve
 
 __all__ = ["attention", "softmax"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+_NO_MASK = MaskPlan(False, 0, None, None, None)
+_NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
 
 
 def _dtypes(*dts) -> tuple[np.dtype, np.dtype]:
     """(compute dtype, result dtype) for the given input dtypes."""
+    d0 = dts[0]
+    if (d0 == _F32 or d0 == _F64) and all(d == d0 for d in dts):
+        return d0, d0  # the common case, without np.result_type
     for dt in dts:
         if dt.kind not in "biuf":
             raise TypeError(f"unsupported dtype {dt}: fastattn computes in float32 or float64 "
@@ -35,12 +40,11 @@ def _dtypes(*dts) -> tuple[np.dtype, np.dtype]:
     raise TypeError(f"unsupported dtype {rt}: use float16, float32 or float64")
 
 
-def _as_input(x, name: str, cdt: np.dtype) -> np.ndarray:
+def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
+    """x in the compute dtype, aligned (a copy only when either is needed)."""
     if x.dtype != cdt:
-        x = x.astype(cdt)
-    if not x.flags.aligned:
-        x = np.ascontiguousarray(x)
-    return x
+        return x.astype(cdt)
+    return x if x.flags.aligned else np.ascontiguousarray(x)
 
 
 def _threads(num_threads) -> int:
@@ -164,11 +168,15 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     q = query if type(query) is np.ndarray else np.asarray(query)
     k = key if type(key) is np.ndarray else np.asarray(key)
     v = value if type(value) is np.ndarray else np.asarray(value)
-    cdt, odt = _dtypes(q.dtype, k.dtype, v.dtype)
-    for name, x in (("query", q), ("key", k), ("value", v)):
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
-                             f"got shape {x.shape}")
+    dt = q.dtype
+    if (dt is _F32 or dt is _F64) and k.dtype is dt and v.dtype is dt:
+        cdt = odt = dt  # the common case, checked without np.result_type
+    else:
+        cdt, odt = _dtypes(dt, k.dtype, v.dtype)
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        name, x = next((n, a) for n, a in (("query", q), ("key", k), ("value", v)) if a.ndim < 2)
+        raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
+                         f"got shape {x.shape}")
     L, E = q.shape[-2:]
     S, Ek = k.shape[-2:]
     Sv, Ev = v.shape[-2:]
@@ -191,7 +199,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
             gqa = (hk, hq // hk)
     try:
         if gqa is None:
-            batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+            qb, kb, vb = q.shape[:-2], k.shape[:-2], v.shape[:-2]
+            batch = qb if qb == kb == vb else np.broadcast_shapes(qb, kb, vb)
         else:
             hq = q.shape[-3]
             batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-3] + (hq,), v.shape[:-3] + (hq,))
@@ -211,8 +220,11 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
             raise TypeError(f"scale must be a real number, got {scale!r}") from None
         if not math.isfinite(sc):
             raise ValueError(f"scale must be finite, got {sc}")
-    nt = _threads(num_threads)
-    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    nt = 0 if num_threads is None else _threads(num_threads)
+    if attn_mask is None and key_padding_mask is None and (is_causal is False or is_causal is True):
+        plan = _NO_MASK_CAUSAL if is_causal else _NO_MASK
+    else:
+        plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
     shape = batch + (L, Ev)
     if out is not None:
         _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v),
@@ -228,7 +240,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         except ValueError as e:  # larger than the address space
             raise MemoryError(f"the weights {batch + (L, S)} cannot be allocated: {e}") from None
 
-    q, k, v = _as_input(q, "query", cdt), _as_input(k, "key", cdt), _as_input(v, "value", cdt)
+    if not (q.dtype is cdt and k.dtype is cdt and v.dtype is cdt and q.flags.aligned
+            and k.flags.aligned and v.flags.aligned):
+        q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
     direct = out is not None and odt == cdt and out.flags.aligned
     target = out if direct else np.empty(shape, dtype=cdt)
     bm, am, pad, wk, tgt, cb = plan.bool_mask, plan.add_mask, plan.pad, weights, target, batch
@@ -243,7 +257,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         am = None if am is None else _split_heads(np.broadcast_to(am, full), hk, g)
         pad = None if pad is None else _split_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
         cb = batch[:-1] + (hk, g)
-    _core.attention(q, k, v, tgt, cb, sc, int(plan.causal), plan.offset, bm, am, pad, wk, nt)
+    _core.attention(q, k, v, tgt, cb, sc, plan.causal, plan.offset, bm, am, pad, wk, nt)
     if target is not out:
         if out is not None:
             out[...] = target

@@ -1104,6 +1104,9 @@ def main(argv: list[str] | None = None) -> int:
     if la is not None and la >= 0.5:
         progress.note(f"warning: the machine is busy (1-min load average {la:.2f}); "
                       "timings will be noisy")
+    if max(threads) > usable_cpus():
+        progress.note(f"warning: --threads {max(threads)} exceeds the {usable_cpus()} "
+                      "usable CPUs; threads will share cores")
     cpu0 = _cpu_seconds()
     numpy_max_bytes = int(args.numpy_max_gib * 2 ** 30)
     t_start = time.perf_counter()

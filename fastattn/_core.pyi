@@ -13,6 +13,7 @@ import numpy.typing as npt
 _Array = npt.NDArray[Any]
 
 MAX_BATCH_DIMS: Final[int]
+__test__: dict[str, str]  # added by Cython to every module (its doctest table)
 ISA_NAMES: Final[tuple[str, ...]]
 
 def attention(

@@ -48,6 +48,8 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
             compute_dtype: np.dtype, query_ndim: int) -> MaskPlan:
     """Check every mask against the problem ``batch + (L, S)`` and return the plan."""
     causal, offset = causal_offset(is_causal, L, S)
+    if attn_mask is None and key_padding_mask is None:
+        return MaskPlan(causal, offset, None, None, None)
     bool_mask = add_mask = pad = None
     target = batch + (L, S)
     if attn_mask is not None:

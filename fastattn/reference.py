@@ -112,7 +112,7 @@ def softmax(x, axis=None, *, mask=None, out=None):
             dead = ~np.any(keep, axis=axis, keepdims=True)
             e = np.where(keep, np.exp(xm - np.where(dead, 0, mx)), 0)
             s = np.sum(e, axis=axis, keepdims=True)
-            result = np.where(dead, 0, e / np.where(dead, 1, s)).astype(x.dtype)
+            result = np.where(keep & ~dead, e / np.where(dead, 1, s), 0).astype(x.dtype)
     if out is not None:
         out[...] = result
         return out

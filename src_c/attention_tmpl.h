@@ -5,6 +5,20 @@
 #define FA_CAT2(a, b) FA_CAT2_(a, b)
 #define FN(name) FA_CAT2(name, FA_SFX)
 
+/* 1 if any of x[0..n) is NaN or +-Inf: an integer test of the exponent
+ * bits, which the compiler vectorises. */
+static int FN(any_nonfinite)(const FA_T *x, int64_t n)
+{
+    const FA_UINT expo = FA_EXP_MASK;
+    FA_UINT acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        FA_UINT u;
+        memcpy(&u, x + i, sizeof u);
+        acc |= (FA_UINT)((u & expo) == expo);
+    }
+    return acc != 0;
+}
+
 /* Qp[r x E] = scale * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
 static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int64_t n,
                        int64_t rpad, FA_T *qp)
@@ -46,18 +60,16 @@ static int FN(pack_v)(const fa_attention_args *a, int64_t voff, int64_t kb, int6
 {
     const FA_T *v = (const FA_T *)a->v.data + voff;
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
-    FA_T bad = 0;
     for (int64_t j = 0; j < nk; j++) {
         const FA_T *src = v + (kb + j) * rs;
         FA_T *dst = vp + j * ldv;
-        if (cs == 1) {
-            for (int64_t c = 0; c < Ev; c++) { dst[c] = src[c]; bad += src[c] - src[c]; }
-        } else {
-            for (int64_t c = 0; c < Ev; c++) { FA_T x = src[c * cs]; dst[c] = x; bad += x - x; }
-        }
+        if (cs == 1)
+            memcpy(dst, src, (size_t)Ev * sizeof(FA_T));
+        else
+            for (int64_t c = 0; c < Ev; c++) dst[c] = src[c * cs];
         for (int64_t c = Ev; c < ldv; c++) dst[c] = 0;
     }
-    return bad != bad;
+    return FN(any_nonfinite)(vp, nk * ldv);
 }
 
 /* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
@@ -150,10 +162,15 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                             FN(fa_scratch) *sc)
 {
     const int64_t E = a->E, mr = K->mr, nr = K->nr, mcp = (FA_MC + mr - 1) / mr * mr;
-    const int64_t nrows = r1 - r0, ntiles = (nrows + FA_MC - 1) / FA_MC;
+    /* mcp: the ISA's tile height, FA_MC rounded up to a multiple of mr */
+    const int64_t nrows = r1 - r0, ntiles = (nrows + mcp - 1) / mcp;
+    /* Decoding (a few query rows): dot products straight from K and V, no packing. */
+    const int direct = nrows <= FA_DIRECT_MAX_ROWS && (a->k.cs == 1 || E <= 1) &&
+                       (a->v.cs == 1 || a->Ev <= 1);
+    const FA_T *kbase = (const FA_T *)a->k.data + off->k, *vbase = (const FA_T *)a->v.data + off->v;
     for (int64_t t = 0; t < ntiles; t++) {
-        int64_t i0 = r0 + t * FA_MC, ni = r1 - i0 < FA_MC ? r1 - i0 : FA_MC;
-        FN(pack_q)(a, off->q, i0, ni, (ni + mr - 1) / mr * mr, sc->qp + t * mcp * E);
+        int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
+        FN(pack_q)(a, off->q, i0, ni, direct ? ni : (ni + mr - 1) / mr * mr, sc->qp + t * mcp * E);
     }
     for (int64_t i = 0; i < nrows; i++) { sc->m[i] = (FA_T)-INFINITY; sc->l[i] = 0; }
     memset(sc->o, 0, (size_t)(nrows * ldv) * sizeof(FA_T));
@@ -172,10 +189,13 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             pad_some = np > 0;
         }
         const int64_t ncols = (nk + nr - 1) / nr * nr;
-        FN(pack_k)(a, off->k, kb, nk, ncols, nr, sc->kp);
-        const int v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, sc->vp);
+        int v_bad = 0;
+        if (!direct) {
+            FN(pack_k)(a, off->k, kb, nk, ncols, nr, sc->kp);
+            v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, sc->vp);
+        }
         for (int64_t t = 0; t < ntiles; t++) {
-            const int64_t i0 = r0 + t * FA_MC, ni = r1 - i0 < FA_MC ? r1 - i0 : FA_MC;
+            const int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
             int causal_diag = 0;
             int64_t nk_t = nk; /* keys of this block that some row of the tile sees */
             if (a->causal) {
@@ -187,7 +207,11 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             if (a->bool_mask.data && FN(bool_tile_hidden)(a, off, i0, ni, kb, nk_t)) continue;
             FA_T *st = sc->st;
             const int64_t ncols_t = (nk_t + nr - 1) / nr * nr;
-            K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC);
+            if (direct)
+                K->qk_direct(ni, nk_t, E, sc->qp + t * mcp * E, kbase + kb * a->k.rs, a->k.rs, st,
+                             FA_KC);
+            else
+                K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC);
             if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
                 FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
             FA_T *m = sc->m + (i0 - r0), *l = sc->l + (i0 - r0), *o = sc->o + (i0 - r0) * ldv;
@@ -204,7 +228,9 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                 l[i] = l[i] * alpha + rs;
                 m[i] = mnew;
             }
-            if (v_bad)
+            if (direct)
+                K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
+            else if (v_bad)
                 FN(pv_careful)(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
             else
                 K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
@@ -341,16 +367,16 @@ static void FN(run_item)(const FN(fa_plan) *pl, int64_t it, int tid)
         int64_t b = it / ntiles, t = it % ntiles;
         if (a->causal) t = ntiles - 1 - t; /* the longest rows first */
         fa_batch_offsets(a, b, &off);
-        int64_t i0 = t * FA_MC;
-        FN(weights_rows)(a, K, &off, b, i0, L - i0 < FA_MC ? L - i0 : FA_MC, ldv, &sc);
+        int64_t i0 = t * pl->mcp;
+        FN(weights_rows)(a, K, &off, b, i0, L - i0 < pl->mcp ? L - i0 : pl->mcp, ldv, &sc);
         return;
     }
     int64_t c = it / (nbatch * nsplit), rest = it % (nbatch * nsplit);
     if (a->causal) c = nchunks - 1 - c;
     int64_t b = rest / nsplit, s = rest % nsplit;
     fa_batch_offsets(a, b, &off);
-    int64_t r0 = c * chunk_tiles * FA_MC;
-    int64_t r1 = r0 + chunk_tiles * FA_MC < L ? r0 + chunk_tiles * FA_MC : L;
+    int64_t r0 = c * chunk_tiles * pl->mcp;
+    int64_t r1 = r0 + chunk_tiles * pl->mcp < L ? r0 + chunk_tiles * pl->mcp : L;
     int64_t k0 = s * split_kc, k1 = k0 + split_kc < S ? k0 + split_kc : S;
     FN(stream_rows)(a, K, &off, r0, r1, k0, k1, ldv, &sc);
     if (nsplit == 1) {
@@ -392,7 +418,8 @@ static int FN(attention)(const fa_attention_args *a)
     double work = (double)nbatch * (double)L * (double)S * (double)(E + Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
 
-    const int64_t ntiles = (L + FA_MC - 1) / FA_MC;
+    const int64_t mcp = (FA_MC + K->mr - 1) / K->mr * K->mr; /* tile rows: FA_MC padded to mr */
+    const int64_t ntiles = (L + mcp - 1) / mcp;
     int64_t chunk_tiles = 1, nsplit = 1, split_kc = S;
     if (a->weights == NULL) {
         /* Query chunks share one packed K/V block: as long as there are
@@ -416,8 +443,7 @@ static int FN(attention)(const fa_attention_args *a)
     if (nt < 1) nt = 1;
 
     /* All scratch is allocated here, before any output is touched. */
-    const int64_t mcp = (FA_MC + K->mr - 1) / K->mr * K->mr; /* tile rows, padded to mr */
-    const int64_t rows = a->weights ? FA_MC : chunk_tiles * FA_MC;
+    const int64_t rows = a->weights ? mcp : chunk_tiles * mcp;
     const int64_t qrows = a->weights ? mcp : chunk_tiles * mcp;
     const int64_t kc_e = FA_KC * Epad;
     const size_t per = (size_t)(qrows * Epad + kc_e + FA_KC * ldv + mcp * FA_KC +
@@ -429,7 +455,6 @@ static int FN(attention)(const fa_attention_args *a)
     for (int t = 0; t < nt; t++) {
         bufs[t] = (FA_T *)fa_malloc(per * sizeof(FA_T));
         if (!bufs[t]) { status = FA_ENOMEM; break; }
-        memset(bufs[t], 0, per * sizeof(FA_T));
     }
     if (status == FA_OK && nsplit > 1) {
         part = (FA_T *)fa_malloc((size_t)(nbatch * L * nsplit * (ldv + 2)) * sizeof(FA_T));

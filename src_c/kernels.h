@@ -31,6 +31,12 @@
         /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % vw == 0 */\
         void (*pv)(int64_t rows, int64_t nkeys, int64_t ncols, const T *p,           \
                    int64_t ldp, const T *vp, int64_t ldvp, T *o, int64_t ldo);       \
+        /* decoding (few rows, no packing): s[rows x nkeys] = qp . k^T, key j at */  \
+        /* k + j*krs; o[rows x Ev] += p . v, value j at v + j*vrs, 0 weights skipped */\
+        void (*qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const T *qp,       \
+                          const T *k, int64_t krs, T *s, int64_t lds);               \
+        void (*pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const T *p,       \
+                          int64_t ldp, const T *v, int64_t vrs, T *o, int64_t ldo);  \
         /* max of x[0..n) ignoring NaN (-inf if none); *has_nan |= any NaN */        \
         T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
         /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \

@@ -24,6 +24,7 @@
 #define V_SUB vf_sub
 #define V_MUL vf_mul
 #define V_MAXACC vf_max_acc
+#define V_NANACC vf_nan_acc
 #define V_HMAX vf_hmax
 #define V_HSUM vf_hsum
 #define V_EXP vf_exp
@@ -44,6 +45,7 @@
 #undef V_SUB
 #undef V_MUL
 #undef V_MAXACC
+#undef V_NANACC
 #undef V_HMAX
 #undef V_HSUM
 #undef V_EXP
@@ -64,6 +66,7 @@
 #define V_SUB vd_sub
 #define V_MUL vd_mul
 #define V_MAXACC vd_max_acc
+#define V_NANACC vd_nan_acc
 #define V_HMAX vd_hmax
 #define V_HSUM vd_hsum
 #define V_EXP vd_exp
@@ -73,6 +76,7 @@
     const fa_kernels_##SFX FA_XCAT3(fa_kernels, SFX, FA_ISA_NAME) = {                 \
         FA_STR(FA_ISA_NAME), MRV, (NRVV) * (VWV), VWV,                                \
         FA_XCAT3(qk, SFX, FA_ISA_NAME),     FA_XCAT3(pv, SFX, FA_ISA_NAME),           \
+        FA_XCAT3(qk_direct, SFX, FA_ISA_NAME), FA_XCAT3(pv_direct, SFX, FA_ISA_NAME), \
         FA_XCAT3(rowmax, SFX, FA_ISA_NAME), FA_XCAT3(expsum, SFX, FA_ISA_NAME),       \
         FA_XCAT3(scal, SFX, FA_ISA_NAME)};
 

@@ -105,27 +105,66 @@ static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, in
     }
 }
 
+/* Few query rows (decoding): no packing.  s[i][j] = q[i] . k[j] for i < rows,
+ * j < nkeys; q packed [rows x E], key j at k + j*krs (unit column stride). */
+static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
+                          const FA_T *k, int64_t krs, FA_T *s, int64_t lds)
+{
+    for (int64_t j = 0; j < nkeys; j++) {
+        const FA_T *kj = k + j * krs;
+        for (int64_t i = 0; i < rows; i++) {
+            const FA_T *qi = q + i * E;
+            VT a0 = V_ZERO(), a1 = V_ZERO();
+            int64_t d = 0;
+            for (; d + 2 * VW <= E; d += 2 * VW) {
+                a0 = V_FMA(V_LOAD(qi + d), V_LOAD(kj + d), a0);
+                a1 = V_FMA(V_LOAD(qi + d + VW), V_LOAD(kj + d + VW), a1);
+            }
+            FA_T t = V_HSUM(V_ADD(a0, a1));
+            for (; d < E; d++) t += qi[d] * kj[d];
+            s[i * lds + j] = t;
+        }
+    }
+}
+
+/* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] for i < rows; value j at v + j*vrs
+ * (unit column stride); zero weights are skipped (so a NaN/Inf value behind
+ * a zero weight never reaches o). */
+static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p, int64_t ldp,
+                          const FA_T *v, int64_t vrs, FA_T *o, int64_t ldo)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        FA_T *oi = o + i * ldo;
+        for (int64_t j = 0; j < nkeys; j++) {
+            const FA_T w = p[i * ldp + j];
+            if (w == 0) continue;
+            const FA_T *vj = v + j * vrs;
+            const VT vw = V_SET1(w);
+            int64_t c = 0;
+            for (; c + VW <= Ev; c += VW) V_STORE(oi + c, V_FMA(vw, V_LOAD(vj + c), V_LOAD(oi + c)));
+            for (; c < Ev; c++) oi[c] += w * vj[c];
+        }
+    }
+}
+
 static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
 {
     VT m0 = V_SET1(-INFINITY), m1 = m0;
-    VT bad = V_ZERO(); /* x - x is NaN exactly where x is NaN or +-inf */
+    VT bad = V_ZERO(); /* NaN (or all-ones bits, on AVX2) in the lanes that saw a NaN */
     int64_t i = 0;
     for (; i + 2 * VW <= n; i += 2 * VW) {
         VT a = V_LOAD(x + i), b = V_LOAD(x + i + VW);
         m0 = V_MAXACC(m0, a);
         m1 = V_MAXACC(m1, b);
-        bad = V_ADD(bad, V_ADD(V_SUB(a, a), V_SUB(b, b)));
+        bad = V_NANACC(V_NANACC(bad, a), b);
     }
     FA_T m = V_HMAX(V_MAXACC(m0, m1));
     FA_T sbad = V_HSUM(bad);
     for (; i < n; i++) {
         if (x[i] > m) m = x[i];
-        sbad += x[i] - x[i];
+        if (x[i] != x[i]) sbad = x[i];
     }
-    if (sbad != sbad) { /* some entry is NaN or infinite: find a NaN, if any */
-        for (int64_t j = 0; j < n; j++)
-            if (x[j] != x[j]) { *has_nan = 1; break; }
-    }
+    if (sbad != sbad) *has_nan = 1;
     return m;
 }
 

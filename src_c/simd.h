@@ -46,6 +46,8 @@ static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 /* max ignoring a NaN in x: returns acc where x is NaN */
 static inline vf vf_max_acc(vf acc, vf x) { return _mm512_max_ps(x, acc); }
 static inline float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+/* lanes of acc become NaN where x is NaN (sticky NaN detector) */
+static inline vf vf_nan_acc(vf acc, vf x) { return _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); }
 static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
 static inline vf vf_exp(vf x)
 {
@@ -77,6 +79,7 @@ static inline vd vd_sub(vd a, vd b) { return _mm512_sub_pd(a, b); }
 static inline vd vd_mul(vd a, vd b) { return _mm512_mul_pd(a, b); }
 static inline vd vd_max_acc(vd acc, vd x) { return _mm512_max_pd(x, acc); }
 static inline double vd_hmax(vd a) { return _mm512_reduce_max_pd(a); }
+static inline vd vd_nan_acc(vd acc, vd x) { return _mm512_mask_mov_pd(acc, _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q), x); }
 static inline double vd_hsum(vd a) { return _mm512_reduce_add_pd(a); }
 static inline vd vd_exp_poly(vd r)
 {
@@ -129,6 +132,7 @@ static inline vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 static inline vf vf_max_acc(vf acc, vf x) { return _mm256_max_ps(x, acc); }
+static inline vf vf_nan_acc(vf acc, vf x) { return _mm256_or_ps(acc, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
 static inline float vf_hmax(vf a)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -177,6 +181,7 @@ static inline vd vd_add(vd a, vd b) { return _mm256_add_pd(a, b); }
 static inline vd vd_sub(vd a, vd b) { return _mm256_sub_pd(a, b); }
 static inline vd vd_mul(vd a, vd b) { return _mm256_mul_pd(a, b); }
 static inline vd vd_max_acc(vd acc, vd x) { return _mm256_max_pd(x, acc); }
+static inline vd vd_nan_acc(vd acc, vd x) { return _mm256_or_pd(acc, _mm256_cmp_pd(x, x, _CMP_UNORD_Q)); }
 static inline double vd_hmax(vd a)
 {
     __m128d m = _mm_max_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
@@ -242,6 +247,7 @@ static inline vf vf_add(vf a, vf b) { return a + b; }
 static inline vf vf_sub(vf a, vf b) { return a - b; }
 static inline vf vf_mul(vf a, vf b) { return a * b; }
 static inline vf vf_max_acc(vf acc, vf x) { return x > acc ? x : acc; }
+static inline vf vf_nan_acc(vf acc, vf x) { return x != x ? x : acc; }
 static inline float vf_hmax(vf a) { return a; }
 static inline float vf_hsum(vf a) { return a; }
 static inline vf vf_exp(vf x) { return x < FA_EXPF_LO ? 0.0f : expf(x); }
@@ -254,6 +260,7 @@ static inline vd vd_add(vd a, vd b) { return a + b; }
 static inline vd vd_sub(vd a, vd b) { return a - b; }
 static inline vd vd_mul(vd a, vd b) { return a * b; }
 static inline vd vd_max_acc(vd acc, vd x) { return x > acc ? x : acc; }
+static inline vd vd_nan_acc(vd acc, vd x) { return x != x ? x : acc; }
 static inline double vd_hmax(vd a) { return a; }
 static inline double vd_hsum(vd a) { return a; }
 static inline vd vd_exp(vd x) { return x < FA_EXPD_LO ? 0.0 : exp(x); }

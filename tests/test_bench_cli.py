@@ -133,6 +133,7 @@ def test_custom_shapes_and_wrapper(tmp_path):
     ["--peers", "jax"],
     ["--suite", "nonsense"],
     ["--no-such-option"],
+    ["--isa", "no-such-isa", "--shapes", "1,1,4,4"],
 ])
 def test_bad_options_exit_2(bad, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -50,10 +50,26 @@ def _expect(exc, fn):
     return call
 
 
-def _alloc_fail(fn, budgets=(0, 1, 2, 3)):
+def _n_allocs(fn):
+    """How many kernel allocations fn() makes (probed with the hook)."""
+    for n in range(40):
+        try:
+            _core._debug_fail_alloc_after(n)
+            fn()
+        except MemoryError:
+            continue
+        finally:
+            _core._debug_fail_alloc_after(-1)
+        return n
+    raise AssertionError("fn() fails whatever the allocation budget")
+
+
+def _alloc_fail(fn):
     """fn() with the allocation hook failing after n allocations, n cycling
-    through budgets (MemoryError expected for each; partial allocations must
-    be freed)."""
+    through every budget that makes it fail (so every partial allocation
+    must be freed again)."""
+    budgets = range(_n_allocs(fn))
+    assert len(budgets) >= 1
     state = {"i": 0}
 
     def call():
@@ -71,54 +87,66 @@ def _alloc_fail(fn, budgets=(0, 1, 2, 3)):
 
 
 def _paths():
+    # Small problems on one thread keep 3000 calls cheap; the inputs are
+    # still large enough for a leak per call to show (an output is >= 8 KiB,
+    # the per-thread scratch >= 100 KiB, the split-key partials 6 KiB).
     rng = np.random.default_rng(0)
-    q, k, v = _qkv(rng, (2, 100, 32), (2, 200, 32), (2, 200, 32))   # two threads
-    q1, k1, v1 = _qkv(rng, (1, 1, 64), (1, 3000, 64), (1, 3000, 64))  # split-key decode
-    qh, kh, vh = _qkv(rng, (1, 4, 60, 32), (1, 2, 90, 32), (1, 2, 90, 32))
+    q, k, v = _qkv(rng, (1, 64, 32), (1, 128, 32), (1, 128, 32))
+    q2, k2, v2 = _qkv(rng, (2, 64, 32), (2, 128, 32), (2, 128, 32))  # runs on two threads
+    # split-key decode: 15 x 1 query rows (< 16 work items), 1100 keys (> 2 x 512)
+    q1, k1, v1 = _qkv(rng, (15, 1, 8), (15, 1100, 8), (15, 1100, 32))
+    qh, kh, vh = _qkv(rng, (1, 4, 30, 32), (1, 2, 90, 32), (1, 2, 90, 32))
     q16 = q.astype(np.float16)
     qd, kd, vd = (a.astype(np.float64) for a in (q, k, v))
-    bm = rng.random((100, 200)) < 0.8
-    am = rng.standard_normal((100, 200)).astype(np.float32)
-    kpm = rng.random((2, 200)) < 0.1
-    out = np.empty((2, 100, 32), np.float32)
-    out_t = np.empty((32, 100, 2), np.float32).T
-    x = rng.standard_normal((200, 300))
+    bm = rng.random((64, 128)) < 0.8
+    am = rng.standard_normal((64, 128)).astype(np.float32)
+    kpm = rng.random((1, 128)) < 0.1
+    out = np.empty((1, 64, 32), np.float32)
+    out_t = np.empty((32, 64, 1), np.float32).T
+    x = rng.standard_normal((100, 300))
     xm = rng.random(300) < 0.7
     xo = np.empty_like(x)
+    xi = np.arange(30000).reshape(100, 300) % 7
     A, SM = fastattn.attention, fastattn.softmax
     return {
-        "streaming": lambda: A(q, k, v),
-        "streaming_float64_nt1": lambda: A(qd, kd, vd, num_threads=1),
-        "streaming_float16": lambda: A(q16, k, v),
-        "streaming_out": lambda: A(q, k, v, out=out),
-        "streaming_strided_out": lambda: A(q, k, v, out=out_t),
-        "streaming_noncontiguous_inputs": lambda: A(q[:, ::2], k[:, :, ::2], v[::-1]),
-        "weights": lambda: A(q, k, v, return_weights=True),
-        "bool_mask_causal": lambda: A(q, k, v, bm, is_causal=True),
-        "float_mask_kpm": lambda: A(q, k, v, am, key_padding_mask=kpm),
-        "float64_mask_converted": lambda: A(q, k, v, am.astype(np.float64)),
-        "gqa": lambda: A(qh, kh, vh, enable_gqa=True, is_causal="lower_right"),
-        "split_key_decode": lambda: A(q1, k1, v1),
+        "streaming": lambda: A(q, k, v, num_threads=1),
+        "streaming_two_threads": lambda: A(q2, k2, v2, num_threads=2),
+        "streaming_float64": lambda: A(qd, kd, vd, num_threads=1),
+        "streaming_float16": lambda: A(q16, k, v, num_threads=1),
+        "streaming_out": lambda: A(q, k, v, out=out, num_threads=1),
+        "streaming_strided_out": lambda: A(q, k, v, out=out_t, num_threads=1),
+        "streaming_noncontiguous_inputs": lambda: A(q[..., ::2], k[..., ::2], v[:, ::-1],
+                                                    num_threads=1),
+        "weights": lambda: A(q, k, v, return_weights=True, num_threads=1),
+        "bool_mask_causal": lambda: A(q, k, v, bm, is_causal=True, num_threads=1),
+        "float_mask_kpm": lambda: A(q, k, v, am, key_padding_mask=kpm, num_threads=1),
+        "float64_mask_converted": lambda: A(q, k, v, am.astype(np.float64), num_threads=1),
+        "gqa": lambda: A(qh, kh, vh, enable_gqa=True, is_causal="lower_right", num_threads=1),
+        "split_key_decode": lambda: A(q1, k1, v1, num_threads=1),
         "softmax": lambda: SM(x, axis=-1),
         "softmax_mask_out": lambda: SM(x, axis=-1, mask=xm, out=xo),
-        "softmax_axis0_whole": lambda: (SM(x, axis=0), SM(x)),
-        "softmax_int": lambda: SM(np.arange(60000).reshape(200, 300) % 7, axis=-1),
+        "softmax_axis0_and_whole": lambda: (SM(x, axis=0), SM(x)),
+        "softmax_int": lambda: SM(xi, axis=-1),
         # error paths, raised at different points of the validation
         "error_value_shapes": _expect(ValueError, lambda: A(q, k[..., :16], v)),
         "error_type_dtype": _expect(TypeError, lambda: A(q.astype(complex), k, v)),
         "error_value_mask_shape": _expect(ValueError, lambda: A(q, k, v, bm[:, :50])),
         "error_type_mask_dtype": _expect(TypeError, lambda: A(q, k, v, bm.astype(int))),
-        "error_value_kpm_shape": _expect(ValueError, lambda: A(q, k, v, key_padding_mask=kpm[:, 1:])),
+        "error_value_kpm_shape": _expect(ValueError,
+                                         lambda: A(q, k, v, key_padding_mask=kpm[:, 1:])),
         "error_value_scale": _expect(ValueError, lambda: A(q, k, v, scale=np.nan)),
         "error_value_out_shape": _expect(ValueError, lambda: A(q, k, v, out=out[:, 1:])),
-        "error_type_out_dtype": _expect(TypeError, lambda: A(q, k, v, out=out.astype(np.float64))),
+        "error_type_out_dtype": _expect(TypeError,
+                                        lambda: A(q, k, v, out=out.astype(np.float64))),
         "error_value_threads": _expect(ValueError, lambda: A(q, k, v, num_threads=0)),
-        "error_value_after_conversion": _expect(ValueError, lambda: A(q16, k, v, is_causal="x")),
+        "error_value_after_conversion": _expect(ValueError,
+                                                lambda: A(q16, k, v, is_causal="x")),
         "error_softmax_mask": _expect(ValueError, lambda: SM(x, mask=xm[:10])),
-        "memoryerror_streaming": _alloc_fail(lambda: A(q, k, v, num_threads=2)),
-        "memoryerror_weights": _alloc_fail(lambda: A(q, k, v, return_weights=True, num_threads=2)),
-        "memoryerror_split": _alloc_fail(lambda: A(q1, k1, v1, num_threads=2), (0, 1, 2, 3)),
-        "memoryerror_softmax": _alloc_fail(lambda: SM(x, axis=-1, mask=xm), (0, 1, 2)),
+        "memoryerror_streaming": _alloc_fail(lambda: A(q2, k2, v2, num_threads=2)),
+        "memoryerror_weights": _alloc_fail(lambda: A(q2, k2, v2, return_weights=True,
+                                                     num_threads=2)),
+        "memoryerror_split": _alloc_fail(lambda: A(q1, k1, v1, num_threads=2)),
+        "memoryerror_softmax": _alloc_fail(lambda: SM(x, axis=-1, mask=xm)),
     }
 
 

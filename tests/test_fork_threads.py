@@ -1,0 +1,203 @@
+"""Threads and fork (issue 5).
+
+* ``num_threads=None`` follows ``OMP_NUM_THREADS`` when it is set, and the
+  result is bitwise the same for every thread count.
+* threadpoolctl sees fastattn's OpenMP runtime, and
+  ``threadpool_limits(1, "openmp")`` makes fastattn single-threaded.
+* A child ``fork()``ed after fastattn has used its OpenMP thread pool can
+  still call fastattn (default threads and ``num_threads=2``) and gets the
+  right answer instead of deadlocking.  These run in a subprocess with a
+  timeout, so that a deadlock fails the test instead of hanging CI.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fastattn
+import fastattn._core as _core
+
+TIMEOUT = 60
+
+
+def _run(script, env_extra=None, env_drop=("OMP_NUM_THREADS",)):
+    env = dict(os.environ)
+    for k in env_drop:
+        env.pop(k, None)
+    env.update(env_extra or {})
+    try:
+        res = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                             capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the subprocess hung for {TIMEOUT} s (deadlock?)\n"
+                    f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}")
+    assert res.returncode == 0, f"rc={res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+needs_openmp = pytest.mark.skipif(not fastattn.openmp_enabled(),
+                                  reason="serial build: no OpenMP runtime")
+
+
+# ---------------------------------------------------------------------------
+# OMP_NUM_THREADS and num_threads
+# ---------------------------------------------------------------------------
+
+@needs_openmp
+@pytest.mark.parametrize("n", ["1", "3"])
+def test_num_threads_none_follows_omp_num_threads(n):
+    out = _run("""
+        import numpy as np, fastattn, fastattn._core as c
+        print("MAX", c.openmp_max_threads())
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((2, 300, 32)) for _ in range(3))
+        a = fastattn.attention(q, k, v)
+        b = fastattn.attention(q, k, v, num_threads=1)
+        print("SAME", bool(np.array_equal(a, b)))
+    """, {"OMP_NUM_THREADS": n})
+    assert f"MAX {n}" in out
+    assert "SAME True" in out
+
+
+@needs_openmp
+def test_without_omp_num_threads_default_is_usable_cpus():
+    out = _run("import fastattn._core as c, fastattn; print('MAX', c.openmp_max_threads())")
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cpus = os.cpu_count()
+    assert 1 <= int(out.split()[-1]) <= cpus
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["streaming", "weights", "split_key", "masks_gqa"])
+def test_bitwise_identical_for_thread_counts_1_2_3_7(case, dtype):
+    rng = np.random.default_rng(11)
+
+    def r(*s):
+        return rng.standard_normal(s).astype(dtype)
+
+    kw = {}
+    if case == "streaming":
+        q, k, v = r(3, 300, 32), r(3, 517, 32), r(3, 517, 24)
+    elif case == "weights":
+        q, k, v = r(2, 300, 32), r(2, 517, 32), r(2, 517, 24)
+        kw["return_weights"] = True
+    elif case == "split_key":
+        q, k, v = r(2, 1, 64), r(2, 5000, 64), r(2, 5000, 64)
+    else:
+        q, k, v = r(1, 4, 200, 32), r(1, 2, 517, 32), r(1, 2, 517, 32)
+        kw.update(enable_gqa=True, is_causal="lower_right",
+                  key_padding_mask=rng.random((1, 517)) < 0.2,
+                  attn_mask=rng.random((200, 517)) < 0.9)
+    results = [fastattn.attention(q, k, v, num_threads=n, **kw) for n in (1, 2, 3, 7, None)]
+    first = results[0]
+    for n, res in zip((2, 3, 7, None), results[1:]):
+        if kw.get("return_weights"):
+            assert np.array_equal(res[0], first[0]) and np.array_equal(res[1], first[1]), n
+        else:
+            assert np.array_equal(res, first), f"num_threads={n} differs from 1"
+
+
+# ---------------------------------------------------------------------------
+# threadpoolctl
+# ---------------------------------------------------------------------------
+
+@needs_openmp
+def test_threadpoolctl_sees_fastattn_openmp_and_limits_it():
+    pytest.importorskip("threadpoolctl")
+    out = _run("""
+        import numpy as np
+        import fastattn, fastattn._core as c
+        from threadpoolctl import threadpool_info, threadpool_limits
+        apis = [i["user_api"] for i in threadpool_info()]
+        print("OPENMP_LISTED", "openmp" in apis)
+        before = c.openmp_max_threads()
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((2, 300, 32)) for _ in range(3))
+        ref = fastattn.attention(q, k, v, num_threads=1)
+        with threadpool_limits(1, "openmp"):
+            print("INSIDE", c.openmp_max_threads())
+            print("SAME", bool(np.array_equal(fastattn.attention(q, k, v), ref)))
+        print("RESTORED", c.openmp_max_threads() == before)
+    """, {"OMP_NUM_THREADS": "2"})
+    assert "OPENMP_LISTED True" in out, out
+    assert "INSIDE 1" in out, out
+    assert "SAME True" in out
+    assert "RESTORED True" in out
+
+
+@needs_openmp
+def test_threadpoolctl_limit_in_this_process():
+    tpc = pytest.importorskip("threadpoolctl")
+    before = _core.openmp_max_threads()
+    with tpc.threadpool_limits(1, "openmp"):
+        assert _core.openmp_max_threads() == 1
+    assert _core.openmp_max_threads() == before
+
+
+# ---------------------------------------------------------------------------
+# fork after the thread pool has been used
+# ---------------------------------------------------------------------------
+
+_FORK_SCRIPT = """
+    import multiprocessing as mp
+    import numpy as np
+    import fastattn
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 300, 32)).astype(np.float32) for _ in range(3))
+    x = rng.standard_normal((1000, 1000))
+    # the parent uses its OpenMP pool (two threads) before forking
+    ref = fastattn.attention(q, k, v, num_threads=2)
+    ref_w = fastattn.attention(q, k, v, num_threads=2, return_weights=True)[1]
+    ref_sm = fastattn.softmax(x, axis=-1)
+
+    def child(nt):
+        o = fastattn.attention(q, k, v, num_threads=nt)
+        w = fastattn.attention(q, k, v, num_threads=nt, return_weights=True)[1]
+        s = fastattn.softmax(x, axis=-1)
+        return (bool(np.array_equal(o, ref)), bool(np.array_equal(w, ref_w)),
+                bool(np.array_equal(s, ref_sm)))
+
+    def proc_target():
+        import sys
+        sys.exit(0 if child(None) == (True, True, True) else 3)
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        with ctx.Pool(2) as pool:
+            res = pool.map(child, [None, 2, None, 2], chunksize=1)
+        print("CHILDREN", res)
+        # a plain fork()ed Process too, and the parent still works afterwards
+        p = ctx.Process(target=proc_target)
+        p.start()
+        p.join(30)
+        print("PROCESS", p.exitcode)
+        print("PARENT", bool(np.array_equal(fastattn.attention(q, k, v, num_threads=2), ref)))
+"""
+
+
+@needs_openmp
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_after_thread_pool_use_gets_correct_results():
+    out = _run(_FORK_SCRIPT, {"OMP_NUM_THREADS": "2"})
+    assert "CHILDREN [(True, True, True), (True, True, True), (True, True, True), " \
+           "(True, True, True)]" in out, out
+    assert "PROCESS 0" in out, out
+    assert "PARENT True" in out, out
+
+
+@needs_openmp
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_default_threads_without_omp_num_threads():
+    out = _run(_FORK_SCRIPT)
+    assert "CHILDREN [(True, True, True), (True, True, True), (True, True, True), " \
+           "(True, True, True)]" in out, out
+    assert "PROCESS 0" in out, out

@@ -1,0 +1,92 @@
+"""Typing example: every public function of fastattn, used as a user would.
+
+Checked by ``mypy --strict`` in .ci/typecheck.sh (with the [tool.mypy]
+configuration of pyproject.toml): the public signatures must be precise
+enough for a strictly typed caller -- no ``Any`` leaking into its code, the
+``return_weights`` overloads giving an array or a pair of arrays.  It also
+runs: ``python tests/typing_example.py``.  Not collected by pytest (the name
+does not start with ``test_``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+import fastattn
+from fastattn import KVCache
+
+F64 = npt.NDArray[np.float64]
+
+
+def walkthrough() -> tuple[npt.NDArray[np.floating], npt.NDArray[np.floating]]:
+    x: F64 = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    out: npt.NDArray[np.floating] = fastattn.attention(x, x, x)
+    both = fastattn.attention(x, x, x, is_causal=True, return_weights=True)
+    out_c, weights = both                      # a pair only with return_weights=True
+    assert out.shape == out_c.shape == (3, 2)
+    flag: bool = bool(np.random.default_rng(0).integers(2))
+    either = fastattn.attention(x, x, x, return_weights=flag)   # plain bool: either form
+    if isinstance(either, tuple):
+        either = either[0]
+    fastattn.attention(x, [[1.0, 0.0]], [[2.0, 3.0]], attn_mask=np.ones((3, 1), bool),
+                       is_causal="lower_right", scale=0.5, enable_gqa=False,
+                       key_padding_mask=None, out=np.empty((3, 2)), num_threads=1)
+    return out_c, weights
+
+
+def softmax() -> npt.NDArray[np.floating]:
+    y = fastattn.softmax(np.array([1.0, 2.0, 3.0]))
+    y2 = fastattn.softmax([[0.0, 1.0]], axis=-1, mask=np.array([True, False]))
+    fastattn.softmax(y, axis=(0,), out=np.empty(3))
+    assert y2.shape == (1, 2)
+    return y
+
+
+def config() -> None:
+    isa: str = fastattn.get_isa()
+    isas: tuple[str, ...] = fastattn.available_isas()
+    fastattn.set_isa(isas[0])
+    fastattn.set_isa(isa)
+    omp: bool = fastattn.openmp_enabled()
+    fastattn.show_config()
+    version: str = fastattn.__version__
+    print(isa, isas, omp, version)
+
+
+def multi_head() -> npt.NDArray[np.floating]:
+    rng = np.random.default_rng(0)
+    d_model, heads, kv_heads, d_k = 8, 4, 2, 2
+    x = rng.standard_normal((1, 5, d_model))
+    w_q = rng.standard_normal((d_model, heads * d_k))
+    w_kv = rng.standard_normal((d_model, kv_heads * d_k))
+    w_o = rng.standard_normal((heads * d_k, d_model))
+    out = fastattn.multi_head_attention(x, w_q, w_kv, w_kv, w_o, heads,
+                                        num_kv_heads=kv_heads, is_causal=True)
+    _, w = fastattn.multi_head_attention(x, w_q, w_kv, w_kv, w_o, heads,
+                                         num_kv_heads=kv_heads, return_weights=True)
+    cache = KVCache(1, kv_heads, d_k, max_len=5, dtype=np.float64)
+    step = fastattn.multi_head_attention(x[:, :3], w_q, w_kv, w_kv, w_o, heads,
+                                         num_kv_heads=kv_heads, kv_cache=cache)
+    n: int = len(cache)
+    keys: npt.NDArray[np.floating] = cache.keys
+    cache.append(np.zeros((1, kv_heads, 1, d_k)), np.zeros((1, kv_heads, 1, d_k)))
+    cache.reset()
+    print(n, keys.shape, step.shape, w.shape, cache.max_len, cache.dtype)
+    return out
+
+
+def trace() -> None:
+    t = fastattn.trace(is_causal=True)
+    weights: npt.NDArray[np.float64] = t["weights"]
+    t2 = fastattn.trace([[1.0, 0.0], [0.0, 1.0]], scale=1.0)
+    print(weights.shape, t2["output"].shape)
+
+
+if __name__ == "__main__":
+    walkthrough()
+    softmax()
+    config()
+    multi_head()
+    trace()
+    print("typing example ran")
