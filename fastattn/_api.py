@@ -17,19 +17,18 @@ from ._masks import MaskPlan, resolve
 __all__ = ["attention", "softmax"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+_F32_MAX = float(np.finfo(np.float32).max)
 _NO_MASK = MaskPlan(False, 0, None, None, None)
 _NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
 
 
-def _dtypes(*dts) -> tuple[np.dtype, np.dtype]:
-    """(compute dtype, result dtype) for the given input dtypes."""
-    d0 = dts[0]
-    if (d0 == _F32 or d0 == _F64) and all(d == d0 for d in dts):
-        return d0, d0  # the common case, without np.result_type
-    for dt in dts:
+def _dtypes(named) -> tuple[np.dtype, np.dtype]:
+    """(compute dtype, result dtype) for the (name, dtype) pairs of the inputs."""
+    for name, dt in named:
         if dt.kind not in "biuf":
-            raise TypeError(f"unsupported dtype {dt}: fastattn computes in float32 or float64 "
-                            f"(float16, integer and bool inputs are converted)")
+            raise TypeError(f"{name} has unsupported dtype {dt}: fastattn computes in float32 or "
+                            f"float64 (float16, integer and bool inputs are converted)")
+    dts = [dt for _, dt in named]
     rt = np.result_type(*dts)
     if rt.kind in "biu":
         return _F64, _F64
@@ -37,7 +36,8 @@ def _dtypes(*dts) -> tuple[np.dtype, np.dtype]:
         return _F32, _F16
     if rt == _F32 or rt == _F64:
         return rt, rt
-    raise TypeError(f"unsupported dtype {rt}: use float16, float32 or float64")
+    raise TypeError(f"unsupported dtype {rt} ({', '.join(n for n, _ in named)}): use float16, "
+                    f"float32 or float64")
 
 
 def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
@@ -172,7 +172,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     if (dt is _F32 or dt is _F64) and k.dtype is dt and v.dtype is dt:
         cdt = odt = dt  # the common case, checked without np.result_type
     else:
-        cdt, odt = _dtypes(dt, k.dtype, v.dtype)
+        cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
         name, x = next((n, a) for n, a in (("query", q), ("key", k), ("value", v)) if a.ndim < 2)
         raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
@@ -185,6 +185,9 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
                          f"query {q.shape}, key {k.shape}")
     if Sv != S:
         raise ValueError(f"value must have as many rows as key (S): key {k.shape}, value {v.shape}")
+    if max(q.ndim, k.ndim, v.ndim) - 2 > _core.MAX_BATCH_DIMS:
+        raise ValueError(f"at most {_core.MAX_BATCH_DIMS} leading dimensions: query {q.shape}, "
+                         f"key {k.shape}, value {v.shape}")
     gqa = None
     if enable_gqa:
         if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
@@ -218,8 +221,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
             sc = float(scale)
         except (TypeError, ValueError):
             raise TypeError(f"scale must be a real number, got {scale!r}") from None
-        if not math.isfinite(sc):
-            raise ValueError(f"scale must be finite, got {sc}")
+        if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
+            raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
     nt = 0 if num_threads is None else _threads(num_threads)
     if attn_mask is None and key_padding_mask is None and (is_causal is False or is_causal is True):
         plan = _NO_MASK_CAUSAL if is_causal else _NO_MASK
@@ -228,7 +231,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     shape = batch + (L, Ev)
     if out is not None:
         _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v),
-                                     ("attn_mask", attn_mask if isinstance(attn_mask, np.ndarray) else None)))
+                                     ("attn_mask", plan.bool_mask), ("attn_mask", plan.add_mask),
+                                     ("key_padding_mask", plan.pad)))
     weights = None
     if return_weights:
         nbytes = math.prod(batch) * L * S * cdt.itemsize
@@ -337,7 +341,7 @@ def softmax(x, axis=None, *, mask=None, out=None):
     array([0.119, 0.   , 0.881])
     """
     xa = x if type(x) is np.ndarray else np.asarray(x)
-    cdt, odt = _dtypes(xa.dtype)
+    cdt, odt = _dtypes((("x", xa.dtype),))
     axes = _normalize_axes(axis, xa.ndim)
     keep = None
     if mask is not None:

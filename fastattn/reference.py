@@ -83,7 +83,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         dead = hidden.all(axis=-1, keepdims=True)
         masked = np.where(hidden | dead, -np.inf, scores)
         masked = np.where(dead, 0, masked)          # keep softmax away from all -inf rows
-        weights = scipy.special.softmax(masked, axis=-1)
+        weights = scipy.special.softmax(masked, axis=-1) if S > 0 else masked
         weights = np.where(hidden, 0, weights).astype(cdt)
         # Sum over visible keys only: a hidden key never touches the output.
         vb = np.broadcast_to(v, batch + (S, v.shape[-1]))

@@ -165,8 +165,11 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
     /* mcp: the ISA's tile height, FA_MC rounded up to a multiple of mr */
     const int64_t nrows = r1 - r0, ntiles = (nrows + mcp - 1) / mcp;
     /* Decoding (a few query rows): dot products straight from K and V, no packing. */
-    const int direct = nrows <= FA_DIRECT_MAX_ROWS && (a->k.cs == 1 || E <= 1) &&
+    /* Decided by the problem, not the chunk, so every row takes the same path
+     * whatever the thread count (bitwise reproducibility). */
+    const int direct = a->L <= FA_DIRECT_MAX_ROWS && (a->k.cs == 1 || E <= 1) &&
                        (a->v.cs == 1 || a->Ev <= 1);
+    (void)nrows;
     const FA_T *kbase = (const FA_T *)a->k.data + off->k, *vbase = (const FA_T *)a->v.data + off->v;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
@@ -411,7 +414,7 @@ static int FN(attention)(const fa_attention_args *a)
     const int64_t L = a->L, S = a->S, E = a->E, Ev = a->Ev;
     int64_t nbatch = 1;
     for (int d = 0; d < a->nbatch_dims; d++) nbatch *= a->batch_shape[d];
-    if (nbatch == 0 || L == 0 || Ev == 0) return FA_OK;
+    if (nbatch == 0 || L == 0 || (Ev == 0 && !a->weights)) return FA_OK;
     const int64_t ldv = (Ev + K->vw - 1) / K->vw * K->vw;
     const int64_t Epad = E > 0 ? E : 1;
     int nt = fa_resolve_threads(a->num_threads);

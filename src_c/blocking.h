@@ -30,8 +30,8 @@
 /* Split the keys only when there are fewer than this many (batch x query
  * tile) work items and more than two key chunks. */
 #define FA_SPLIT_MAX_ITEMS 16
-/* Up to this many query rows per work chunk, Q.K^T and P.V read K and V in
- * place (dot products, axpys) instead of packing them: decoding. */
+/* Up to this many query rows (L), Q.K^T and P.V read K and V in place (dot
+ * products, axpys) instead of packing them: decoding. */
 #define FA_DIRECT_MAX_ROWS 8
 /* Below this many multiply-adds a call runs on one thread. */
 #define FA_PARALLEL_MIN_WORK 200000
