@@ -81,26 +81,25 @@ FA_PV_TILE(FN(pv_tile_one), 1, 1)
 static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
                    const FA_T *vp, int64_t ldvp, FA_T *o, int64_t ldo)
 {
-    int64_t i = 0;
-    for (; i + PV_MR <= rows; i += PV_MR) {
-        int64_t c = 0;
-        for (; c + NR <= ncols; c += NR)
+    /* Column chunks outer: one [nkeys x NR] slice of V stays in L1 while every
+     * row group streams its probabilities past it. */
+    int64_t c = 0;
+    for (; c + NR <= ncols; c += NR) {
+        int64_t i = 0;
+        for (; i + PV_MR <= rows; i += PV_MR)
             FN(pv_tile_full)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-        for (; c < ncols; c += VW)
-            FN(pv_tile_col1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-    }
-    for (; i + PV_MR / 2 <= rows; i += PV_MR / 2) {
-        int64_t c = 0;
-        for (; c + NR <= ncols; c += NR)
+        for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
             FN(pv_tile_half)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-        for (; c < ncols; c += VW)
-            FN(pv_tile_halfcol1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-    }
-    for (; i < rows; i++) {
-        int64_t c = 0;
-        for (; c + NR <= ncols; c += NR)
+        for (; i < rows; i++)
             FN(pv_tile_row1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-        for (; c < ncols; c += VW)
+    }
+    for (; c < ncols; c += VW) {
+        int64_t i = 0;
+        for (; i + PV_MR <= rows; i += PV_MR)
+            FN(pv_tile_col1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+        for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
+            FN(pv_tile_halfcol1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+        for (; i < rows; i++)
             FN(pv_tile_one)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
     }
 }
