@@ -54,22 +54,31 @@ static void FN(pack_k)(const fa_attention_args *a, int64_t koff, int64_t kb, int
     }
 }
 
-/* Vp[nk x ldv] from values kb .. kb+nk; returns 1 if any entry is NaN/Inf. */
+/* Vp from values kb .. kb+nk, panel-major: panel p holds columns p*nr ..
+ * p*nr+nr-1 as [nk x nr] at vp + p*FA_KC*nr (columns past Ev zero), so the
+ * P.V micro-kernel streams each panel sequentially.  ldv (a multiple of nr)
+ * is the padded row length.  Returns 1 if any entry is NaN/Inf. */
 static int FN(pack_v)(const fa_attention_args *a, int64_t voff, int64_t kb, int64_t nk,
-                      int64_t ldv, FA_T *vp)
+                      int64_t ldv, int64_t nr, FA_T *vp)
 {
     const FA_T *v = (const FA_T *)a->v.data + voff;
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
-    for (int64_t j = 0; j < nk; j++) {
-        const FA_T *src = v + (kb + j) * rs;
-        FA_T *dst = vp + j * ldv;
-        if (cs == 1)
-            memcpy(dst, src, (size_t)Ev * sizeof(FA_T));
-        else
-            for (int64_t c = 0; c < Ev; c++) dst[c] = src[c * cs];
-        for (int64_t c = Ev; c < ldv; c++) dst[c] = 0;
+    int bad = 0;
+    for (int64_t p = 0; p < ldv / nr; p++) {
+        FA_T *pan = vp + p * FA_KC * nr;
+        const int64_t c0 = p * nr, w = Ev - c0 < nr ? Ev - c0 : nr;
+        for (int64_t j = 0; j < nk; j++) {
+            const FA_T *src = v + (kb + j) * rs + c0 * cs;
+            FA_T *dst = pan + j * nr;
+            if (cs == 1)
+                for (int64_t c = 0; c < w; c++) dst[c] = src[c];
+            else
+                for (int64_t c = 0; c < w; c++) dst[c] = src[c * cs];
+            for (int64_t c = w; c < nr; c++) dst[c] = 0;
+        }
+        bad |= FN(any_nonfinite)(pan, nk * nr);
     }
-    return FN(any_nonfinite)(vp, nk * ldv);
+    return bad;
 }
 
 /* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
@@ -116,13 +125,14 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
  * block holds NaN/Inf, so that a hidden (or zero-weight) key cannot leak
  * 0 * Inf = NaN into the output. */
 static void FN(pv_careful)(int64_t ni, int64_t nk, int64_t ncols, const FA_T *p, int64_t ldp,
-                           const FA_T *vp, int64_t ldv, FA_T *o, int64_t ldo)
+                           const FA_T *vp, int64_t nr, FA_T *o, int64_t ldo)
 {
     for (int64_t i = 0; i < ni; i++)
         for (int64_t j = 0; j < nk; j++) {
             FA_T w = p[i * ldp + j];
             if (w == 0) continue;
-            for (int64_t c = 0; c < ncols; c++) o[i * ldo + c] += w * vp[j * ldv + c];
+            for (int64_t c = 0; c < ncols; c++)
+                o[i * ldo + c] += w * vp[(c / nr) * FA_KC * nr + j * nr + c % nr];
         }
 }
 
@@ -195,7 +205,7 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
         int v_bad = 0;
         if (!direct) {
             FN(pack_k)(a, off->k, kb, nk, ncols, nr, sc->kp);
-            v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, sc->vp);
+            v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, nr, sc->vp);
         }
         for (int64_t t = 0; t < ntiles; t++) {
             const int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
@@ -234,9 +244,9 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             if (direct)
                 K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
             else if (v_bad)
-                FN(pv_careful)(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
+                FN(pv_careful)(ni, nk_t, ldv, st, FA_KC, sc->vp, nr, o, ldv);
             else
-                K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, ldv, o, ldv);
+                K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, FA_KC * nr, o, ldv);
         }
     }
 }
@@ -307,11 +317,11 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
     memset(sc->o, 0, (size_t)(ni * ldv) * sizeof(FA_T));
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = S - kb < FA_KC ? S - kb : FA_KC;
-        const int v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, sc->vp);
+        const int v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, nr, sc->vp);
         if (v_bad)
-            FN(pv_careful)(ni, nk, ldv, W + kb, S, sc->vp, ldv, sc->o, ldv);
+            FN(pv_careful)(ni, nk, ldv, W + kb, S, sc->vp, nr, sc->o, ldv);
         else
-            K->pv(ni, nk, ldv, W + kb, S, sc->vp, ldv, sc->o, ldv);
+            K->pv(ni, nk, ldv, W + kb, S, sc->vp, FA_KC * nr, sc->o, ldv);
     }
     for (int64_t i = 0; i < ni; i++) sc->l[i] = 1;
     FN(write_out)(a, off, i0, i0 + ni, ldv, sc->o, sc->l);
@@ -415,7 +425,7 @@ static int FN(attention)(const fa_attention_args *a)
     int64_t nbatch = 1;
     for (int d = 0; d < a->nbatch_dims; d++) nbatch *= a->batch_shape[d];
     if (nbatch == 0 || L == 0 || (Ev == 0 && !a->weights)) return FA_OK;
-    const int64_t ldv = (Ev + K->vw - 1) / K->vw * K->vw;
+    const int64_t ldv = (Ev + K->nr - 1) / K->nr * K->nr; /* V panels of nr columns */
     const int64_t Epad = E > 0 ? E : 1;
     int nt = fa_resolve_threads(a->num_threads);
     double work = (double)nbatch * (double)L * (double)S * (double)(E + Ev);

@@ -10,8 +10,8 @@
  *       multiplied by the softmax scale;
  *   kp  packed keys, panel-major: panel p holds keys p*nr .. p*nr+nr-1 as
  *       [E x nr] (key index fastest), zero-padded past the last key;
- *   vp  packed values, row-major [keys x ldvp], columns zero-padded to ldvp
- *       (a multiple of vw);
+ *   vp  packed values, panel-major: panel c holds columns c*nr .. c*nr+nr-1
+ *       as [keys x nr] at vp + c*pstride, zero-padded past the last column;
  *   s   score tile, row-major with leading dimension lds;
  *   p   probabilities, row-major with leading dimension ldp;
  *   o   output accumulator, row-major with leading dimension ldo.
@@ -28,9 +28,9 @@
         /* s[rows x ncols] = qp[rows x E] . kp^T; rows % mr == 0, ncols % nr == 0 */ \
         void (*qk)(int64_t rows, int64_t ncols, int64_t E, const T *qp,              \
                    const T *kp, T *s, int64_t lds);                                  \
-        /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % vw == 0 */\
+        /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % nr == 0 */\
         void (*pv)(int64_t rows, int64_t nkeys, int64_t ncols, const T *p,           \
-                   int64_t ldp, const T *vp, int64_t ldvp, T *o, int64_t ldo);       \
+                   int64_t ldp, const T *vp, int64_t pstride, T *o, int64_t ldo);    \
         /* decoding (few rows, no packing): s[rows x nkeys] = qp . k^T, key j at */  \
         /* k + j*krs; o[rows x Ev] += p . v, value j at v + j*vrs, 0 weights skipped */\
         void (*qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const T *qp,       \

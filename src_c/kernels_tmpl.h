@@ -19,6 +19,7 @@ static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *re
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NRV; v++) acc[r][v] = V_ZERO();
+#pragma GCC unroll 4
     for (int64_t d = 0; d < E; d++) {
         VT kv[NRV];
 #pragma GCC unroll 4
@@ -56,7 +57,7 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
                 acc[r][c] = V_LOAD(o + r * ldo + c * VW);                                \
-        for (int64_t k = 0; k < nkeys; k++) {                                            \
+        _Pragma("GCC unroll 4") for (int64_t k = 0; k < nkeys; k++) {                   \
             VT vv[C];                                                                    \
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
                 vv[c] = V_LOAD(vp + k * ldvp + c * VW);                                  \
@@ -72,35 +73,23 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
     }
 
 FA_PV_TILE(FN(pv_tile_full), PV_MR, NRV)
-FA_PV_TILE(FN(pv_tile_col1), PV_MR, 1)
 FA_PV_TILE(FN(pv_tile_half), PV_MR / 2, NRV)
-FA_PV_TILE(FN(pv_tile_halfcol1), PV_MR / 2, 1)
 FA_PV_TILE(FN(pv_tile_row1), 1, NRV)
-FA_PV_TILE(FN(pv_tile_one), 1, 1)
 
 static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
-                   const FA_T *vp, int64_t ldvp, FA_T *o, int64_t ldo)
+                   const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo)
 {
-    /* Column chunks outer: one [nkeys x NR] slice of V stays in L1 while every
+    /* One panel (nkeys x NR, contiguous) at a time: it stays in L1 while every
      * row group streams its probabilities past it. */
-    int64_t c = 0;
-    for (; c + NR <= ncols; c += NR) {
+    for (int64_t c = 0; c < ncols; c += NR) {
+        const FA_T *pan = vp + (c / NR) * pstride;
         int64_t i = 0;
         for (; i + PV_MR <= rows; i += PV_MR)
-            FN(pv_tile_full)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+            FN(pv_tile_full)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
         for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
-            FN(pv_tile_half)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+            FN(pv_tile_half)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
         for (; i < rows; i++)
-            FN(pv_tile_row1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-    }
-    for (; c < ncols; c += VW) {
-        int64_t i = 0;
-        for (; i + PV_MR <= rows; i += PV_MR)
-            FN(pv_tile_col1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-        for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
-            FN(pv_tile_halfcol1)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
-        for (; i < rows; i++)
-            FN(pv_tile_one)(nkeys, p + i * ldp, ldp, vp + c, ldvp, o + i * ldo + c, ldo);
+            FN(pv_tile_row1)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
     }
 }
 
