@@ -24,7 +24,7 @@
 #define FASTATTN_BLOCKING_H
 
 #define FA_MC 64
-#define FA_KC 256
+#define FA_KC 128
 #define FA_MAX_CHUNK_MC 8
 #define FA_SPLIT_KC 512
 /* Split the keys only when there are fewer than this many (batch x query
