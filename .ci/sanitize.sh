@@ -35,8 +35,9 @@ FASTATTN_CFLAGS="$SAN_FLAGS" "$PY" setup.py -q build --build-base "$WORK/build" 
 LIB=$(echo "$WORK"/build/lib.*)
 SO=$(echo "$LIB"/fastattn/_core*.so)
 [ -f "$SO" ] || { echo "no extension built under $LIB"; exit 1; }
-nm -D "$SO" | grep -q '__asan_report' || { echo "$SO has no ASan instrumentation"; exit 1; }
-nm -D "$SO" | grep -q '__ubsan_handle' || { echo "$SO has no UBSan instrumentation"; exit 1; }
+SYMS=$(nm -D "$SO")    # (not piped into grep -q: SIGPIPE + pipefail)
+grep -q '__asan_report' <<< "$SYMS" || { echo "$SO has no ASan instrumentation"; exit 1; }
+grep -q '__ubsan_handle' <<< "$SYMS" || { echo "$SO has no UBSan instrumentation"; exit 1; }
 echo "built $SO in $((SECONDS - T0)) s"
 
 LIBASAN=$("$CC" -print-file-name=libasan.so)
@@ -64,9 +65,14 @@ import sys, fastattn, fastattn._core as c
 assert c.__file__ == sys.argv[1], f"imported {c.__file__}, not the sanitizer build"
 print("importing", c.__file__, "| ISA paths:", fastattn.available_isas())
 PYEOF
+# RSS-growth tests measure the allocator, and ASan's allocator holds freed
+# memory in quarantine and maps shadow memory: they cannot pass under it and
+# test nothing of the sanitizers' concern.  FASTATTN_SANITIZE=1 lets a test
+# skip itself; the known ones are deselected here as well.
+export FASTATTN_SANITIZE=1
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
-    "$REPO/tests" "$@" || rc=$?
+    -k "not test_no_memory_growth" "$REPO/tests" "$@" || rc=$?
 cd "$REPO"
 if compgen -G "$WORK/logs/*" > /dev/null; then
     echo "== sanitizer reports:"

@@ -8,16 +8,27 @@ from __future__ import annotations
 import math
 import os
 import operator
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
 from . import _core
 from ._masks import MaskPlan, resolve
 
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from numpy.typing import ArrayLike, NDArray
+
+    _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+
 __all__ = ["attention", "softmax"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
+# More threads than this are not honoured (the result is the same for any count).
+_MAX_THREADS = 256
 _NO_MASK = MaskPlan(False, 0, None, None, None)
 _NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
 
@@ -58,7 +69,7 @@ def _threads(num_threads) -> int:
         raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}") from None
     if n < 1:
         raise ValueError(f"num_threads must be None or an int >= 1, got {n}")
-    return min(n, 1 << 16)
+    return min(n, _MAX_THREADS)
 
 
 def _check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
@@ -90,9 +101,33 @@ def _physical_memory() -> int:
         return 1 << 62
 
 
-def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
-              enable_gqa=False, *, key_padding_mask=None, return_weights=False, out=None,
-              num_threads=None):
+@overload
+def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+              attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
+              scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
+              key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
+              out: NDArray[Any] | None = None,
+              num_threads: SupportsIndex | None = None) -> _Float: ...
+@overload
+def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+              attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
+              scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
+              key_padding_mask: ArrayLike | None = None, return_weights: Literal[True],
+              out: NDArray[Any] | None = None,
+              num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+@overload
+def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+              attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
+              scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
+              key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
+              out: NDArray[Any] | None = None,
+              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+              attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
+              scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
+              key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
+              out: NDArray[Any] | None = None,
+              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
     """Scaled dot-product attention, ``softmax(Q Kᵀ · scale + mask) V``.
 
     The semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
@@ -129,8 +164,8 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         Array of the result's exact shape and dtype (any strides), filled and
         returned.  Left untouched when an error is raised.
     num_threads : int, optional
-        OpenMP threads; None = the OpenMP default.  The result is bitwise the
-        same for every thread count.
+        OpenMP threads (at most 256 are used); None = the OpenMP default.  The
+        result is bitwise the same for every thread count.
 
     Returns
     -------
@@ -304,7 +339,8 @@ def _as_rows(a: np.ndarray, axes: tuple, nred: int) -> np.ndarray | None:
     return r
 
 
-def softmax(x, axis=None, *, mask=None, out=None):
+def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None = None, *,
+            mask: ArrayLike | None = None, out: NDArray[Any] | None = None) -> _Float:
     """Softmax along ``axis``, a drop-in for :func:`scipy.special.softmax`.
 
     ``exp(x - max) / sum(exp(x - max))`` computed in one vectorised pass per

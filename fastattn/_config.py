@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import sys
+from typing import Any
 
 from . import _core
 
@@ -112,7 +113,7 @@ def openmp_enabled() -> bool:
     return _core.openmp_enabled()
 
 
-def _build_config() -> dict:
+def _build_config() -> dict[str, Any]:
     try:
         from . import _build_config as bc
     except ImportError:
@@ -120,7 +121,7 @@ def _build_config() -> dict:
     return {"compiler": bc.compiler, "cflags": bc.cflags, "isa_flags": bc.isa_flags}
 
 
-def config() -> dict:
+def config() -> dict[str, Any]:
     """Everything :func:`show_config` prints, as a dict."""
     from . import __version__
     bc = _build_config()

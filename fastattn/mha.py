@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import numbers
 import operator
+from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from numpy.typing import ArrayLike, DTypeLike, NDArray
+
+    _Float: TypeAlias = NDArray[np.floating[Any]]
 
 __all__ = ["multi_head_attention", "KVCache"]
 
@@ -123,8 +131,8 @@ class KVCache:
     0
     """
 
-    def __init__(self, batch_size, num_kv_heads, head_dim, max_len, dtype=np.float32,
-                 value_dim=None):
+    def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_len: int,
+                 dtype: DTypeLike = np.float32, value_dim: int | None = None) -> None:
         batch_size = _positive_int(batch_size, "batch_size")
         num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads")
         head_dim = _positive_int(head_dim, "head_dim")
@@ -142,59 +150,59 @@ class KVCache:
 
     # -- shape information -------------------------------------------------
     @property
-    def batch_size(self):
+    def batch_size(self) -> int:
         """Number of sequences (first dimension)."""
         return self._keys.shape[0]
 
     @property
-    def num_kv_heads(self):
+    def num_kv_heads(self) -> int:
         """Number of key/value heads."""
         return self._keys.shape[1]
 
     @property
-    def max_len(self):
+    def max_len(self) -> int:
         """Number of positions the cache can hold."""
         return self._keys.shape[2]
 
     @property
-    def head_dim(self):
+    def head_dim(self) -> int:
         """Size of one key head (``d_k``)."""
         return self._keys.shape[3]
 
     @property
-    def value_dim(self):
+    def value_dim(self) -> int:
         """Size of one value head (``d_v``)."""
         return self._values.shape[3]
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype[Any]:
         """dtype of the stored keys and values."""
         return self._keys.dtype
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._len
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"KVCache(batch_size={self.batch_size}, num_kv_heads={self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, max_len={self.max_len}, dtype={self.dtype.name}, "
                 f"value_dim={self.value_dim}; len={self._len})")
 
     # -- contents ------------------------------------------------------------
     @property
-    def keys(self):
+    def keys(self) -> _Float:
         """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys."""
         view = self._keys[:, :, :self._len]
         view.flags.writeable = False
         return view
 
     @property
-    def values(self):
+    def values(self) -> _Float:
         """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values."""
         view = self._values[:, :, :self._len]
         view.flags.writeable = False
         return view
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget every cached position (the storage is kept for reuse)."""
         self._len = 0
 
@@ -204,7 +212,7 @@ class KVCache:
                 f"kv_cache overflow: the cache holds {self._len} of max_len={self.max_len} "
                 f"positions and cannot take {n_new} more; the cache was left unchanged")
 
-    def append(self, keys, values):
+    def append(self, keys: ArrayLike, values: ArrayLike) -> None:
         """Append the keys and values of new positions.
 
         Parameters
@@ -255,10 +263,45 @@ def _split_heads(a, n, seq, heads, d):
     return a.reshape(n, seq, heads, d).transpose(0, 2, 1, 3)
 
 
-def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, *, num_kv_heads=None,
-                         context=None, is_causal=False, attn_mask=None,
-                         key_padding_mask=None, kv_cache=None, return_weights=False,
-                         num_threads=None):
+@overload
+def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
+                         w_o: ArrayLike, num_heads: SupportsIndex, *,
+                         num_kv_heads: SupportsIndex | None = None,
+                         context: ArrayLike | None = None,
+                         is_causal: bool | Literal["upper_left", "lower_right"] = False,
+                         attn_mask: ArrayLike | None = None,
+                         key_padding_mask: ArrayLike | None = None,
+                         kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
+                         num_threads: SupportsIndex | None = None) -> _Float: ...
+@overload
+def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
+                         w_o: ArrayLike, num_heads: SupportsIndex, *,
+                         num_kv_heads: SupportsIndex | None = None,
+                         context: ArrayLike | None = None,
+                         is_causal: bool | Literal["upper_left", "lower_right"] = False,
+                         attn_mask: ArrayLike | None = None,
+                         key_padding_mask: ArrayLike | None = None,
+                         kv_cache: KVCache | None = None, return_weights: Literal[True],
+                         num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+@overload
+def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
+                         w_o: ArrayLike, num_heads: SupportsIndex, *,
+                         num_kv_heads: SupportsIndex | None = None,
+                         context: ArrayLike | None = None,
+                         is_causal: bool | Literal["upper_left", "lower_right"] = False,
+                         attn_mask: ArrayLike | None = None,
+                         key_padding_mask: ArrayLike | None = None,
+                         kv_cache: KVCache | None = None, return_weights: bool = False,
+                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
+                         w_o: ArrayLike, num_heads: SupportsIndex, *,
+                         num_kv_heads: SupportsIndex | None = None,
+                         context: ArrayLike | None = None,
+                         is_causal: bool | Literal["upper_left", "lower_right"] = False,
+                         attn_mask: ArrayLike | None = None,
+                         key_padding_mask: ArrayLike | None = None,
+                         kv_cache: KVCache | None = None, return_weights: bool = False,
+                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
     """Multi-head (grouped-query, multi-query, cross-) attention without biases.
 
     Computes ``Q = x @ w_q``, ``K = s @ w_k``, ``V = s @ w_v`` (``s`` is

@@ -22,8 +22,12 @@ import json
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["trace", "main"]
 
@@ -45,7 +49,9 @@ def _matrix(a, name):
     return arr
 
 
-def trace(x=None, w_q=None, w_k=None, w_v=None, *, is_causal=False, scale=None):
+def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
+          w_k: ArrayLike | None = None, w_v: ArrayLike | None = None, *,
+          is_causal: bool = False, scale: SupportsFloat | None = None) -> dict[str, Any]:
     """Every intermediate of one attention head, as in the walkthrough.
 
     Parameters

@@ -45,6 +45,15 @@ settings.register_profile(
     suppress_health_check=_SUPPRESS,
     print_blob=True,
 )
+# The sanitizer run (.ci/sanitize.sh): the same properties, fewer examples.
+settings.register_profile(
+    "ci-sanitize",
+    derandomize=True,
+    deadline=None,
+    max_examples=25,
+    suppress_health_check=_SUPPRESS,
+    print_blob=True,
+)
 settings.load_profile(os.environ.get("FASTATTN_HYPOTHESIS_PROFILE", "fastattn"))
 
 # ---------------------------------------------------------------------------
