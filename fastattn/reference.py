@@ -76,7 +76,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         if key_padding_mask is not None:
             kpm = np.asarray(key_padding_mask, dtype=bool)
             if kpm.ndim == 2:  # (N, S): N is the first dimension of query
-                kpm = kpm.reshape((kpm.shape[0],) + (1,) * (len(batch) - 1) + (1, S))
+                kpm = kpm.reshape((kpm.shape[0],) + (1,) * (q.ndim - 3) + (1, S))
             hidden |= kpm
         scores = np.broadcast_to(scores, hidden.shape)
         hidden = hidden | (scores == -np.inf)

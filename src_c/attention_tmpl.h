@@ -90,6 +90,17 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
     const FA_T NEG = (FA_T)-INFINITY;
     for (int64_t i = 0; i < ni; i++) {
         FA_T *row = s + i * lds;
+        /* the additive mask first: the hiding masks then override whatever it
+         * gave (a NaN or +inf mask entry at a hidden position is harmless) */
+        if (a->add_mask.data) {
+            const FA_T *m = (const FA_T *)a->add_mask.data + off->am +
+                            (i0 + i) * a->add_mask.rs + kb * a->add_mask.cs;
+            const int64_t cs = a->add_mask.cs;
+            for (int64_t j = 0; j < nk; j++) {
+                FA_T x = m[j * cs];
+                row[j] = (x == NEG) ? NEG : row[j] + x;
+            }
+        }
         if (causal_diag) {
             int64_t lim = i0 + i + a->causal_offset - kb + 1; /* keys j < lim visible */
             if (lim < 0) lim = 0;
@@ -109,31 +120,20 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
             else
                 for (int64_t j = 0; j < nk; j++) row[j] = m[j * cs] ? row[j] : NEG;
         }
-        if (a->add_mask.data) {
-            const FA_T *m = (const FA_T *)a->add_mask.data + off->am +
-                            (i0 + i) * a->add_mask.rs + kb * a->add_mask.cs;
-            const int64_t cs = a->add_mask.cs;
-            for (int64_t j = 0; j < nk; j++) {
-                FA_T x = m[j * cs];
-                row[j] = (x == NEG) ? NEG : row[j] + x;
-            }
-        }
     }
 }
 
-/* o[ni x ncols] += p . vp, skipping exact-zero weights: used when the value
- * block holds NaN/Inf, so that a hidden (or zero-weight) key cannot leak
- * 0 * Inf = NaN into the output. */
-static void FN(pv_careful)(int64_t ni, int64_t nk, int64_t ncols, const FA_T *p, int64_t ldp,
-                           const FA_T *vp, int64_t nr, FA_T *o, int64_t ldo)
+/* o[ni x ncols] += p . vp (panel-major, see pack_v), skipping exact-zero
+ * weights: used when the value block holds NaN/Inf, so that a hidden (or
+ * zero-weight) key cannot leak 0 * Inf = NaN into the output.  It runs the
+ * ISA's own fused multiply-add in the same key order as K->pv, so the
+ * visible keys give bitwise the same sums as the fast kernel. */
+static void FN(pv_careful)(const KT *K, int64_t ni, int64_t nk, int64_t ncols, const FA_T *p,
+                           int64_t ldp, const FA_T *vp, FA_T *o, int64_t ldo)
 {
-    for (int64_t i = 0; i < ni; i++)
-        for (int64_t j = 0; j < nk; j++) {
-            FA_T w = p[i * ldp + j];
-            if (w == 0) continue;
-            for (int64_t c = 0; c < ncols; c++)
-                o[i * ldo + c] += w * vp[(c / nr) * FA_KC * nr + j * nr + c % nr];
-        }
+    const int64_t nr = K->nr;
+    for (int64_t c = 0; c < ncols; c += nr)
+        K->pv_direct(ni, nk, nr, p, ldp, vp + (c / nr) * FA_KC * nr, nr, o + c, ldo);
 }
 
 /* Per-thread scratch of the drivers. */
@@ -244,7 +244,7 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             if (direct)
                 K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
             else if (v_bad)
-                FN(pv_careful)(ni, nk_t, ldv, st, FA_KC, sc->vp, nr, o, ldv);
+                FN(pv_careful)(K, ni, nk_t, ldv, st, FA_KC, sc->vp, o, ldv);
             else
                 K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, FA_KC * nr, o, ldv);
         }
@@ -319,7 +319,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
         const int64_t nk = S - kb < FA_KC ? S - kb : FA_KC;
         const int v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, nr, sc->vp);
         if (v_bad)
-            FN(pv_careful)(ni, nk, ldv, W + kb, S, sc->vp, nr, sc->o, ldv);
+            FN(pv_careful)(K, ni, nk, ldv, W + kb, S, sc->vp, sc->o, ldv);
         else
             K->pv(ni, nk, ldv, W + kb, S, sc->vp, FA_KC * nr, sc->o, ldv);
     }
