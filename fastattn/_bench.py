@@ -429,9 +429,20 @@ def _no_gc():
             gc.enable()
 
 
+# After a multi-threaded call, a thread pool keeps its workers spinning for a
+# while (OpenBLAS about 2**28 cycles, ~0.1 s; libgomp a few ms): on a small
+# machine they would steal the cores of whichever implementation is timed next.
+# Between two different implementations the harness waits this long.
+SETTLE_S = 0.15
+
+
 def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
-                    progress: Progress | None = None, label: str = "") -> dict:
+                    progress: Progress | None = None, label: str = "",
+                    settle_s: float = 0.0) -> dict:
     """Warm up, calibrate and time ``impls`` (name -> zero-arg callable).
+
+    ``settle_s``: pause before each sample whose implementation differs from
+    the previous one (multi-threaded runs: let the other pools go idle).
 
     Returns name -> {"median_s", "min_s", "times_s", "loops", "output"}.
     """
@@ -473,6 +484,8 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
             k = r % len(names)
             for name in names[k:] + names[:k]:
                 if len(times[name]) < cap.get(name, reps):
+                    if settle_s:
+                        time.sleep(settle_s)
                     times[name].append(_time_loop(impls[name], loops[name]))
     return {n: {"median_s": statistics.median(times[n]), "min_s": min(times[n]),
                 "times_s": times[n], "loops": loops[n], "output": outputs[n]}
@@ -1128,7 +1141,8 @@ def main(argv: list[str] | None = None) -> int:
                     impls, skipped, variants = build_impls(case, t, fa, torch,
                                                            args.peers_parsed,
                                                            numpy_max_bytes)
-                    res = run_interleaved(impls, profile, args.repeats, progress, label)
+                    res = run_interleaved(impls, profile, args.repeats, progress, label,
+                                          settle_s=SETTLE_S if t > 1 else 0.0)
                     check = check_outputs(case, res) if case.kind == "attention" else None
                     new = make_rows(case, t, res, skipped, variants, peaks, check)
                     rows.extend(new)

@@ -63,21 +63,21 @@ static int FN(pack_v)(const fa_attention_args *a, int64_t voff, int64_t kb, int6
 {
     const FA_T *v = (const FA_T *)a->v.data + voff;
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
-    int bad = 0;
-    for (int64_t p = 0; p < ldv / nr; p++) {
-        FA_T *pan = vp + p * FA_KC * nr;
-        const int64_t c0 = p * nr, w = Ev - c0 < nr ? Ev - c0 : nr;
-        for (int64_t j = 0; j < nk; j++) {
-            const FA_T *src = v + (kb + j) * rs + c0 * cs;
-            FA_T *dst = pan + j * nr;
+    const int64_t npan = ldv / nr;
+    for (int64_t j = 0; j < nk; j++) { /* each value row is read once, front to back */
+        const FA_T *src = v + (kb + j) * rs;
+        for (int64_t p = 0; p < npan; p++) {
+            FA_T *dst = vp + p * FA_KC * nr + j * nr;
+            const int64_t c0 = p * nr, w = Ev - c0 < nr ? Ev - c0 : nr;
             if (cs == 1)
-                for (int64_t c = 0; c < w; c++) dst[c] = src[c];
+                for (int64_t c = 0; c < w; c++) dst[c] = src[c0 + c];
             else
-                for (int64_t c = 0; c < w; c++) dst[c] = src[c * cs];
+                for (int64_t c = 0; c < w; c++) dst[c] = src[(c0 + c) * cs];
             for (int64_t c = w; c < nr; c++) dst[c] = 0;
         }
-        bad |= FN(any_nonfinite)(pan, nk * nr);
     }
+    int bad = 0;
+    for (int64_t p = 0; p < npan; p++) bad |= FN(any_nonfinite)(vp + p * FA_KC * nr, nk * nr);
     return bad;
 }
 
