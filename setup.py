@@ -101,12 +101,18 @@ class BuildExt(build_ext):
             isa_flags = {{k: v[0] for k, v in {ISA_SOURCES!r}.items() if k in {isa_files!r}}}
             openmp = {openmp!r}
             """)
-        targets = [os.path.join(self.build_lib, "fastattn", "_build_config.py")]
-        if self.inplace:
-            targets.append(os.path.join(HERE, "fastattn", "_build_config.py"))
-        for t in targets:
-            os.makedirs(os.path.dirname(t), exist_ok=True)
-            with open(t, "w") as f:
+        self._config_text = text
+        target = os.path.join(self.build_lib, "fastattn", "_build_config.py")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as f:
+            f.write(text)
+
+    def copy_extensions_to_source(self):
+        # In-place and editable builds: the build record goes beside the extension.
+        super().copy_extensions_to_source()
+        text = getattr(self, "_config_text", None)
+        if text is not None:
+            with open(os.path.join(HERE, "fastattn", "_build_config.py"), "w") as f:
                 f.write(text)
 
 

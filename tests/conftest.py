@@ -56,6 +56,15 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("FASTATTN_HYPOTHESIS_PROFILE", "fastattn"))
 
+
+def examples(n: int) -> int:
+    """``n`` hypothesis examples for a test that sets its own count; an eighth
+    of them (at least 5) under the sanitizer profile, where every call is
+    several times slower."""
+    if os.environ.get("FASTATTN_HYPOTHESIS_PROFILE") == "ci-sanitize":
+        return max(5, n // 8)
+    return n
+
 # ---------------------------------------------------------------------------
 # ISA fixture
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import fastattn
 import fastattn.reference as reference
 from conftest import (
     FLOAT_DTYPES,
+    examples,
     LAYOUTS,
     assert_close,
     empty_with_layout,
@@ -179,7 +180,7 @@ def test_matches_reference_random(isa, dtype, case):
 
 
 @pytest.mark.parametrize("dtype", [np.float16], ids=["float16"])
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(case=attention_cases(max_len=7, max_dim=6))
 def test_matches_reference_random_float16(isa, dtype, case):
     _run_case(case, dtype)
@@ -220,7 +221,7 @@ def block_boundary_cases(draw):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(case=block_boundary_cases())
 def test_matches_reference_random_block_sizes(isa, dtype, case):
     _run_case(case, dtype)
@@ -258,7 +259,7 @@ def gqa_cases(draw):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(case=gqa_cases())
 def test_gqa_matches_reference_random(isa, dtype, case):
     case = dict(case)

@@ -114,7 +114,7 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
-from conftest import empty_with_layout, hidden_positions, relayout
+from conftest import empty_with_layout, examples, hidden_positions, relayout
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 EPS64 = float(np.finfo(np.float64).eps)
@@ -551,21 +551,21 @@ def run_attention_case(case):
 # attention property tests
 # ---------------------------------------------------------------------------
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=attention_cases())
 def test_fuzz_attention_vs_reference(isa, case):
     """Small shapes (1..12 rows, 1..80 features, up to 2 leading dims, GQA heads)."""
     run_attention_case(case)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(case=attention_cases(size="tiles"))
 def test_fuzz_attention_vs_reference_tiles(isa, case):
     """Up to 200 rows and keys: crossing the 64/66-row tiles and 128-key blocks."""
     run_attention_case(case)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(case=attention_cases(size="split"))
 def test_fuzz_attention_vs_reference_key_split(isa, case):
     """Few query rows and more than 1024 keys: the decode and key-split paths."""
@@ -617,7 +617,7 @@ def _rows(a, axis):
     return t.reshape(-1, n)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=softmax_cases())
 def test_fuzz_softmax_vs_scipy_and_reference(isa, case):
     x64, dtype, axis, mask = case["x"], case["dtype"], case["axis"], case["mask"]

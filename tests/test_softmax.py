@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
-from conftest import LAYOUTS, assert_close, empty_with_layout, relayout
+from conftest import LAYOUTS, assert_close, empty_with_layout, examples, relayout
 
 # softmax values lie in [0, 1]: absolute tolerance is the dtype's tolerance.
 SOFTMAX_DTYPES = (np.float32, np.float64)
@@ -65,7 +65,7 @@ def softmax_cases(draw, special=True):
 
 
 @pytest.mark.parametrize("dtype", SOFTMAX_DTYPES, ids=["float32", "float64"])
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(case=softmax_cases())
 def test_softmax_matches_scipy_random(isa, dtype, case):
     x, axis, layout = case
@@ -73,7 +73,7 @@ def test_softmax_matches_scipy_random(isa, dtype, case):
     _check_vs_scipy(x, axis)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(case=softmax_cases(special=False))
 def test_softmax_matches_scipy_random_float16(isa, case):
     x, axis, layout = case
@@ -96,7 +96,7 @@ def masked_cases(draw):
 
 
 @pytest.mark.parametrize("dtype", SOFTMAX_DTYPES, ids=["float32", "float64"])
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(case=masked_cases())
 def test_masked_softmax_matches_reference_random(isa, dtype, case):
     x, axis, layout, mask, mlayout = case

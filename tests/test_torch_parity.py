@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fastattn  # noqa: E402
-from conftest import FLOAT_DTYPES, assert_close, finite_absmax, hidden_positions  # noqa: E402
+from conftest import FLOAT_DTYPES, assert_close, examples, finite_absmax, hidden_positions  # noqa: E402
 
 CAUSAL = (False, True, "upper_left", "lower_right")
 
@@ -114,7 +114,7 @@ def torch_cases(draw):
     return case
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(case=torch_cases())
 def test_matches_torch_random(isa, dtype, case):
     case = dict(case)
