@@ -5,14 +5,17 @@
  * count); MC and KC are the cache blocks of the drivers (here, shared by all
  * ISAs so that every path walks the keys in the same order).
  *
- *   FA_MC  query rows per score tile.  The score tile is FA_MC x FA_KC
- *          elements (64 KiB in float32): it stays in L2 (512 KiB on this
- *          machine) while it is produced, exponentiated and consumed by P.V.
+ *   FA_MC  query rows per score tile, rounded up by the drivers to a
+ *          multiple of the ISA's MR (66 rows for AVX2's MR = 6).  The score
+ *          tile is MC x FA_KC elements (33 KiB in float32): about the L1
+ *          (32 KiB here) while it is produced, exponentiated and consumed by
+ *          P.V, and surely in L2 (512 KiB).
  *   FA_KC  keys per key block.  The packed K block (FA_KC x E) and V block
- *          (FA_KC x Ev) are 32-64 KiB for E = 64-128 in float32: L2-resident,
- *          reused by every query row of a work chunk before the next block.
- *          Must be a multiple of every ISA's NR (16, 32 for float; 8, 16 for
- *          double).
+ *          (FA_KC x Ev) are 32-64 KiB each for E = 64-128 in float32:
+ *          L2-resident, reused by every query row of a work chunk before the
+ *          next block; one NR-wide V panel (8 KiB) stays in L1 during P.V.
+ *          128 measured faster than 256 at E = 64 (README, git log).  Must be
+ *          a multiple of every ISA's NR (16, 32 for float; 8, 16 for double).
  *   FA_MAX_CHUNK_MC  at most this many score tiles (query rows / FA_MC) share
  *          one packed K/V block; bounds the per-thread Q and O scratch
  *          (FA_MAX_CHUNK_MC * FA_MC rows) to a few hundred KiB (L2).
