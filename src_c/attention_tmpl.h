@@ -174,12 +174,11 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
     const int64_t E = a->E, mr = K->mr, nr = K->nr, mcp = (FA_MC + mr - 1) / mr * mr;
     /* mcp: the ISA's tile height, FA_MC rounded up to a multiple of mr */
     const int64_t nrows = r1 - r0, ntiles = (nrows + mcp - 1) / mcp;
-    /* Decoding (a few query rows): dot products straight from K and V, no packing. */
-    /* Decided by the problem, not the chunk, so every row takes the same path
-     * whatever the thread count (bitwise reproducibility). */
+    /* Decoding (a few query rows): dot products straight from K and V, no
+     * packing.  Decided by the problem, not the chunk, so every row takes the
+     * same path whatever the thread count (bitwise reproducibility). */
     const int direct = a->L <= FA_DIRECT_MAX_ROWS && (a->k.cs == 1 || E <= 1) &&
                        (a->v.cs == 1 || a->Ev <= 1);
-    (void)nrows;
     const FA_T *kbase = (const FA_T *)a->k.data + off->k, *vbase = (const FA_T *)a->v.data + off->v;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
