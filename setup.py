@@ -2,7 +2,7 @@
 
 * The ISA kernels (src_c/kernels_avx2.c, kernels_avx512.c) are compiled alone,
   each with its own -m flags; everything else is compiled for the baseline
-  of the target (never -march=native), and dispatch.c picks a path at run
+  of the target (no host-specific -march flag), and dispatch.c picks a path at run
   time.  On a non-x86 target only the generic kernels are built.
 * OpenMP is used when the compiler supports it; otherwise the build goes on
   serial, with a warning, and fastattn.show_config() says so.
