@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 import numpy as np
 
+from ._api import _dtypes  # the dtype rules live in one place
+
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
 
@@ -51,18 +53,6 @@ def _as_float_array(a, name):
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr
-
-
-def _dtypes(*arrays):
-    """(compute dtype, output dtype) for the arrays of one call."""
-    dt = np.result_type(*arrays)
-    if dt.kind in "biu":
-        return np.dtype(np.float64), np.dtype(np.float64)
-    if dt == np.float16:
-        return np.dtype(np.float32), np.dtype(np.float16)
-    if dt not in (np.float32, np.float64):
-        raise TypeError(f"unsupported dtype {dt}: use float16, float32 or float64")
-    return dt, dt
 
 
 def _check_weight(w, name, rows, rows_what, cols_multiple_of, cols_what, expected_cols=None):
@@ -436,7 +426,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     w_k = _as_float_array(w_k, "w_k")
     w_v = _as_float_array(w_v, "w_v")
     w_o = _as_float_array(w_o, "w_o")
-    arrays = [x, w_q, w_k, w_v, w_o]
+    arrays = [("x", x), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)]
     if context is not None:
         if kv_cache is not None:
             raise ValueError("context and kv_cache cannot be combined: the cache is for "
@@ -448,8 +438,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         if x.ndim == 3 and context.shape[0] != x.shape[0]:
             raise ValueError(f"context and x must have the same batch size: x has shape "
                              f"{x.shape}, context has shape {context.shape}")
-        arrays.append(context)
-    cdt, odt = _dtypes(*arrays)
+        arrays.append(("context", context))
+    cdt, odt = _dtypes(tuple((n, a.dtype) for n, a in arrays))
 
     squeeze = x.ndim == 2
     xb = x[None] if squeeze else x
