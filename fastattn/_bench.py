@@ -301,6 +301,8 @@ def collect_meta(fa, torch, tpc, args) -> dict:
     }
     try:
         meta["isa"] = fa.get_isa()
+        if meta["isa"] == "avx512" and fa._core.avx512_emulated():
+            meta["isa"] = "avx512 (EMULATED by SIMDe: a test build, timings meaningless)"
     except Exception as e:  # noqa: BLE001 - report, don't die
         meta["isa"] = f"unknown ({type(e).__name__}: {e})"
     try:

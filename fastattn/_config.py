@@ -131,6 +131,8 @@ def config() -> dict[str, Any]:
         "machine": platform.machine(),
         "isa": get_isa(),
         "available_isas": list(available_isas()),
+        # a SIMDe test build (setup.py): the avx512 path is emulated on AVX2
+        "avx512_emulated": _core.avx512_emulated(),
         "openmp": openmp_enabled(),
         "openmp_runtime": _core.openmp_runtime(),
         "threads": _core.openmp_max_threads(),
@@ -152,6 +154,8 @@ def show_config() -> None:
     c = config()
     print(f"fastattn {c['version']} (Python {c['python']}, {c['machine']})")
     print(f"  ISA path in use : {c['isa']}  (available: {', '.join(c['available_isas'])})")
+    if c["avx512_emulated"]:
+        print("  avx512          : EMULATED by SIMDe on AVX2 (a test build: slow, not for use)")
     print(f"  OpenMP          : {'yes' if c['openmp'] else 'no: serial build'}, {c['openmp_runtime']}")
     print(f"  threads         : {c['threads']}")
     print(f"  compiler        : {c['compiler']}")

@@ -43,6 +43,7 @@ cdef extern from "fastattn.h" nogil:
     int fa_cpu_supports(int isa)
     int fa_get_isa()
     int fa_set_isa(int isa)
+    int fa_avx512_emulated()
     const char *fa_isa_name(int isa)
     int fa_init_dispatch(char *msg, size_t msg_len)
     int fa_openmp_enabled()
@@ -160,6 +161,10 @@ def set_isa(str name):
     if name not in ISA_NAMES or fa_set_isa(ISA_NAMES.index(name)) != FA_OK:
         raise ValueError(f"ISA path {name!r} is not available here; available: "
                          f"{tuple(n for n in ISA_NAMES if cpu_supports(n))}")
+
+
+def avx512_emulated():
+    return bool(fa_avx512_emulated())
 
 
 def openmp_enabled():

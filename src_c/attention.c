@@ -2,6 +2,7 @@
  * (batch x query chunk, keys split for decoding), per-thread scratch, the
  * streaming loop and the loop that materialises the weights.  The
  * arithmetic goes through the micro-kernel table of the ISA in use. */
+#include <float.h>
 #include <math.h>
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
@@ -53,7 +54,10 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
     }
 }
 
+#define FA_LOG2E 1.44269504088896340735992468100189214
+
 #define FA_T float
+#define FA_T_MAX FLT_MAX
 #define FA_UINT uint32_t
 #define FA_EXP_MASK 0x7f800000u
 #define FA_SFX f32
@@ -61,6 +65,7 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 #define KCUR fa_kernels_f32_current
 #include "attention_tmpl.h"
 #undef FA_T
+#undef FA_T_MAX
 #undef FA_UINT
 #undef FA_EXP_MASK
 #undef FA_SFX
@@ -68,6 +73,7 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 #undef KCUR
 
 #define FA_T double
+#define FA_T_MAX DBL_MAX
 #define FA_UINT uint64_t
 #define FA_EXP_MASK 0x7ff0000000000000ull
 #define FA_SFX f64
@@ -75,6 +81,7 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 #define KCUR fa_kernels_f64_current
 #include "attention_tmpl.h"
 #undef FA_T
+#undef FA_T_MAX
 #undef FA_UINT
 #undef FA_EXP_MASK
 #undef FA_SFX

@@ -19,12 +19,14 @@ static int FN(any_nonfinite)(const FA_T *x, int64_t n)
     return acc != 0;
 }
 
-/* Qp[r x E] = scale * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
+/* e^x, or 2^x with base2 (scalar: the online-softmax rescaling factors). */
+static FA_T FN(expb)(double x, int base2) { return (FA_T)(base2 ? exp2(x) : exp(x)); }
+
+/* Qp[r x E] = sc * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
 static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int64_t n,
-                       int64_t rpad, FA_T *qp)
+                       int64_t rpad, FA_T *qp, FA_T sc)
 {
     const FA_T *q = (const FA_T *)a->q.data + qoff;
-    const FA_T sc = (FA_T)a->scale;
     const int64_t E = a->E, rs = a->q.rs, cs = a->q.cs;
     for (int64_t r = 0; r < n; r++) {
         const FA_T *src = q + (i0 + r) * rs;
@@ -37,12 +39,17 @@ static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int
     memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
 }
 
-/* Kp panel-major [ncols/nr][E][nr] from keys kb .. kb+nk of batch koff. */
-static void FN(pack_k)(const fa_attention_args *a, int64_t koff, int64_t kb, int64_t nk,
-                       int64_t ncols, int64_t nr, FA_T *kp)
+/* Kp panel-major [ncols/nr][E][nr] from keys kb .. kb+nk of batch koff:
+ * the ISA's kernel for unit column stride, else element by element. */
+static void FN(pack_k)(const fa_attention_args *a, const KT *K, int64_t koff, int64_t kb,
+                       int64_t nk, int64_t ncols, int64_t nr, FA_T *kp)
 {
     const FA_T *k = (const FA_T *)a->k.data + koff;
     const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
+    if (cs == 1 || E <= 1) {
+        K->pack_k(nk, ncols, E, k + kb * rs, rs, kp);
+        return;
+    }
     for (int64_t j = 0; j < ncols; j++) {
         FA_T *dst = kp + (j / nr) * E * nr + (j % nr);
         if (j < nk) {
@@ -57,12 +64,14 @@ static void FN(pack_k)(const fa_attention_args *a, int64_t koff, int64_t kb, int
 /* Vp from values kb .. kb+nk, panel-major: panel p holds columns p*nr ..
  * p*nr+nr-1 as [nk x nr] at vp + p*FA_KC*nr (columns past Ev zero), so the
  * P.V micro-kernel streams each panel sequentially.  ldv (a multiple of nr)
- * is the padded row length.  Returns 1 if any entry is NaN/Inf. */
-static int FN(pack_v)(const fa_attention_args *a, int64_t voff, int64_t kb, int64_t nk,
-                      int64_t ldv, int64_t nr, FA_T *vp)
+ * is the padded row length.  Returns 1 if any entry is NaN/Inf.  The ISA's
+ * kernel for unit column stride, else element by element. */
+static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int64_t kb,
+                      int64_t nk, int64_t ldv, int64_t nr, FA_T *vp)
 {
     const FA_T *v = (const FA_T *)a->v.data + voff;
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
+    if (cs == 1 || Ev <= 1) return K->pack_v(nk, Ev, ldv, v + kb * rs, rs, vp, FA_KC * nr);
     const int64_t npan = ldv / nr;
     for (int64_t j = 0; j < nk; j++) { /* each value row is read once, front to back */
         const FA_T *src = v + (kb + j) * rs;
@@ -82,7 +91,8 @@ static int FN(pack_v)(const fa_attention_args *a, int64_t voff, int64_t kb, int6
 }
 
 /* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
- * by every mask; returns nothing: hidden entries are exactly -inf. */
+ * by every mask; returns nothing: hidden entries are exactly -inf.  Scores
+ * are in natural units whenever there is an additive mask (FN(attention)). */
 static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, FA_T *s,
                             int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk,
                             int causal_diag, int pad_some)
@@ -166,11 +176,17 @@ static int FN(bool_tile_hidden)(const fa_attention_args *a, const fa_offsets *of
 
 /* Streaming attention for batch b, query rows [r0, r1), keys [k0, k1):
  * online softmax over key blocks; the state (m, l, o) of each row is left in
- * the scratch (unnormalised).  No L x S buffer. */
+ * the scratch (unnormalised).  No L x S buffer.  With base2, the scores are
+ * in log2 units (Q scaled by scale * log2(e)) and exponentiated by exp2: one
+ * multiplication less per score; without it (scale * log2(e) would overflow
+ * the type, or an additive mask is given: see FN(attention)), natural
+ * units and exp. */
 static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
                             int64_t r0, int64_t r1, int64_t k0, int64_t k1, int64_t ldv,
-                            FN(fa_scratch) *sc)
+                            int base2, FN(fa_scratch) *sc)
 {
+    const FA_T qscale = (FA_T)(base2 ? a->scale * FA_LOG2E : a->scale);
+    FA_T (*const expsum)(const FA_T *, FA_T *, int64_t, FA_T) = base2 ? K->expsum2 : K->expsum;
     const int64_t E = a->E, mr = K->mr, nr = K->nr, mcp = (FA_MC + mr - 1) / mr * mr;
     /* mcp: the ISA's tile height, FA_MC rounded up to a multiple of mr */
     const int64_t nrows = r1 - r0, ntiles = (nrows + mcp - 1) / mcp;
@@ -182,7 +198,8 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
     const FA_T *kbase = (const FA_T *)a->k.data + off->k, *vbase = (const FA_T *)a->v.data + off->v;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
-        FN(pack_q)(a, off->q, i0, ni, direct ? ni : (ni + mr - 1) / mr * mr, sc->qp + t * mcp * E);
+        FN(pack_q)(a, off->q, i0, ni, direct ? ni : (ni + mr - 1) / mr * mr, sc->qp + t * mcp * E,
+                   qscale);
     }
     for (int64_t i = 0; i < nrows; i++) { sc->m[i] = (FA_T)-INFINITY; sc->l[i] = 0; }
     memset(sc->o, 0, (size_t)(nrows * ldv) * sizeof(FA_T));
@@ -203,8 +220,8 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
         const int64_t ncols = (nk + nr - 1) / nr * nr;
         int v_bad = 0;
         if (!direct) {
-            FN(pack_k)(a, off->k, kb, nk, ncols, nr, sc->kp);
-            v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, nr, sc->vp);
+            FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
+            v_bad = FN(pack_v)(a, K, off->v, kb, nk, ldv, nr, sc->vp);
         }
         for (int64_t t = 0; t < ntiles; t++) {
             const int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
@@ -234,8 +251,8 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                 if (has_nan) l[i] = (FA_T)NAN; /* a visible NaN score poisons its row */
                 FA_T mnew = mx > m[i] ? mx : m[i];
                 if (mnew == (FA_T)-INFINITY) { memset(row, 0, (size_t)nk_t * sizeof(FA_T)); continue; }
-                FA_T alpha = (m[i] == mnew) ? (FA_T)1 : (FA_T)exp((double)(m[i] - mnew));
-                FA_T rs = K->expsum(row, row, nk_t, mnew);
+                FA_T alpha = (m[i] == mnew) ? (FA_T)1 : FN(expb)((double)(m[i] - mnew), base2);
+                FA_T rs = expsum(row, row, nk_t, mnew);
                 if (alpha != (FA_T)1) K->scal(o + i * ldv, ldv, alpha);
                 l[i] = l[i] * alpha + rs;
                 m[i] = mnew;
@@ -272,7 +289,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
     const int64_t E = a->E, S = a->S, mr = K->mr, nr = K->nr;
     const FA_T NEG = (FA_T)-INFINITY;
     FA_T *W = (FA_T *)a->weights + (b * a->L + i0) * S;
-    FN(pack_q)(a, off->q, i0, ni, (ni + mr - 1) / mr * mr, sc->qp);
+    FN(pack_q)(a, off->q, i0, ni, (ni + mr - 1) / mr * mr, sc->qp, (FA_T)a->scale);
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = S - kb < FA_KC ? S - kb : FA_KC;
         int skip = 0, pad_some = 0, causal_diag = 0;
@@ -292,7 +309,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
             continue;
         }
         const int64_t ncols = (nk + nr - 1) / nr * nr;
-        FN(pack_k)(a, off->k, kb, nk, ncols, nr, sc->kp);
+        FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
         K->qk((ni + mr - 1) / mr * mr, ncols, E, sc->qp, sc->kp, sc->st, FA_KC);
         if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
             FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some);
@@ -316,7 +333,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
     memset(sc->o, 0, (size_t)(ni * ldv) * sizeof(FA_T));
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = S - kb < FA_KC ? S - kb : FA_KC;
-        const int v_bad = FN(pack_v)(a, off->v, kb, nk, ldv, nr, sc->vp);
+        const int v_bad = FN(pack_v)(a, K, off->v, kb, nk, ldv, nr, sc->vp);
         if (v_bad)
             FN(pv_careful)(K, ni, nk, ldv, W + kb, S, sc->vp, sc->o, ldv);
         else
@@ -327,7 +344,8 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
 }
 
 /* Merge the key-split partials of one row: part[s] = {m, l, o[ldv]}. */
-static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, FA_T *o, FA_T *l)
+static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, int base2, FA_T *o,
+                          FA_T *l)
 {
     const int64_t stride = ldv + 2;
     FA_T M = (FA_T)-INFINITY;
@@ -340,7 +358,7 @@ static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, FA_T *o
         FA_T ls = p[1];
         if (ls != ls) { lsum = (FA_T)NAN; continue; }
         if (p[0] == (FA_T)-INFINITY) continue; /* this chunk saw no visible key */
-        FA_T f = (FA_T)exp((double)(p[0] - M));
+        FA_T f = FN(expb)((double)(p[0] - M), base2);
         lsum += ls * f;
         for (int64_t c = 0; c < ldv; c++) o[c] += p[2 + c] * f;
     }
@@ -354,6 +372,7 @@ typedef struct FN(fa_plan) {
     FA_T **bufs, *part;
     int64_t ldv, Epad, rows, qrows, mcp, kc_e, ntiles, chunk_tiles, nchunks, nsplit, split_kc,
         nbatch;
+    int base2; /* streaming scores in log2 units (see stream_rows) */
 } FN(fa_plan);
 
 /* Work item it: (query chunk, batch, key split) or, with weights, (batch, tile). */
@@ -390,7 +409,7 @@ static void FN(run_item)(const FN(fa_plan) *pl, int64_t it, int tid)
     int64_t r0 = c * chunk_tiles * pl->mcp;
     int64_t r1 = r0 + chunk_tiles * pl->mcp < L ? r0 + chunk_tiles * pl->mcp : L;
     int64_t k0 = s * split_kc, k1 = k0 + split_kc < S ? k0 + split_kc : S;
-    FN(stream_rows)(a, K, &off, r0, r1, k0, k1, ldv, &sc);
+    FN(stream_rows)(a, K, &off, r0, r1, k0, k1, ldv, pl->base2, &sc);
     if (nsplit == 1) {
         FN(write_out)(a, &off, r0, r1, ldv, sc.o, sc.l);
     } else {
@@ -412,7 +431,8 @@ static void FN(merge_batch)(const FN(fa_plan) *pl, int64_t b, int tid)
     fa_offsets off;
     fa_batch_offsets(a, b, &off);
     for (int64_t i = 0; i < L; i++) {
-        FN(merge_row)(pl->part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, base, base + ldv);
+        FN(merge_row)(pl->part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, pl->base2, base,
+                      base + ldv);
         FN(write_out)(a, &off, i, i + 1, ldv, base, base + ldv);
     }
 }
@@ -479,7 +499,11 @@ static int FN(attention)(const fa_attention_args *a)
     }
 
     FN(fa_plan) pl = {a, K, bufs, part, ldv, Epad, rows, qrows, mcp, kc_e, ntiles,
-                      chunk_tiles, nchunks, nsplit, split_kc, nbatch};
+                      chunk_tiles, nchunks, nsplit, split_kc, nbatch,
+                      /* log2 units unless scale * log2(e) overflows, or an additive
+                       * mask is given: x * log2(e) would turn a mask of -FLT_MAX (a
+                       * row of them gives uniform weights) into -inf (a hidden row) */
+                      a->add_mask.data == NULL && fabs(a->scale * FA_LOG2E) <= (double)FA_T_MAX};
     if (nt > 1) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)

@@ -5,7 +5,9 @@
  * removes anything named in FASTATTN_DISABLE_CPU_FEATURES (comma list of
  * avx2, avx512: to test the fallbacks on a capable machine, as numpy's
  * NPY_DISABLE_CPU_FEATURES), then takes FASTATTN_ISA (generic, avx2,
- * avx512) if set, else the best available path. */
+ * avx512) if set, else the best available path.  In a test build with
+ * FA_AVX512_EMULATED (setup.py, FASTATTN_AVX512_EMULATION=simde) the avx512
+ * kernels run through SIMDe on AVX2, and are offered wherever AVX2 is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,19 @@ static void detect(void)
     int avx2 = (r7[1] >> 5) & 1, avx512f = (r7[1] >> 16) & 1;
     g_supported[FA_ISA_AVX2] = avx_os && avx && fma && avx2;
     g_supported[FA_ISA_AVX512] = g_supported[FA_ISA_AVX2] && avx512_os && avx512f;
+#ifdef FA_AVX512_EMULATED
+    /* test build: the avx512 kernels were compiled for AVX2 through SIMDe */
+    g_supported[FA_ISA_AVX512] = g_supported[FA_ISA_AVX2];
+#endif
+#endif
+}
+
+int fa_avx512_emulated(void)
+{
+#ifdef FA_AVX512_EMULATED
+    return 1;
+#else
+    return 0;
 #endif
 }
 

@@ -57,6 +57,7 @@ int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t 
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
 int fa_get_isa(void);
 int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
+int fa_avx512_emulated(void);         /* 1 in a SIMDe test build (setup.py) */
 const char *fa_isa_name(int isa);
 /* Applies FASTATTN_DISABLE_CPU_FEATURES and FASTATTN_ISA; on a bad value
  * returns FA_EINVAL with a message in msg. */

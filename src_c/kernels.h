@@ -41,8 +41,19 @@
         T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
         /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \
         T (*expsum)(const T *x, T *y, int64_t n, T m);                               \
+        /* the same with 2^(x[i] - m): scores pre-multiplied by log2(e) */           \
+        T (*expsum2)(const T *x, T *y, int64_t n, T m);                              \
         /* x[i] *= a for i < n */                                                    \
         void (*scal)(T *x, int64_t n, T a);                                          \
+        /* kp[ncols/nr][E][nr] = keys j < nk at k + j*krs (unit column stride), */   \
+        /* zero for nk <= j < ncols; ncols % nr == 0 */                              \
+        void (*pack_k)(int64_t nk, int64_t ncols, int64_t E, const T *k, int64_t krs,\
+                       T *kp);                                                       \
+        /* vp panel c (at vp + c*pstride) = [nk x nr] columns c*nr.. of the values */\
+        /* j < nk at v + j*vrs (unit column stride), zero past Ev, for the ldv/nr */ \
+        /* panels; returns 1 if any value is NaN or +-Inf */                         \
+        int (*pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const T *v, int64_t vrs,  \
+                      T *vp, int64_t pstride);                                       \
     } fa_kernels_##SFX;
 
 FA_DECLARE_KERNEL_TABLE(float, f32)

@@ -28,6 +28,9 @@
 #define V_HMAX vf_hmax
 #define V_HSUM vf_hsum
 #define V_EXP vf_exp
+#define V_EXP2 vf_exp2
+#define V_TB VF_TB
+#define V_TRANSPOSE vf_transpose_block
 #include "kernels_tmpl.h"
 #undef FA_T
 #undef FA_SFX
@@ -49,6 +52,9 @@
 #undef V_HMAX
 #undef V_HSUM
 #undef V_EXP
+#undef V_EXP2
+#undef V_TB
+#undef V_TRANSPOSE
 
 #define FA_T double
 #define FA_SFX f64
@@ -70,6 +76,9 @@
 #define V_HMAX vd_hmax
 #define V_HSUM vd_hsum
 #define V_EXP vd_exp
+#define V_EXP2 vd_exp2
+#define V_TB VD_TB
+#define V_TRANSPOSE vd_transpose_block
 #include "kernels_tmpl.h"
 
 #define FA_TABLE(SFX, MRV, NRVV, VWV)                                                 \
@@ -78,7 +87,9 @@
         FA_XCAT3(qk, SFX, FA_ISA_NAME),     FA_XCAT3(pv, SFX, FA_ISA_NAME),           \
         FA_XCAT3(qk_direct, SFX, FA_ISA_NAME), FA_XCAT3(pv_direct, SFX, FA_ISA_NAME), \
         FA_XCAT3(rowmax, SFX, FA_ISA_NAME), FA_XCAT3(expsum, SFX, FA_ISA_NAME),       \
-        FA_XCAT3(scal, SFX, FA_ISA_NAME)};
+        FA_XCAT3(expsum2, SFX, FA_ISA_NAME),                                          \
+        FA_XCAT3(scal, SFX, FA_ISA_NAME),                                             \
+        FA_XCAT3(pack_k, SFX, FA_ISA_NAME), FA_XCAT3(pack_v, SFX, FA_ISA_NAME)};
 
 FA_TABLE(f32, VF_MR, VF_NRV, VF_W)
 FA_TABLE(f64, VD_MR, VD_NRV, VD_W)

@@ -156,32 +156,38 @@ static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
     return m;
 }
 
-static FA_T FN(expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
-{
-    VT vm = V_SET1(m), s0 = V_ZERO(), s1 = V_ZERO();
-    int64_t i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        VT a = V_EXP(V_SUB(V_LOAD(x + i), vm));
-        VT b = V_EXP(V_SUB(V_LOAD(x + i + VW), vm));
-        V_STORE(y + i, a);
-        V_STORE(y + i + VW, b);
-        s0 = V_ADD(s0, a);
-        s1 = V_ADD(s1, b);
+/* y[i] = EXPF(x[i] - m), returning the sum: exp for softmax and the weights,
+ * exp2 for the streaming attention (scores in log2 units). */
+#define FA_EXPSUM(NAME, EXPF)                                                            \
+    static FA_T NAME(const FA_T *x, FA_T *y, int64_t n, FA_T m)                          \
+    {                                                                                    \
+        VT vm = V_SET1(m), s0 = V_ZERO(), s1 = V_ZERO();                                 \
+        int64_t i = 0;                                                                   \
+        for (; i + 2 * VW <= n; i += 2 * VW) {                                           \
+            VT a = EXPF(V_SUB(V_LOAD(x + i), vm));                                       \
+            VT b = EXPF(V_SUB(V_LOAD(x + i + VW), vm));                                  \
+            V_STORE(y + i, a);                                                           \
+            V_STORE(y + i + VW, b);                                                      \
+            s0 = V_ADD(s0, a);                                                           \
+            s1 = V_ADD(s1, b);                                                           \
+        }                                                                                \
+        if (i < n) { /* tail through a padded vector: every element sees the same exp */ \
+            FA_T buf[2 * VW];                                                            \
+            int64_t t = n - i;                                                           \
+            for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY; \
+            VT a = EXPF(V_SUB(V_LOAD(buf), vm));                                         \
+            VT b = EXPF(V_SUB(V_LOAD(buf + VW), vm));                                    \
+            V_STORE(buf, a);                                                             \
+            V_STORE(buf + VW, b);                                                        \
+            for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];                           \
+            s0 = V_ADD(s0, a);                                                           \
+            s1 = V_ADD(s1, b);                                                           \
+        }                                                                                \
+        return V_HSUM(V_ADD(s0, s1));                                                    \
     }
-    if (i < n) { /* tail through a padded vector so every element sees the same exp */
-        FA_T buf[2 * VW];
-        int64_t t = n - i;
-        for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY;
-        VT a = V_EXP(V_SUB(V_LOAD(buf), vm));
-        VT b = V_EXP(V_SUB(V_LOAD(buf + VW), vm));
-        V_STORE(buf, a);
-        V_STORE(buf + VW, b);
-        for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];
-        s0 = V_ADD(s0, a);
-        s1 = V_ADD(s1, b);
-    }
-    return V_HSUM(V_ADD(s0, s1));
-}
+
+FA_EXPSUM(FN(expsum), V_EXP)
+FA_EXPSUM(FN(expsum2), V_EXP2)
 
 static void FN(scal)(FA_T *x, int64_t n, FA_T a)
 {
@@ -189,6 +195,64 @@ static void FN(scal)(FA_T *x, int64_t n, FA_T a)
     int64_t i = 0;
     for (; i + VW <= n; i += VW) V_STORE(x + i, V_MUL(V_LOAD(x + i), va));
     for (; i < n; i++) x[i] *= a;
+}
+
+/* Packing (see kernels.h): K panels by TB x TB block transposes, V panels by
+ * whole-vector copies that also watch for NaN/Inf (x - x is NaN only then). */
+static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,
+                       FA_T *kp)
+{
+    const int64_t Eb = E / V_TB * V_TB;
+    for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
+        FA_T *pan = kp + (j0 / NR) * E * NR;
+        int64_t jb = 0;
+        for (; jb + V_TB <= NR && j0 + jb + V_TB <= nk; jb += V_TB) {
+            const FA_T *src = k + (j0 + jb) * krs;
+            for (int64_t d = 0; d < Eb; d += V_TB) V_TRANSPOSE(src + d, krs, pan + d * NR + jb, NR);
+            for (int64_t d = Eb; d < E; d++)
+                for (int64_t i = 0; i < V_TB; i++) pan[d * NR + jb + i] = src[i * krs + d];
+        }
+        for (; jb < NR; jb++) { /* the last keys one at a time, zeros past nk */
+            FA_T *dst = pan + jb;
+            if (j0 + jb < nk) {
+                const FA_T *src = k + (j0 + jb) * krs;
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = src[d];
+            } else {
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = 0;
+            }
+        }
+    }
+}
+
+static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_t vrs, FA_T *vp,
+                      int64_t pstride)
+{
+    const int64_t full = Ev / NR; /* panels with no padding */
+    VT bad = V_ZERO();
+    FA_T sbad = 0;
+    for (int64_t j = 0; j < nk; j++) {
+        const FA_T *src = v + j * vrs;
+        for (int64_t c = 0; c < full; c++) {
+            FA_T *dst = vp + c * pstride + j * NR;
+#pragma GCC unroll 4
+            for (int u = 0; u < NRV; u++) {
+                VT x = V_LOAD(src + c * NR + u * VW);
+                V_STORE(dst + u * VW, x);
+                bad = V_NANACC(bad, V_SUB(x, x));
+            }
+        }
+        if (full * NR < ldv) {
+            FA_T *dst = vp + full * pstride + j * NR;
+            const int64_t w = Ev - full * NR;
+            for (int64_t c = 0; c < w; c++) {
+                dst[c] = src[full * NR + c];
+                sbad += dst[c] - dst[c];
+            }
+            for (int64_t c = w; c < NR; c++) dst[c] = 0;
+        }
+    }
+    FA_T hb = V_HSUM(bad);
+    return hb != hb || sbad != sbad;
 }
 
 #undef NR

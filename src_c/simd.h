@@ -11,7 +11,29 @@
  * for float: truncation < 1.2e-7 relative; degree 13 for double: < 5e-18),
  * then scaled by 2^n.  Arguments below the smallest normal result give
  * exactly 0 (so exp(-inf) = 0); NaN gives NaN.  Max error about 2 ulp.
+ *
+ * exp2(x), for the streaming attention, whose scores come pre-multiplied by
+ * log2(e) (FlashAttention-2's trick: no range reduction by ln 2), x <= 0 and
+ * NaN: x clamped to >= -127 (-1023 for double; NaN kept), n = round(x),
+ * r = x - n exactly, 2^r = e^(r ln2) by the same Taylor polynomials, scaled
+ * by 2^n built in the exponent bits, which are all zero for n = -127: results
+ * below 2^-126.5 (2^-1022.5) are exactly 0, exp2(-inf) = 0.  About 2 ulp.
  */
+#define FA_LN2 0.693147180559945309417232121458176568
+#define FA_EXP2F_C(k) ((float)(FA_EXP2_D##k))
+#define FA_EXP2_D1 FA_LN2
+#define FA_EXP2_D2 (FA_EXP2_D1 * FA_LN2 / 2)
+#define FA_EXP2_D3 (FA_EXP2_D2 * FA_LN2 / 3)
+#define FA_EXP2_D4 (FA_EXP2_D3 * FA_LN2 / 4)
+#define FA_EXP2_D5 (FA_EXP2_D4 * FA_LN2 / 5)
+#define FA_EXP2_D6 (FA_EXP2_D5 * FA_LN2 / 6)
+#define FA_EXP2_D7 (FA_EXP2_D6 * FA_LN2 / 7)
+#define FA_EXP2_D8 (FA_EXP2_D7 * FA_LN2 / 8)
+#define FA_EXP2_D9 (FA_EXP2_D8 * FA_LN2 / 9)
+#define FA_EXP2_D10 (FA_EXP2_D9 * FA_LN2 / 10)
+#define FA_EXP2_D11 (FA_EXP2_D10 * FA_LN2 / 11)
+#define FA_EXP2_D12 (FA_EXP2_D11 * FA_LN2 / 12)
+#define FA_EXP2_D13 (FA_EXP2_D12 * FA_LN2 / 13)
 #ifndef FASTATTN_SIMD_H
 #define FASTATTN_SIMD_H
 
@@ -22,7 +44,15 @@
 #define FA_EXPD_LO (-708.3964185322641)
 
 #if defined(FA_ISA_AVX512)
+#if defined(FA_AVX512_SIMDE)
+/* Test builds only (setup.py, FASTATTN_AVX512_EMULATION=simde): the same
+ * AVX-512 source, its _mm512 intrinsics implemented by SIMDe on AVX2, so the
+ * AVX-512 kernels can be executed and checked on a CPU without AVX-512. */
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#else
 #include <immintrin.h>
+#endif
 #define FA_ISA_NAME avx512
 typedef __m512 vf;
 typedef __m512d vd;
@@ -44,10 +74,27 @@ static inline vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 /* max ignoring a NaN in x: returns acc where x is NaN */
 static inline vf vf_max_acc(vf acc, vf x) { return _mm512_max_ps(x, acc); }
-static inline float vf_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+/* Horizontal max / sum: the two 256-bit halves combined, then within 256
+ * bits (AVX-512F only: no AVX512DQ extract). */
+static inline __m256 vf_hi256(vf a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+static inline float vf_hmax(vf a)
+{
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(a), vf_hi256(a));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
 /* lanes of acc become NaN where x is NaN (sticky NaN detector) */
 static inline vf vf_nan_acc(vf acc, vf x) { return _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); }
-static inline float vf_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline float vf_hsum(vf a)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), vf_hi256(a));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 static inline vf vf_exp(vf x)
 {
     const vf log2e = _mm512_set1_ps(1.44269504088896341f);
@@ -75,9 +122,21 @@ static inline vd vd_add(vd a, vd b) { return _mm512_add_pd(a, b); }
 static inline vd vd_sub(vd a, vd b) { return _mm512_sub_pd(a, b); }
 static inline vd vd_mul(vd a, vd b) { return _mm512_mul_pd(a, b); }
 static inline vd vd_max_acc(vd acc, vd x) { return _mm512_max_pd(x, acc); }
-static inline double vd_hmax(vd a) { return _mm512_reduce_max_pd(a); }
+static inline double vd_hmax(vd a)
+{
+    __m256d h = _mm256_max_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    __m128d m = _mm_max_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    m = _mm_max_sd(m, _mm_unpackhi_pd(m, m));
+    return _mm_cvtsd_f64(m);
+}
 static inline vd vd_nan_acc(vd acc, vd x) { return _mm512_mask_mov_pd(acc, _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q), x); }
-static inline double vd_hsum(vd a) { return _mm512_reduce_add_pd(a); }
+static inline double vd_hsum(vd a)
+{
+    __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
 static inline vd vd_exp_poly(vd r)
 {
     vd p = _mm512_set1_pd(1.0 / 6227020800.0);
@@ -104,6 +163,84 @@ static inline vd vd_exp(vd x)
     r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
     vd p = _mm512_scalef_pd(vd_exp_poly(r), n);
     return _mm512_mask_mov_pd(p, under, _mm512_setzero_pd());
+}
+static inline vf vf_exp2(vf x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x); /* NaN: max gives its 2nd operand */
+    vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_sub_ps(x, n);
+    vf p = _mm512_set1_ps(FA_EXP2F_C(6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_C(5)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_C(4)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_C(3)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_C(2)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_C(1)));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    /* 2^n: n + 127 lands in the low mantissa bits of n + (2^23 + 127) */
+    __m512i e = _mm512_slli_epi32(_mm512_castps_si512(_mm512_add_ps(n, _mm512_set1_ps(8388735.0f))), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+static inline vd vd_exp2(vd x)
+{
+    x = _mm512_max_pd(_mm512_set1_pd(-1023.0), x);
+    vd n = _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vd r = _mm512_sub_pd(x, n);
+    vd p = _mm512_set1_pd(FA_EXP2_D13);
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D12));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D11));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D10));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D9));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D8));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D7));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D6));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D5));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D4));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D3));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D2));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(FA_EXP2_D1));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+    __m512i e = _mm512_slli_epi64(_mm512_castpd_si512(_mm512_add_pd(n, _mm512_set1_pd(4503599627371519.0))), 52);
+    return _mm512_mul_pd(p, _mm512_castsi512_pd(e));
+}
+
+/* (256-bit: every AVX-512 CPU has AVX2.)  Transposes of one TB x TB block for packing K: dst[i][r] = src[r][i]
+ * (row strides srs, drs in elements). */
+#define VF_TB 8
+#define VD_TB 4
+static inline void vf_transpose_block(const float *src, int64_t srs, float *dst, int64_t drs)
+{
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + srs);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * srs), r3 = _mm256_loadu_ps(src + 3 * srs);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * srs), r5 = _mm256_loadu_ps(src + 5 * srs);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * srs), r7 = _mm256_loadu_ps(src + 7 * srs);
+    /* pairs of rows interleaved, then quadruples, then the 128-bit halves */
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + drs, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * drs, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * drs, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * drs, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * drs, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * drs, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * drs, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+static inline void vd_transpose_block(const double *src, int64_t srs, double *dst, int64_t drs)
+{
+    __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + srs);
+    __m256d r2 = _mm256_loadu_pd(src + 2 * srs), r3 = _mm256_loadu_pd(src + 3 * srs);
+    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(dst, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + drs, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * drs, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * drs, _mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
 #elif defined(FA_ISA_AVX2)
@@ -212,6 +349,84 @@ static inline vd vd_exp(vd x)
     p = _mm256_mul_pd(p, _mm256_castsi256_pd(e));
     return _mm256_andnot_pd(under, p);
 }
+static inline vf vf_exp2(vf x)
+{
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x); /* NaN: max gives its 2nd operand */
+    vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_sub_ps(x, n);
+    vf p = _mm256_set1_ps(FA_EXP2F_C(6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_C(5)));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_C(4)));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_C(3)));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_C(2)));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_C(1)));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n: n + 127 lands in the low mantissa bits of n + (2^23 + 127) */
+    __m256i e = _mm256_slli_epi32(_mm256_castps_si256(_mm256_add_ps(n, _mm256_set1_ps(8388735.0f))), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+static inline vd vd_exp2(vd x)
+{
+    x = _mm256_max_pd(_mm256_set1_pd(-1023.0), x);
+    vd n = _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vd r = _mm256_sub_pd(x, n);
+    vd p = _mm256_set1_pd(FA_EXP2_D13);
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D12));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D11));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D10));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D9));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D8));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D7));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D6));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D5));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D4));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D3));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D2));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(FA_EXP2_D1));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0));
+    __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(_mm256_add_pd(n, _mm256_set1_pd(4503599627371519.0))), 52);
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+}
+
+/* Transposes of one TB x TB block for packing K: dst[i][r] = src[r][i]
+ * (row strides srs, drs in elements). */
+#define VF_TB 8
+#define VD_TB 4
+static inline void vf_transpose_block(const float *src, int64_t srs, float *dst, int64_t drs)
+{
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + srs);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * srs), r3 = _mm256_loadu_ps(src + 3 * srs);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * srs), r5 = _mm256_loadu_ps(src + 5 * srs);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * srs), r7 = _mm256_loadu_ps(src + 7 * srs);
+    /* pairs of rows interleaved, then quadruples, then the 128-bit halves */
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + drs, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * drs, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * drs, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * drs, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * drs, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * drs, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * drs, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+static inline void vd_transpose_block(const double *src, int64_t srs, double *dst, int64_t drs)
+{
+    __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + srs);
+    __m256d r2 = _mm256_loadu_pd(src + 2 * srs), r3 = _mm256_loadu_pd(src + 3 * srs);
+    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(dst, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + drs, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * drs, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * drs, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
 
 #elif defined(FA_ISA_GENERIC)
 /* Portable C: one-lane "vectors"; the compiler may auto-vectorise the loops. */
@@ -252,6 +467,20 @@ static inline vd vd_nan_acc(vd acc, vd x) { return x != x ? x : acc; }
 static inline double vd_hmax(vd a) { return a; }
 static inline double vd_hsum(vd a) { return a; }
 static inline vd vd_exp(vd x) { return x < FA_EXPD_LO ? 0.0 : exp(x); }
+static inline vf vf_exp2(vf x) { return x < -126.0f ? 0.0f : exp2f(x); }
+static inline vd vd_exp2(vd x) { return x < -1022.0 ? 0.0 : exp2(x); }
+#define VF_TB 4
+#define VD_TB 4
+static inline void vf_transpose_block(const float *src, int64_t srs, float *dst, int64_t drs)
+{
+    for (int r = 0; r < VF_TB; r++)
+        for (int i = 0; i < VF_TB; i++) dst[i * drs + r] = src[r * srs + i];
+}
+static inline void vd_transpose_block(const double *src, int64_t srs, double *dst, int64_t drs)
+{
+    for (int r = 0; r < VD_TB; r++)
+        for (int i = 0; i < VD_TB; i++) dst[i * drs + r] = src[r * srs + i];
+}
 #else
 #error "define one of FA_ISA_AVX512, FA_ISA_AVX2, FA_ISA_GENERIC"
 #endif
