@@ -315,6 +315,38 @@ def test_scale_overflowing_float32_raises_value_error():
     _raises(ValueError, ["scale"], [], q, k, v, scale=1e300, out_dtype=np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scale_near_dtype_max_whose_log2e_multiple_overflows_as_reference(dtype):
+    """The streaming path works in log2 units (Q times scale * log2(e)); a
+    scale that is finite but whose log2(e) multiple overflows the dtype must
+    still give the reference's (finite) answer."""
+    big = float(np.finfo(dtype).max) * 0.9   # * log2(e) > max
+    q, k, v = _qkv(dtype)
+    q = q * dtype(1.0 / big) * dtype(4.0)        # scale * q of order 1
+    o = fastattn.attention(q, k, v, scale=big)
+    exp_o = reference.attention(q, k, v, scale=big)
+    assert np.all(np.isfinite(o))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(o, exp_o, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_additive_mask_of_dtype_min_on_whole_rows_gives_uniform_weights(dtype, causal):
+    """A row whose every key has the additive mask finfo.min (a common
+    stand-in for -inf) has finite, equal scores: uniform weights over its
+    visible keys, as the reference and torch -- not a hidden row (zeros), which
+    scaling the mask into log2 units would make of it (-FLT_MAX * log2(e) =
+    -inf)."""
+    q, k, v = _qkv(dtype)
+    m = np.zeros((3, 5), dtype)
+    m[1, :] = np.finfo(dtype).min
+    o = _check_reference(q, k, v, m, is_causal=causal)[0]
+    nvis = 2 if causal else 5
+    np.testing.assert_allclose(o[:, 1], v[:, :nvis].mean(axis=1),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
 @pytest.mark.parametrize("scale", ["abc", 1j, None.__class__, [1.0]])
 def test_scale_not_a_number_raises_type_error(scale):
     q, k, v = _qkv()
