@@ -92,7 +92,7 @@ DEFAULT = Profile(
 )
 
 QUICK = Profile(
-    budget_s=0.25, min_repeats=3, max_repeats=5, min_sample_s=0.01, slow_budget_s=1.0,
+    budget_s=0.1, min_repeats=3, max_repeats=4, min_sample_s=0.005, slow_budget_s=0.5,
     peak_n=1024, peak_repeats=3,
     attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
     decode=((1, 8, 1, 1024, 64),),
@@ -981,7 +981,7 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                     "composition (interleaved, medians, equal thread limits).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default=None, metavar="NAME",
-                   help="default (all targets, < ~4 min on 2 cores), quick (~30 s "
+                   help="default (all targets, < ~4 min on 2 cores), quick (~25 s "
                         "smoke run), targets/all (= default), or a comma-separated "
                         "list of sections: " + ", ".join(SECTIONS))
     p.add_argument("--quick", action="store_true",
