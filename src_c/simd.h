@@ -17,7 +17,9 @@
  * NaN: x clamped to >= -127 (-1023 for double; NaN kept), n = round(x),
  * r = x - n exactly, 2^r = e^(r ln2) by the same Taylor polynomials, scaled
  * by 2^n built in the exponent bits, which are all zero for n = -127: results
- * below 2^-126.5 (2^-1022.5) are exactly 0, exp2(-inf) = 0.  About 2 ulp.
+ * below 2^-126.5 (2^-1022.5) are exactly 0, exp2(-inf) = 0.  Measured over
+ * 4M points of [-126, 0] ([-1000, 0]): at most 2.6 ulp (0.8 ulp for double);
+ * exp on [-87, 0]: 2.7 ulp.
  */
 #define FA_LN2 0.693147180559945309417232121458176568
 #define FA_EXP2F_C(k) ((float)(FA_EXP2_D##k))
