@@ -21,6 +21,7 @@ import sys
 import sysconfig
 import tempfile
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from Cython.Build import cythonize
@@ -84,7 +85,6 @@ class BuildExt(build_ext):
             omp_c, omp_l = [], []
         else:
             omp_c, omp_l = omp
-        objects = []
         isa_sources = dict(ISA_SOURCES) if is_x86() else {}
         emulation = os.environ.get("FASTATTN_AVX512_EMULATION", "")
         if emulation:
@@ -99,15 +99,27 @@ class BuildExt(build_ext):
             for ext in self.extensions:
                 ext.define_macros.append(("FA_AVX512_EMULATED", "1"))
         for ext in self.extensions:
-            ext.extra_compile_args = base + omp_c + extra
-            ext.extra_link_args = omp_l + extra
-            for fname, (gflags, mflags) in isa_sources.items():
-                objects += self.compiler.compile(
-                    [os.path.join(SRC, fname)], output_dir=self.build_temp,
-                    include_dirs=[SRC], extra_postargs=base + (mflags if msvc else gflags) + extra)
-            ext.extra_objects = objects
             if not isa_sources:
                 ext.define_macros.append(("FA_NO_X86_KERNELS", "1"))
+            ext.extra_compile_args = base + omp_c + extra
+            ext.extra_link_args = omp_l + extra
+            # Every C file of src_c/ is compiled here, in parallel (the ISA
+            # kernels each with their own flags); the extension keeps only the
+            # Cython module.  MSVC initialises itself lazily: one at a time.
+            jobs = [(f, base + omp_c + extra) for f in COMMON_SOURCES]
+            jobs += [(f, base + (m if msvc else g) + extra) for f, (g, m) in isa_sources.items()]
+
+            def compile_one(job, ext=ext):
+                return self.compiler.compile(
+                    [os.path.join(SRC, job[0])], output_dir=self.build_temp,
+                    macros=ext.define_macros, include_dirs=ext.include_dirs,
+                    extra_postargs=job[1])
+
+            workers = 1 if msvc else max(1, min(len(jobs), os.cpu_count() or 1))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                objects = [o for objs in pool.map(compile_one, jobs) for o in objs]
+            ext.extra_objects = objects
+            ext.sources = [f for f in ext.sources if os.path.dirname(f) != SRC]
         self._write_build_config(base + omp_c + extra, omp is not None,
                                  {f: (m if msvc else g) for f, (g, m) in isa_sources.items()})
         super().build_extensions()

@@ -246,11 +246,16 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             FA_T *m = sc->m + (i0 - r0), *l = sc->l + (i0 - r0), *o = sc->o + (i0 - r0) * ldv;
             for (int64_t i = 0; i < ni; i++) {
                 FA_T *row = st + i * FA_KC;
-                int has_nan = 0;
-                FA_T mx = K->rowmax(row, nk_t, &has_nan);
-                if (has_nan) l[i] = (FA_T)NAN; /* a visible NaN score poisons its row */
+                /* A visible NaN score poisons its row: through the sum (exp of
+                 * NaN is NaN) unless no key of the row is visible yet. */
+                FA_T mx = K->rowmax(row, nk_t, NULL);
                 FA_T mnew = mx > m[i] ? mx : m[i];
-                if (mnew == (FA_T)-INFINITY) { memset(row, 0, (size_t)nk_t * sizeof(FA_T)); continue; }
+                if (mnew == (FA_T)-INFINITY) {
+                    for (int64_t j = 0; j < nk_t; j++)
+                        if (row[j] != row[j]) { l[i] = (FA_T)NAN; break; }
+                    memset(row, 0, (size_t)nk_t * sizeof(FA_T));
+                    continue;
+                }
                 FA_T alpha = (m[i] == mnew) ? (FA_T)1 : FN(expb)((double)(m[i] - mnew), base2);
                 FA_T rs = expsum(row, row, nk_t, mnew);
                 if (alpha != (FA_T)1) K->scal(o + i * ldv, ldv, alpha);

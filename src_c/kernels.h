@@ -38,6 +38,7 @@
         void (*pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const T *p,       \
                           int64_t ldp, const T *v, int64_t vrs, T *o, int64_t ldo);  \
         /* max of x[0..n) ignoring NaN (-inf if none); *has_nan |= any NaN */        \
+        /* (has_nan may be NULL: no NaN detection) */                                \
         T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
         /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \
         T (*expsum)(const T *x, T *y, int64_t n, T m);                               \

@@ -135,16 +135,24 @@ static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p
     }
 }
 
+/* has_nan NULL: no NaN detection (the streaming path finds NaN in the sum). */
 static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
 {
     VT m0 = V_SET1(-INFINITY), m1 = m0;
     VT bad = V_ZERO(); /* NaN (or all-ones bits, on AVX2) in the lanes that saw a NaN */
     int64_t i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        VT a = V_LOAD(x + i), b = V_LOAD(x + i + VW);
-        m0 = V_MAXACC(m0, a);
-        m1 = V_MAXACC(m1, b);
-        bad = V_NANACC(V_NANACC(bad, a), b);
+    if (has_nan) {
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            VT a = V_LOAD(x + i), b = V_LOAD(x + i + VW);
+            m0 = V_MAXACC(m0, a);
+            m1 = V_MAXACC(m1, b);
+            bad = V_NANACC(V_NANACC(bad, a), b);
+        }
+    } else {
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            m0 = V_MAXACC(m0, V_LOAD(x + i));
+            m1 = V_MAXACC(m1, V_LOAD(x + i + VW));
+        }
     }
     FA_T m = V_HMAX(V_MAXACC(m0, m1));
     FA_T sbad = V_HSUM(bad);
@@ -152,7 +160,7 @@ static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
         if (x[i] > m) m = x[i];
         if (x[i] != x[i]) sbad = x[i];
     }
-    if (sbad != sbad) *has_nan = 1;
+    if (has_nan && sbad != sbad) *has_nan = 1;
     return m;
 }
 
