@@ -103,23 +103,23 @@ class BuildExt(build_ext):
                 ext.define_macros.append(("FA_NO_X86_KERNELS", "1"))
             ext.extra_compile_args = base + omp_c + extra
             ext.extra_link_args = omp_l + extra
-            # Every C file of src_c/ is compiled here, in parallel (the ISA
-            # kernels each with their own flags); the extension keeps only the
-            # Cython module.  MSVC initialises itself lazily: one at a time.
-            jobs = [(f, base + omp_c + extra) for f in COMMON_SOURCES]
-            jobs += [(f, base + (m if msvc else g) + extra) for f, (g, m) in isa_sources.items()]
+            # Every C file (the Cython module's, the ISA kernels each with their
+            # own flags, the rest of src_c/) is compiled here, in parallel, the
+            # slowest first; build_ext then only links.  MSVC initialises
+            # itself lazily: one at a time there.
+            common = [(f, base + omp_c + extra) for f in ext.sources]
+            jobs = common[:1] + [(os.path.join(SRC, f), base + (m if msvc else g) + extra)
+                                 for f, (g, m) in isa_sources.items()] + common[1:]
 
             def compile_one(job, ext=ext):
                 return self.compiler.compile(
-                    [os.path.join(SRC, job[0])], output_dir=self.build_temp,
-                    macros=ext.define_macros, include_dirs=ext.include_dirs,
-                    extra_postargs=job[1])
+                    [job[0]], output_dir=self.build_temp, macros=ext.define_macros,
+                    include_dirs=ext.include_dirs, extra_postargs=job[1])
 
             workers = 1 if msvc else max(1, min(len(jobs), os.cpu_count() or 1))
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                objects = [o for objs in pool.map(compile_one, jobs) for o in objs]
-            ext.extra_objects = objects
-            ext.sources = [f for f in ext.sources if os.path.dirname(f) != SRC]
+                ext.extra_objects = [o for objs in pool.map(compile_one, jobs) for o in objs]
+            ext.sources = []
         self._write_build_config(base + omp_c + extra, omp is not None,
                                  {f: (m if msvc else g) for f, (g, m) in isa_sources.items()})
         super().build_extensions()
