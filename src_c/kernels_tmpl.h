@@ -263,5 +263,6 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
     return hb != hb || sbad != sbad;
 }
 
+#undef FA_EXPSUM
 #undef NR
 #undef FN

@@ -10,7 +10,7 @@
  * x = n ln2 + r with |r| <= ln2/2, exp(r) by a Taylor polynomial (degree 6
  * for float: truncation < 1.2e-7 relative; degree 13 for double: < 5e-18),
  * then scaled by 2^n.  Arguments below the smallest normal result give
- * exactly 0 (so exp(-inf) = 0); NaN gives NaN.  Max error about 2 ulp.
+ * exactly 0 (so exp(-inf) = 0); NaN gives NaN.  Within 3 ulp (below).
  *
  * exp2(x), for the streaming attention, whose scores come pre-multiplied by
  * log2(e) (FlashAttention-2's trick: no range reduction by ln 2), x <= 0 and
@@ -21,6 +21,15 @@
  * 4M points of [-126, 0] ([-1000, 0]): at most 2.6 ulp (0.8 ulp for double);
  * exp on [-87, 0]: 2.7 ulp.
  */
+#ifndef FASTATTN_SIMD_H
+#define FASTATTN_SIMD_H
+
+#include <math.h>
+#include <stdint.h>
+
+#define FA_EXPF_LO (-87.3365478515625f) /* below: result 0 (flush, < FLT_MIN) */
+#define FA_EXPD_LO (-708.3964185322641)
+/* e^(r ln2) = sum_k (ln2)^k / k! r^k: the Taylor coefficients of exp2 */
 #define FA_LN2 0.693147180559945309417232121458176568
 #define FA_EXP2F_C(k) ((float)(FA_EXP2_D##k))
 #define FA_EXP2_D1 FA_LN2
@@ -36,14 +45,6 @@
 #define FA_EXP2_D11 (FA_EXP2_D10 * FA_LN2 / 11)
 #define FA_EXP2_D12 (FA_EXP2_D11 * FA_LN2 / 12)
 #define FA_EXP2_D13 (FA_EXP2_D12 * FA_LN2 / 13)
-#ifndef FASTATTN_SIMD_H
-#define FASTATTN_SIMD_H
-
-#include <math.h>
-#include <stdint.h>
-
-#define FA_EXPF_LO (-87.3365478515625f) /* below: result 0 (flush, < FLT_MIN) */
-#define FA_EXPD_LO (-708.3964185322641)
 
 #if defined(FA_ISA_AVX512)
 #if defined(FA_AVX512_SIMDE)
