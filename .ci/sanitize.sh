@@ -96,11 +96,19 @@ PYEOF
 # and build tooling: they call the kernels only on shapes the rest of the
 # suite covers, and took 70 s of this step).  All run in the plain pytest
 # step.
+# Test paths given as arguments are relative to the checkout (pytest runs
+# from $WORK); without any, the whole tests/ folder.
+ARGS=()
+PATHS=()
+for a in "$@"; do
+    if [[ "$a" != -* && -e "$REPO/${a%%::*}" ]]; then PATHS+=("$REPO/$a"); else ARGS+=("$a"); fi
+done
+[ ${#PATHS[@]} -gt 0 ] || PATHS=("$REPO/tests")
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
     -k "not test_no_memory_growth and not test_streaming_extra_memory" \
     --ignore="$REPO/tests/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
-    "$REPO/tests" "$@" || rc=$?
+    "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"
 if compgen -G "$WORK/logs/*" > /dev/null; then
     echo "== sanitizer reports:"
