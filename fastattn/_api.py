@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 import numpy as np
 
 from . import _core
-from ._masks import MaskPlan, resolve
+from ._masks import resolve
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -29,8 +29,6 @@ _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float
 _F32_MAX = float(np.finfo(np.float32).max)
 # More threads than this are not honoured (the result is the same for any count).
 _MAX_THREADS = 256
-_NO_MASK = MaskPlan(False, 0, None, None, None)
-_NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
 
 
 def _dtypes(named) -> tuple[np.dtype, np.dtype]:
@@ -259,10 +257,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
             raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
     nt = 0 if num_threads is None else _threads(num_threads)
-    if attn_mask is None and key_padding_mask is None and (is_causal is False or is_causal is True):
-        plan = _NO_MASK_CAUSAL if is_causal else _NO_MASK
-    else:
-        plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
     shape = batch + (L, Ev)
     if out is not None:
         _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v),

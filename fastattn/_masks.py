@@ -44,9 +44,19 @@ def _at_least_2d(m: np.ndarray) -> np.ndarray:
     return m if m.ndim >= 2 else m.reshape((1,) * (2 - m.ndim) + m.shape)
 
 
+# The plans without a mask array, built once (the per-call overhead of tiny problems).
+_NO_MASK = MaskPlan(False, 0, None, None, None)
+_NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
+
+
 def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int,
             compute_dtype: np.dtype, query_ndim: int) -> MaskPlan:
     """Check every mask against the problem ``batch + (L, S)`` and return the plan."""
+    if attn_mask is None and key_padding_mask is None:
+        if is_causal is False:
+            return _NO_MASK
+        if is_causal is True:
+            return _NO_MASK_CAUSAL
     causal, offset = causal_offset(is_causal, L, S)
     if attn_mask is None and key_padding_mask is None:
         return MaskPlan(causal, offset, None, None, None)
