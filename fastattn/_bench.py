@@ -11,7 +11,11 @@ installed) and the plain NumPy/SciPy composition, in one process:
 * every implementation runs under the same thread limit: ``num_threads=t``
   for fastattn, ``torch.set_num_threads(t)`` for torch and
   ``threadpoolctl.threadpool_limits(t)`` (BLAS *and* OpenMP) around all of
-  them;
+  them, set before each sample (outside the timed loop);
+* a case's thread counts are timed in the same rounds (``fastattn@1``,
+  ``fastattn@2``, ``torch@1``, ...), and the thread scaling is the median of
+  the per-round ratios, so that a slow spell of a shared machine does not
+  land on one thread count only;
 * GFLOP/s counts ``4*B*H*L*S*D`` floating point operations per attention
   call (half of that for a causal square mask), and each fastattn figure is
   also given as a fraction of the float matmul peak (``np.matmul`` of two
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import gc
 import json
@@ -79,7 +84,7 @@ class Profile:
 
 
 DEFAULT = Profile(
-    budget_s=1.5, min_repeats=3, max_repeats=11, min_sample_s=0.02, slow_budget_s=2.5,
+    budget_s=1.5, min_repeats=5, max_repeats=11, min_sample_s=0.02, slow_budget_s=2.5,
     peak_n=2048, peak_repeats=5,
     attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
                (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
@@ -436,32 +441,57 @@ def _no_gc():
 # machine they would steal the cores of whichever implementation is timed next.
 # Between two different implementations the harness waits this long.
 SETTLE_S = 0.15
+# ... and then runs the implementation about to be timed, untimed, for
+# REWARM_S (at least one call): after the pause its own workers sleep, and a
+# virtual machine's idle CPU wakes slowly (measured here: after a 0.15 s pause
+# the first one or two 2-thread calls of ~0.1 ms took 1-5 ms each, and the
+# next ~20 calls were up to 2x slower than later ones), which the first calls
+# of a sample would pay: a bias against more threads.  Calls slower than
+# REWARM_MAX_S get no untimed call (a wake-up is < 2% of them).
+REWARM_S = 0.01
+REWARM_MAX_S = 0.25
+
+
+def _rewarm(fn, est_s: float) -> None:
+    if est_s >= REWARM_MAX_S:
+        return
+    t_end = time.perf_counter() + REWARM_S
+    fn()
+    while time.perf_counter() < t_end:
+        fn()
 
 
 def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
                     progress: Progress | None = None, label: str = "",
-                    settle_s: float = 0.0) -> dict:
+                    settle_s: float = 0.0, context=None) -> dict:
     """Warm up, calibrate and time ``impls`` (name -> zero-arg callable).
 
-    ``settle_s``: pause before each sample whose implementation differs from
-    the previous one (multi-threaded runs: let the other pools go idle).
+    ``settle_s``: pause before each sample (multi-threaded runs: let the
+    other pools go idle), followed by untimed calls (see REWARM_S).
+    ``context``: name -> a context manager entered around that
+    implementation's warm-up and each of its samples, outside the timed loop
+    (the thread limit, when one run mixes thread counts).
 
-    Returns name -> {"median_s", "min_s", "times_s", "loops", "output"}.
+    Returns name -> {"median_s", "min_s", "times_s", "loops", "output"};
+    ``times_s[r]`` is the sample of round r, so two implementations' samples
+    with the same index were taken moments apart.
     """
     names = list(impls)
+    ctx = context or (lambda name: contextlib.nullcontext())
     est, outputs = {}, {}
     for name in names:
         if progress:
             progress.status(f"{label}: warm-up {name}")
         fn = impls[name]
-        t0 = time.perf_counter()
-        outputs[name] = fn()                     # first call: lazy init, page faults
-        t = time.perf_counter() - t0
-        if t < 1.5:                              # cheap enough: a clean second call
-            t = _time_loop(fn, 1)
-        if t < 1e-3:                             # tiny: estimate from a short loop
-            n = max(1, int(0.02 / max(t, 1e-7)))
-            t = _time_loop(fn, n)
+        with ctx(name):
+            t0 = time.perf_counter()
+            outputs[name] = fn()                 # first call: lazy init, page faults
+            t = time.perf_counter() - t0
+            if t < 1.5:                          # cheap enough: a clean second call
+                t = _time_loop(fn, 1)
+            if t < 1e-3:                         # tiny: estimate from a short loop
+                n = max(1, int(0.02 / max(t, 1e-7)))
+                t = _time_loop(fn, n)
         est[name] = t
     loops = {n: max(1, math.ceil(profile.min_sample_s / max(est[n], 1e-9)))
              for n in names}
@@ -488,10 +518,21 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
                 if len(times[name]) < cap.get(name, reps):
                     if settle_s:
                         time.sleep(settle_s)
-                    times[name].append(_time_loop(impls[name], loops[name]))
+                    with ctx(name):
+                        if settle_s:
+                            _rewarm(impls[name], est[name])
+                        times[name].append(_time_loop(impls[name], loops[name]))
     return {n: {"median_s": statistics.median(times[n]), "min_s": min(times[n]),
                 "times_s": times[n], "loops": loops[n], "output": outputs[n]}
             for n in names}
+
+
+def paired_ratio(num: list, den: list) -> float:
+    """Median over rounds of num[r] / den[r]: the ratio of two
+    implementations timed in the same rounds, each round's pair taken moments
+    apart, so a slow spell of the machine cancels out of it."""
+    n = min(len(num), len(den))
+    return statistics.median(a / b for a, b in zip(num[:n], den[:n]))
 
 
 def measure_peak(dtype: str, n: int, repeats: int) -> dict:
@@ -816,7 +857,9 @@ def format_table(rows: list[dict], peers) -> str:
 
 
 def scaling_rows(rows: list[dict]) -> list[dict]:
-    """fastattn (and peers) time at t threads relative to 1 thread."""
+    """fastattn's (and the peers') speed-up at t threads over 1 thread: the
+    median over rounds of the paired ratio (both thread counts are timed in
+    the same interleaved rounds)."""
     by = {}
     for r in rows:
         by.setdefault((r["case"], r["dtype"], r["causal"]), {})[r["threads"]] = r
@@ -828,11 +871,14 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
         for t, r in sorted(per_t.items()):
             if t == 1:
                 continue
+            v = r["variant"]            # fastattn, or fastattn_inplace (softmax out=x)
             rec = {"case": case, "dtype": dtype, "causal": causal, "threads": t,
-                   "fastattn": base["fastattn_s"] / r["fastattn_s"]}
+                   "fastattn": paired_ratio(base["impls"][v]["times_s"],
+                                            r["impls"][v]["times_s"])}
             for p in ("torch", "numpy"):
                 if p in base["impls"] and p in r["impls"]:
-                    rec[p] = base["impls"][p]["median_s"] / r["impls"][p]["median_s"]
+                    rec[p] = paired_ratio(base["impls"][p]["times_s"],
+                                          r["impls"][p]["times_s"])
             out.append(rec)
     return out
 
@@ -1127,38 +1173,56 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     peaks, rows = {}, []
     torch_ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    # Every case is timed at all thread counts in the same interleaved rounds
+    # (each sample under its own thread limit), so the thread scaling compares
+    # samples taken moments apart, not minutes apart on a machine whose speed
+    # drifts.
+    peak_dtypes = ["float32"] + [c.dtype for c in cases if c.kind == "attention"]
+    peak_dtypes = list(dict.fromkeys(peak_dtypes)) if cases else []
+    limits = {t: ThreadLimit(t, tpc, torch) for t in threads}
+    profile_all = dataclasses.replace(profile, budget_s=profile.budget_s * len(threads))
     with torch_ctx:
         for t in threads:
-            with ThreadLimit(t, tpc, torch):
-                peak_dtypes = ["float32"] + [c.dtype for c in cases if c.kind == "attention"]
-                peak_dtypes = list(dict.fromkeys(peak_dtypes)) if cases else []
+            with limits[t]:
                 for dt in peak_dtypes:
                     progress.status(f"matmul peak {dt} {t}t")
                     pk = measure_peak(dt, profile.peak_n, profile.peak_repeats)
                     pk["threads"] = t
                     peaks[(dt, t)] = pk
                     progress.note(f"matmul peak {dt}, {t} thread(s): {pk['gflops']:.1f} GFLOP/s")
-                for case in cases:
-                    label = f"{case.label} {case.dtype}{' causal' if case.causal else ''} {t}t"
-                    impls, skipped, variants = build_impls(case, t, fa, torch,
-                                                           args.peers_parsed,
-                                                           numpy_max_bytes)
-                    res = run_interleaved(impls, profile, args.repeats, progress, label,
-                                          settle_s=SETTLE_S if t > 1 else 0.0)
-                    check = check_outputs(case, res) if case.kind == "attention" else None
-                    new = make_rows(case, t, res, skipped, variants, peaks, check)
-                    rows.extend(new)
-                    del impls, res
-                    parts = []
-                    for n in ("fastattn", "fastattn_inplace", "torch", "numpy"):
-                        r0 = new[0]["impls"].get(n)
-                        if r0:
-                            parts.append(f"{n} {fmt_time(r0['median_s'])}")
-                    if new[0]["gflops"]:
-                        parts.append(f"{new[0]['gflops']:.1f} GFLOP/s")
-                    if new[0].get("output_ok") is False:
-                        parts.append("MISMATCH")
-                    progress.step(f"{label}: " + ", ".join(parts))
+        for case in cases:
+            label = f"{case.label} {case.dtype}{' causal' if case.causal else ''}"
+            impls, thread_of = {}, {}
+            built = {t: build_impls(case, t, fa, torch, args.peers_parsed, numpy_max_bytes)
+                     for t in threads}
+            variants = built[threads[0]][2]
+            skipped = built[threads[0]][1]
+            for name in built[threads[0]][0]:
+                for t in threads:       # one implementation's thread counts side by side
+                    impls[f"{name}@{t}"] = built[t][0][name]
+                    thread_of[f"{name}@{t}"] = t
+            del built
+            res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
+                                      settle_s=SETTLE_S if max(threads) > 1 else 0.0,
+                                      context=lambda name: limits[thread_of[name]])
+            for t in threads:
+                res = {n.rsplit("@", 1)[0]: r for n, r in res_all.items() if thread_of[n] == t}
+                check = check_outputs(case, res) if case.kind == "attention" else None
+                new = make_rows(case, t, res, skipped, variants, peaks, check)
+                rows.extend(new)
+                parts = []
+                for n in ("fastattn", "fastattn_inplace", "torch", "numpy"):
+                    r0 = new[0]["impls"].get(n)
+                    if r0:
+                        parts.append(f"{n} {fmt_time(r0['median_s'])}")
+                if new[0]["gflops"]:
+                    parts.append(f"{new[0]['gflops']:.1f} GFLOP/s")
+                if new[0].get("output_ok") is False:
+                    parts.append("MISMATCH")
+                progress.step(f"{label} {t}t: " + ", ".join(parts))
+            del impls, res_all, res
+        for t in threads:
+            with limits[t]:
                 for dt in peak_dtypes:       # once more at the end: keep the best
                     progress.status(f"matmul peak {dt} {t}t (again)")
                     pk = measure_peak(dt, profile.peak_n, profile.peak_repeats)
@@ -1168,11 +1232,11 @@ def main(argv: list[str] | None = None) -> int:
                         old.update(seconds=pk["seconds"], gflops=pk["gflops"])
                         progress.note(f"matmul peak {dt}, {t} thread(s), again: "
                                       f"{pk['gflops']:.1f} GFLOP/s (kept)")
-                for r in rows:               # the peak may have moved: recompute
-                    if r["threads"] == t and r["gflops"]:
-                        r["peak_gflops"] = peaks[(r["dtype"], t)]["gflops"]
-                        r["frac_peak"] = r["gflops"] / r["peak_gflops"]
-                        r["frac_peak_f32"] = r["gflops"] / peaks[("float32", t)]["gflops"]
+    for r in rows:                           # the peaks may have moved: recompute
+        if r["gflops"]:
+            r["peak_gflops"] = peaks[(r["dtype"], r["threads"])]["gflops"]
+            r["frac_peak"] = r["gflops"] / r["peak_gflops"]
+            r["frac_peak_f32"] = r["gflops"] / peaks[("float32", r["threads"])]["gflops"]
     mem = []
     if mem_jobs:
         H, L, S, D = profile.memory

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,62 @@ def test_openblas_env_untouched(monkeypatch):
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
     bench.main(["--list"])
     assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"
+
+
+def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatch):
+    """One run mixes thread counts: each implementation's warm-up, untimed
+    re-warm and samples run inside its own context (its thread limit)."""
+    monkeypatch.setattr(bench, "REWARM_S", 0.0)          # re-warm: one call
+    active, log = [], []
+
+    class Limit:
+        def __init__(self, t):
+            self.t = t
+
+        def __enter__(self):
+            active.append(self.t)
+
+        def __exit__(self, *exc):
+            active.pop()
+
+    def impl(t):
+        def call():
+            time.sleep(0.0015)      # > 1 ms: warm-up is one call + one timed call
+            log.append((t, list(active)))
+            return t
+        return call
+
+    timed_loop = bench._time_loop
+
+    def marked_loop(fn, loops):
+        log.append(("timed", None))
+        return timed_loop(fn, loops)
+
+    monkeypatch.setattr(bench, "_time_loop", marked_loop)
+    prof = bench.dataclasses.replace(bench.QUICK, min_sample_s=0.0)   # 1 call a sample
+    res = bench.run_interleaved({"a@1": impl(1), "a@2": impl(2)}, prof, repeats=3,
+                                settle_s=1e-4, context=lambda n: Limit(int(n[-1])))
+    calls = [e for e in log if e[0] != "timed"]
+    assert all(ctx == [t] for t, ctx in calls), calls
+    seq = [e[0] for e in log]
+    assert seq[:6] == [1, "timed", 1, 2, "timed", 2]      # warm-up
+    # 3 rounds x 2 samples, each an untimed call then the timed one
+    assert seq[6:] == [1, "timed", 1, 2, "timed", 2, 2, "timed", 2, 1, "timed", 1,
+                       1, "timed", 1, 2, "timed", 2]
+    assert [len(r["times_s"]) for r in res.values()] == [3, 3]
+    assert res["a@2"]["output"] == 2
+
+
+def test_scaling_is_the_median_of_paired_ratios():
+    # round 2 was a slow spell for both thread counts: the paired ratios stay 2
+    assert bench.paired_ratio([2.0, 2.0, 9.0], [1.0, 1.0, 4.5]) == 2.0
+    assert bench.paired_ratio([3.0, 1.0], [1.0]) == 3.0   # capped peer: first rounds
+    rows = []
+    for t, times in ((1, [2.0, 4.0, 2.2]), (2, [1.0, 2.0, 1.1])):
+        rows.append({"case": "c", "dtype": "float32", "causal": False, "threads": t,
+                     "variant": "fastattn", "fastattn_s": sorted(times)[1],
+                     "impls": {"fastattn": {"times_s": times},
+                               "torch": {"times_s": [x * 1.5 for x in times]}}})
+    rows[1]["impls"]["torch"]["times_s"][0] *= 2          # one slow 2-thread sample
+    (rec,) = bench.scaling_rows(rows)
+    assert rec["threads"] == 2 and rec["fastattn"] == 2.0 and rec["torch"] == 2.0
