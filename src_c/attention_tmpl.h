@@ -19,7 +19,7 @@ static int FN(any_nonfinite)(const FA_T *x, int64_t n)
     return acc != 0;
 }
 
-/* e^x, or 2^x with base2 (scalar: the online-softmax rescaling factors). */
+/* e^x, or 2^x with base2 (scalar: the key-split merge factors). */
 static FA_T FN(expb)(double x, int base2) { return (FA_T)(base2 ? exp2(x) : exp(x)); }
 
 /* Qp[r x E] = sc * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
@@ -186,7 +186,6 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                             int base2, FN(fa_scratch) *sc)
 {
     const FA_T qscale = (FA_T)(base2 ? a->scale * FA_LOG2E : a->scale);
-    FA_T (*const expsum)(const FA_T *, FA_T *, int64_t, FA_T) = base2 ? K->expsum2 : K->expsum;
     const int64_t E = a->E, mr = K->mr, nr = K->nr, mcp = (FA_MC + mr - 1) / mr * mr;
     /* mcp: the ISA's tile height, FA_MC rounded up to a multiple of mr */
     const int64_t nrows = r1 - r0, ntiles = (nrows + mcp - 1) / mcp;
@@ -243,25 +242,11 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                 K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC);
             if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
                 FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
-            FA_T *m = sc->m + (i0 - r0), *l = sc->l + (i0 - r0), *o = sc->o + (i0 - r0) * ldv;
-            for (int64_t i = 0; i < ni; i++) {
-                FA_T *row = st + i * FA_KC;
-                /* A visible NaN score poisons its row: through the sum (exp of
-                 * NaN is NaN) unless no key of the row is visible yet. */
-                FA_T mx = K->rowmax(row, nk_t, NULL);
-                FA_T mnew = mx > m[i] ? mx : m[i];
-                if (mnew == (FA_T)-INFINITY) {
-                    for (int64_t j = 0; j < nk_t; j++)
-                        if (row[j] != row[j]) { l[i] = (FA_T)NAN; break; }
-                    memset(row, 0, (size_t)nk_t * sizeof(FA_T));
-                    continue;
-                }
-                FA_T alpha = (m[i] == mnew) ? (FA_T)1 : FN(expb)((double)(m[i] - mnew), base2);
-                FA_T rs = expsum(row, row, nk_t, mnew);
-                if (alpha != (FA_T)1) K->scal(o + i * ldv, ldv, alpha);
-                l[i] = l[i] * alpha + rs;
-                m[i] = mnew;
-            }
+            FA_T *o = sc->o + (i0 - r0) * ldv;
+            /* A visible NaN score poisons its row: through the sum (exp of NaN
+             * is NaN) unless no key of the row is visible yet. */
+            K->online_softmax(ni, nk_t, st, FA_KC, sc->m + (i0 - r0), sc->l + (i0 - r0), o, ldv,
+                              base2);
             if (direct)
                 K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
             else if (v_bad)

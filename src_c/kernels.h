@@ -42,10 +42,15 @@
         T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
         /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \
         T (*expsum)(const T *x, T *y, int64_t n, T m);                               \
-        /* the same with 2^(x[i] - m): scores pre-multiplied by log2(e) */           \
-        T (*expsum2)(const T *x, T *y, int64_t n, T m);                              \
         /* x[i] *= a for i < n */                                                    \
         void (*scal)(T *x, int64_t n, T a);                                          \
+        /* one key block of the streaming softmax, rows i < rows of s[rows x n]: */  \
+        /* mn = max(m[i], max_j s[i][j]), a = E(m[i] - mn), s[i][j] = E(s[i][j] - mn),*/\
+        /* l[i] = l[i]*a + sum_j s[i][j], o[i][0..ldo) *= a, m[i] = mn; E = 2^x if */ \
+        /* base2 (scores pre-multiplied by log2(e)), else e^x; mn = -inf: row 0, */  \
+        /* l[i] = NaN if it holds a NaN */                                           \
+        void (*online_softmax)(int64_t rows, int64_t n, T *s, int64_t lds, T *m,     \
+                               T *l, T *o, int64_t ldo, int base2);                  \
         /* kp[ncols/nr][E][nr] = keys j < nk at k + j*krs (unit column stride), */   \
         /* zero for nk <= j < ncols; ncols % nr == 0 */                              \
         void (*pack_k)(int64_t nk, int64_t ncols, int64_t E, const T *k, int64_t krs,\

@@ -1,5 +1,7 @@
 /* kernels_impl.h -- instantiates kernels_tmpl.h for float and double and
  * exports the two tables of one ISA.  Included by kernels_<isa>.c only. */
+#include <string.h>
+
 #include "kernels.h"
 #include "simd.h"
 
@@ -87,8 +89,7 @@
         FA_XCAT3(qk, SFX, FA_ISA_NAME),     FA_XCAT3(pv, SFX, FA_ISA_NAME),           \
         FA_XCAT3(qk_direct, SFX, FA_ISA_NAME), FA_XCAT3(pv_direct, SFX, FA_ISA_NAME), \
         FA_XCAT3(rowmax, SFX, FA_ISA_NAME), FA_XCAT3(expsum, SFX, FA_ISA_NAME),       \
-        FA_XCAT3(expsum2, SFX, FA_ISA_NAME),                                          \
-        FA_XCAT3(scal, SFX, FA_ISA_NAME),                                             \
+        FA_XCAT3(scal, SFX, FA_ISA_NAME), FA_XCAT3(online_softmax, SFX, FA_ISA_NAME), \
         FA_XCAT3(pack_k, SFX, FA_ISA_NAME), FA_XCAT3(pack_v, SFX, FA_ISA_NAME)};
 
 FA_TABLE(f32, VF_MR, VF_NRV, VF_W)

@@ -205,6 +205,43 @@ static void FN(scal)(FA_T *x, int64_t n, FA_T a)
     for (; i < n; i++) x[i] *= a;
 }
 
+/* One key block of the streaming (online) softmax, over the rows of a score
+ * tile s[rows x n] (ld lds) and their running max m, sum l and output o:
+ * per row i, mn = max(m[i], max_j s[i][j]) (NaN ignored), a = E(m[i] - mn),
+ * s[i][j] = E(s[i][j] - mn), l[i] = l[i] * a + sum_j s[i][j], o[i][0 .. ldo)
+ * *= a, m[i] = mn; E = 2^x (base2: scores in log2 units) or e^x.  A row with
+ * no visible key yet (mn = -inf) is zeroed instead, l[i] = NaN if it holds a
+ * NaN.  The rescaling factors of VW rows are one vector exp. */
+static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m, FA_T *l,
+                               FA_T *o, int64_t ldo, int base2)
+{
+    for (int64_t g = 0; g < rows; g += VW) {
+        const int64_t ng = rows - g < VW ? rows - g : VW;
+        FA_T mn[VW], d[VW], a[VW];
+        for (int64_t r = 0; r < VW; r++) d[r] = 0;
+        for (int64_t r = 0; r < ng; r++) {
+            const FA_T mx = FN(rowmax)(s + (g + r) * lds, n, NULL), mo = m[g + r];
+            mn[r] = mx > mo ? mx : mo;
+            if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
+        }
+        V_STORE(a, base2 ? V_EXP2(V_LOAD(d)) : V_EXP(V_LOAD(d)));
+        for (int64_t r = 0; r < ng; r++) {
+            const int64_t i = g + r;
+            FA_T *row = s + i * lds;
+            if (mn[r] == (FA_T)-INFINITY) {
+                for (int64_t j = 0; j < n; j++)
+                    if (row[j] != row[j]) { l[i] = (FA_T)NAN; break; }
+                memset(row, 0, (size_t)n * sizeof(FA_T));
+                continue;
+            }
+            const FA_T sum = base2 ? FN(expsum2)(row, row, n, mn[r]) : FN(expsum)(row, row, n, mn[r]);
+            if (d[r] != 0) FN(scal)(o + i * ldo, ldo, a[r]);
+            l[i] = d[r] != 0 ? l[i] * a[r] + sum : l[i] + sum;
+            m[i] = mn[r];
+        }
+    }
+}
+
 /* Packing (see kernels.h): K panels by TB x TB block transposes, V panels by
  * whole-vector copies that also watch for NaN/Inf (x - x is NaN only then). */
 static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,
