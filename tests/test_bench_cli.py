@@ -73,6 +73,10 @@ def test_quick_json_fields(quick_run):
         assert len(fa["times_s"]) >= 3 and fa["loops"] >= 1
         assert "numpy" in r["impls"]
         assert r["speedup"]["numpy"] > 0
+        # paired: the median of the per-round ratios
+        assert r["speedup"]["numpy"] == bench.paired_ratio(r["impls"]["numpy"]["times_s"],
+                                                           fa["times_s"])
+        assert r["speedup_of_medians"]["numpy"] > 0
         if torch_there:
             assert r["speedup"]["torch"] > 0
         if r["kind"] == "attention":
