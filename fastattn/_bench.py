@@ -75,6 +75,7 @@ class Profile:
     slow_budget_s: float   # at most this much for one very slow implementation
     peak_n: int            # size of the square matmul for the FLOP peak
     peak_repeats: int
+    probe_s: float         # one call of the FMA peak probe lasts about this long
     attention: tuple       # (B, H, L, S, D) shapes
     decode: tuple
     overhead: tuple
@@ -85,7 +86,7 @@ class Profile:
 
 DEFAULT = Profile(
     budget_s=1.5, min_repeats=5, max_repeats=11, min_sample_s=0.02, slow_budget_s=2.5,
-    peak_n=2048, peak_repeats=5,
+    peak_n=2048, peak_repeats=5, probe_s=0.05,
     attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
                (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
                (4, 16, 256, 256, 64)),
@@ -98,7 +99,7 @@ DEFAULT = Profile(
 
 QUICK = Profile(
     budget_s=0.1, min_repeats=3, max_repeats=4, min_sample_s=0.005, slow_budget_s=0.5,
-    peak_n=1024, peak_repeats=3,
+    peak_n=1024, peak_repeats=3, probe_s=0.01,
     attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
     decode=((1, 8, 1, 1024, 64),),
     overhead=((1, 1, 3, 3, 2),),
@@ -554,6 +555,40 @@ def measure_peak(dtype: str, n: int, repeats: int) -> dict:
             "gflops": 2.0 * n ** 3 / best / 1e9}
 
 
+def measure_fma_peak(core, dtype: str, threads: list, profile: Profile, limits: dict,
+                     repeats: int, progress: Progress | None = None) -> list[dict]:
+    """GFLOP/s of fastattn's register-only FMA probe (the kernels of the ISA in
+    use: no memory traffic, the machine's FMA peak) at each thread count, the
+    thread counts timed in the same interleaved rounds; each record also gives
+    the speed-up over 1 thread (median of the per-round ratios, per flop)."""
+    n = 1 << 14
+    while True:                                  # calibrate: a call of ~probe_s
+        t0 = time.perf_counter()
+        core.fma_probe(dtype, n, 1)
+        dt = time.perf_counter() - t0
+        if dt >= profile.probe_s / 8 or n >= 1 << 40:
+            break
+        n *= 4
+    n = max(1, int(n * profile.probe_s / max(dt, 1e-9)))
+    impls = {f"fma@{t}": (lambda t=t: core.fma_probe(dtype, n, t)) for t in threads}
+    res = run_interleaved(impls, profile, repeats, progress, f"FMA peak {dtype}",
+                          settle_s=SETTLE_S if max(threads) > 1 else 0.0,
+                          context=lambda name: limits[int(name.split("@")[1])])
+    out = []
+    for t in threads:
+        r = res[f"fma@{t}"]
+        flops = r["output"]                      # the team's flops (fma_probe's result)
+        rec = {"dtype": dtype, "threads": t, "n": n, "flops": flops, "times_s": r["times_s"],
+               "gflops": flops / r["min_s"] / 1e9,
+               "median_gflops": flops / r["median_s"] / 1e9}
+        if 1 in threads and t != 1:
+            one = res["fma@1"]
+            rec["speedup_vs_1"] = (paired_ratio(one["times_s"], r["times_s"])
+                                   * flops / one["output"])
+        out.append(rec)
+    return out
+
+
 # --------------------------------------------------------------------------
 # Implementations
 # --------------------------------------------------------------------------
@@ -921,7 +956,7 @@ def format_memory(recs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def format_header(meta: dict, peaks: list[dict]) -> str:
+def format_header(meta: dict, peaks: list[dict], fma: list[dict] = ()) -> str:
     lines = [
         "# fastattn benchmark",
         "",
@@ -957,6 +992,12 @@ def format_header(meta: dict, peaks: list[dict]) -> str:
     for p in peaks:
         lines.append(f"- matmul peak {p['dtype']} {p['threads']} thread(s): "
                      f"{p['gflops']:.1f} GFLOP/s (np.matmul {p['n']}²)")
+    for f in fma:
+        lines.append(f"- FMA peak {f['dtype']} {f['threads']} thread(s): "
+                     f"{f['gflops']:.1f} GFLOP/s (fastattn's register-only FMA probe, "
+                     f"{meta['isa']} kernels"
+                     + (f"; {f['speedup_vs_1']:.2f}× 1 thread" if "speedup_vs_1" in f else "")
+                     + ")")
     return "\n".join(lines)
 
 
@@ -1145,6 +1186,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import fastattn as fa
+    import fastattn._core as fa_core
     if args.isa:
         try:
             fa.set_isa(args.isa)
@@ -1175,7 +1217,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu0 = _cpu_seconds()
     numpy_max_bytes = int(args.numpy_max_gib * 2 ** 30)
     t_start = time.perf_counter()
-    peaks, rows = {}, []
+    peaks, rows, fma = {}, [], []
     torch_ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     # Every case is timed at all thread counts in the same interleaved rounds
     # (each sample under its own thread limit), so the thread scaling compares
@@ -1194,6 +1236,13 @@ def main(argv: list[str] | None = None) -> int:
                     pk["threads"] = t
                     peaks[(dt, t)] = pk
                     progress.note(f"matmul peak {dt}, {t} thread(s): {pk['gflops']:.1f} GFLOP/s")
+        for dt in peak_dtypes:
+            progress.status(f"FMA peak {dt}")
+            fma += measure_fma_peak(fa_core, dt, threads, profile, limits,
+                                    profile.peak_repeats, progress)
+            progress.note(f"FMA peak {dt}: " + ", ".join(
+                f"{r['threads']} thread(s) {r['gflops']:.1f} GFLOP/s"
+                for r in fma if r["dtype"] == dt))
         for case in cases:
             label = f"{case.label} {case.dtype}{' causal' if case.causal else ''}"
             impls, thread_of = {}, {}
@@ -1236,11 +1285,13 @@ def main(argv: list[str] | None = None) -> int:
                         old.update(seconds=pk["seconds"], gflops=pk["gflops"])
                         progress.note(f"matmul peak {dt}, {t} thread(s), again: "
                                       f"{pk['gflops']:.1f} GFLOP/s (kept)")
+    fma_by = {(f["dtype"], f["threads"]): f["gflops"] for f in fma}
     for r in rows:                           # the peaks may have moved: recompute
         if r["gflops"]:
             r["peak_gflops"] = peaks[(r["dtype"], r["threads"])]["gflops"]
             r["frac_peak"] = r["gflops"] / r["peak_gflops"]
             r["frac_peak_f32"] = r["gflops"] / peaks[("float32", r["threads"])]["gflops"]
+            r["frac_fma_peak"] = r["gflops"] / fma_by[(r["dtype"], r["threads"])]
     mem = []
     if mem_jobs:
         H, L, S, D = profile.memory
@@ -1272,7 +1323,7 @@ def main(argv: list[str] | None = None) -> int:
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
 
-    out = [format_header(meta, peak_list), ""]
+    out = [format_header(meta, peak_list, fma), ""]
     if rows:
         out += ["## Timings (median of interleaved rounds)", "",
                 format_table(rows, args.peers_parsed), "",
@@ -1282,6 +1333,12 @@ def main(argv: list[str] | None = None) -> int:
                 "the same thread count.", ""]
     if scaling:
         out += ["## Thread scaling", "", format_scaling(scaling, args.peers_parsed), ""]
+        ceil = [f for f in fma if "speedup_vs_1" in f]
+        if ceil:
+            out += ["The machine's own ceiling, the register-only FMA probe (no memory "
+                    "traffic): " + ", ".join(f"{f['dtype']} {f['speedup_vs_1']:.2f}× at "
+                                             f"{f['threads']} threads" for f in ceil)
+                    + " (median of the per-round ratios).", ""]
     if mem:
         out += ["## Peak memory (one call, fresh subprocess, VmHWM)", "",
                 format_memory(mem), ""]
@@ -1291,6 +1348,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         doc = {"schema": "fastattn-bench/1", "meta": meta, "peaks": peak_list,
+               "fma_peaks": fma,
                "results": rows, "scaling": scaling, "memory": mem}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1, default=_json_default)

@@ -50,6 +50,7 @@ cdef extern from "fastattn.h" nogil:
     int fa_max_threads()
     const char *fa_openmp_runtime()
     void fa_debug_fail_alloc_after(int64_t n_ok)
+    int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
     void fa_init_threads()
     void fa_set_default_threads(int n)
 
@@ -182,6 +183,23 @@ def set_default_threads(int n):
 
 def openmp_runtime():
     return fa_openmp_runtime().decode()
+
+
+def fma_probe(str dtype, int64_t n, int num_threads):
+    """Run the ISA's register-only FMA loop, n steps on each of num_threads
+    threads; returns the floating point operations done (the benchmark's FMA
+    peak: divide by the wall time)."""
+    cdef int dt = FA_FLOAT64 if dtype == "float64" else FA_FLOAT32
+    cdef double flops = 0
+    cdef int status
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', not {dtype!r}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    with nogil:
+        status = fa_fma_probe(dt, n, num_threads, &flops)
+    _check(status)
+    return flops
 
 
 def _debug_fail_alloc_after(int64_t n_ok):

@@ -98,6 +98,29 @@ int fa_attention(const fa_attention_args *a)
     return FA_EINVAL;
 }
 
+int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
+{
+    if (n < 0 || (dtype != FA_FLOAT32 && dtype != FA_FLOAT64)) return FA_EINVAL;
+    const int nt = fa_resolve_threads(num_threads);
+    const int64_t per = dtype == FA_FLOAT32
+                            ? 2 * fa_kernels_f32_current()->vw * FA_PROBE_CHAINS
+                            : 2 * fa_kernels_f64_current()->vw * FA_PROBE_CHAINS;
+    int64_t team = 0; /* the threads the runtime gave */
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(+ : team)
+#endif
+    {
+        if (dtype == FA_FLOAT32)
+            (void)fa_kernels_f32_current()->fma_probe(n);
+        else
+            (void)fa_kernels_f64_current()->fma_probe(n);
+        team += 1;
+    }
+    (void)nt; /* serial build */
+    *flops = (double)team * (double)n * (double)per;
+    return FA_OK;
+}
+
 static volatile int g_forked_child = 0;
 
 #ifdef FA_HAVE_ATFORK

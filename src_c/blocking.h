@@ -38,6 +38,10 @@
 #define FA_DIRECT_MAX_ROWS 8
 /* Below this many multiply-adds a call runs on one thread. */
 #define FA_PARALLEL_MIN_WORK 200000
+/* Independent FMA chains of the peak probe (fa_fma_probe): enough to hide
+ * the FMA latency on two pipes (4 cycles x 2 = 8 on Zen 3 and Skylake-X),
+ * few enough to stay in the 16 vector registers of AVX2. */
+#define FA_PROBE_CHAINS 12
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
 

@@ -70,6 +70,11 @@ int fa_openmp_enabled(void);
 int fa_max_threads(void);
 const char *fa_openmp_runtime(void);
 
+/* The machine's FMA peak, for the benchmark: n steps of the ISA's register-
+ * only FMA probe on each thread of a team of num_threads (<= 0: the OpenMP
+ * default); *flops = the floating point operations done by the team. */
+int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops);
+
 /* Test hook: make the next n_ok allocations succeed and the following fail;
  * -1 disables.  Used by the tests to prove allocation failures are handled. */
 void fa_debug_fail_alloc_after(int64_t n_ok);

@@ -60,6 +60,10 @@
         /* panels; returns 1 if any value is NaN or +-Inf */                         \
         int (*pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const T *v, int64_t vrs,  \
                       T *vp, int64_t pstride);                                       \
+        /* the FMA peak probe: n steps of FA_PROBE_CHAINS independent vector FMA */  \
+        /* chains in registers (2 * vw * FA_PROBE_CHAINS * n flops); returns a */    \
+        /* value that depends on every chain */                                      \
+        T (*fma_probe)(int64_t n);                                                   \
     } fa_kernels_##SFX;
 
 FA_DECLARE_KERNEL_TABLE(float, f32)

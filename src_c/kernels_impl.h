@@ -2,6 +2,7 @@
  * exports the two tables of one ISA.  Included by kernels_<isa>.c only. */
 #include <string.h>
 
+#include "blocking.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -90,7 +91,8 @@
         FA_XCAT3(qk_direct, SFX, FA_ISA_NAME), FA_XCAT3(pv_direct, SFX, FA_ISA_NAME), \
         FA_XCAT3(rowmax, SFX, FA_ISA_NAME), FA_XCAT3(expsum, SFX, FA_ISA_NAME),       \
         FA_XCAT3(scal, SFX, FA_ISA_NAME), FA_XCAT3(online_softmax, SFX, FA_ISA_NAME), \
-        FA_XCAT3(pack_k, SFX, FA_ISA_NAME), FA_XCAT3(pack_v, SFX, FA_ISA_NAME)};
+        FA_XCAT3(pack_k, SFX, FA_ISA_NAME), FA_XCAT3(pack_v, SFX, FA_ISA_NAME),       \
+        FA_XCAT3(fma_probe, SFX, FA_ISA_NAME)};
 
 FA_TABLE(f32, VF_MR, VF_NRV, VF_W)
 FA_TABLE(f64, VD_MR, VD_NRV, VD_W)

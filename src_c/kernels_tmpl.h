@@ -300,6 +300,24 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
     return hb != hb || sbad != sbad;
 }
 
+/* acc[c] = acc[c] * x + y, n times per chain: a contraction towards
+ * y / (1 - x), so the values stay finite for any n. */
+static FA_T FN(fma_probe)(int64_t n)
+{
+    VT acc[FA_PROBE_CHAINS];
+    const VT x = V_SET1((FA_T)0.999), y = V_SET1((FA_T)0.001);
+#pragma GCC unroll 16
+    for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V_SET1((FA_T)c);
+    for (int64_t i = 0; i < n; i++) {
+#pragma GCC unroll 16
+        for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V_FMA(acc[c], x, y);
+    }
+    VT s = acc[0];
+#pragma GCC unroll 16
+    for (int c = 1; c < FA_PROBE_CHAINS; c++) s = V_ADD(s, acc[c]);
+    return V_HSUM(s);
+}
+
 #undef FA_EXPSUM
 #undef NR
 #undef FN

@@ -89,6 +89,14 @@ def test_quick_json_fields(quick_run):
     assert any(r["variant"] == "fastattn_inplace" for r in rows)
 
     assert doc["scaling"] and all(s["threads"] == 2 for s in doc["scaling"])
+    fma = {(f["dtype"], f["threads"]): f for f in doc["fma_peaks"]}
+    assert set(fma) == {(d, t) for d in ("float32", "float64") for t in (1, 2)}
+    for (d, t), f in fma.items():
+        assert f["gflops"] > 0 and len(f["times_s"]) >= 3
+        assert ("speedup_vs_1" in f) == (t == 2)
+    for r in rows:
+        if r["kind"] == "attention":
+            assert r["frac_fma_peak"] == r["gflops"] / fma[(r["dtype"], r["threads"])]["gflops"]
     mem = doc["memory"]
     assert {m["impl"] for m in mem} >= {"fastattn", "numpy"}
     for m in mem:
@@ -101,6 +109,7 @@ def test_quick_output(quick_run):
     assert "| case |" in p.stdout and "GFLOP/s" in p.stdout
     assert "matmul peak" in p.stdout and "ISA in use" in p.stdout
     assert "Peak memory" in p.stdout and "Thread scaling" in p.stdout
+    assert "FMA peak float32 2 thread(s)" in p.stdout and "own ceiling" in p.stdout
     # progress goes to stderr, one line per measurement when not a terminal
     assert "[1/" in p.stderr
     assert "| case |" not in p.stderr
@@ -255,3 +264,24 @@ def test_scaling_is_the_median_of_paired_ratios():
     rows[1]["impls"]["torch"]["times_s"][0] *= 2          # one slow 2-thread sample
     (rec,) = bench.scaling_rows(rows)
     assert rec["threads"] == 2 and rec["fastattn"] == 2.0 and rec["torch"] == 2.0
+
+
+LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8)}   # float32, float64
+
+
+def test_fma_probe_counts_the_flops_of_the_isa_in_use(isa):
+    from fastattn import _core
+    chains = 12                                   # FA_PROBE_CHAINS (blocking.h)
+    for dtype, lanes in zip(("float32", "float64"), LANES[isa]):
+        assert _core.fma_probe(dtype, 1000, 1) == 2 * lanes * chains * 1000
+        assert _core.fma_probe(dtype, 0, 1) == 0
+        team = 2 if _core.openmp_enabled() else 1
+        assert _core.fma_probe(dtype, 10, 2) == team * 2 * lanes * chains * 10
+
+
+@pytest.mark.parametrize("args", [("float16", 10, 1), ("float32", -1, 1)],
+                         ids=["bad_dtype", "negative_n"])
+def test_fma_probe_rejects_bad_arguments(args):
+    from fastattn import _core
+    with pytest.raises(ValueError, match="dtype|n must"):
+        _core.fma_probe(*args)
