@@ -464,11 +464,13 @@ def _rewarm(fn, est_s: float) -> None:
 
 def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
                     progress: Progress | None = None, label: str = "",
-                    settle_s: float = 0.0, context=None) -> dict:
+                    settle_s: float = 0.0, context=None, spinning=None) -> dict:
     """Warm up, calibrate and time ``impls`` (name -> zero-arg callable).
 
-    ``settle_s``: pause before each sample (multi-threaded runs: let the
-    other pools go idle), followed by untimed calls (see REWARM_S).
+    ``settle_s``: in a multi-threaded run, pause before a sample that follows
+    another implementation's (let its pools go idle) -- only after those in
+    ``spinning`` (the multi-threaded ones; None: all) -- and make untimed
+    calls before every sample (see REWARM_S).
     ``context``: name -> a context manager entered around that
     implementation's warm-up and each of its samples, outside the timed loop
     (the thread limit, when one run mixes thread counts).
@@ -510,6 +512,7 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
     else:
         reps = repeats
     times = {n: [] for n in names}
+    prev = names[-1]                             # the last one warmed up
     with _no_gc():
         for r in range(reps):
             if progress:
@@ -517,8 +520,10 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
             k = r % len(names)
             for name in names[k:] + names[:k]:
                 if len(times[name]) < cap.get(name, reps):
-                    if settle_s:
+                    if settle_s and prev not in (None, name) and (
+                            spinning is None or prev in spinning):
                         time.sleep(settle_s)
+                    prev = name
                     with ctx(name):
                         if settle_s:
                             _rewarm(impls[name], est[name])
@@ -573,7 +578,8 @@ def measure_fma_peak(core, dtype: str, threads: list, profile: Profile, limits: 
     impls = {f"fma@{t}": (lambda t=t: core.fma_probe(dtype, n, t)) for t in threads}
     res = run_interleaved(impls, profile, repeats, progress, f"FMA peak {dtype}",
                           settle_s=SETTLE_S if max(threads) > 1 else 0.0,
-                          context=lambda name: limits[int(name.split("@")[1])])
+                          context=lambda name: limits[int(name.split("@")[1])],
+                          spinning={f"fma@{t}" for t in threads if t > 1})
     out = []
     for t in threads:
         r = res[f"fma@{t}"]
@@ -1072,7 +1078,7 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                     "composition (interleaved, medians, equal thread limits).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default=None, metavar="NAME",
-                   help="default (all targets, < ~4 min on 2 cores), quick (~25 s "
+                   help="default (all targets, ~4-5 min on 2 cores), quick (~35 s "
                         "smoke run), targets/all (= default), or a comma-separated "
                         "list of sections: " + ", ".join(SECTIONS))
     p.add_argument("--quick", action="store_true",
@@ -1257,7 +1263,8 @@ def main(argv: list[str] | None = None) -> int:
             del built
             res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
                                       settle_s=SETTLE_S if max(threads) > 1 else 0.0,
-                                      context=lambda name: limits[thread_of[name]])
+                                      context=lambda name: limits[thread_of[name]],
+                                      spinning={n for n in impls if thread_of[n] > 1})
             for t in threads:
                 res = {n.rsplit("@", 1)[0]: r for n, r in res_all.items() if thread_of[n] == t}
                 check = check_outputs(case, res) if case.kind == "attention" else None

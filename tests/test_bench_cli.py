@@ -28,7 +28,7 @@ def _run(*args, timeout=TIMEOUT):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One ``--quick`` run shared by the tests below (it takes ~25 s)."""
+    """One ``--quick`` run shared by the tests below (it takes ~35 s)."""
     d = tmp_path_factory.mktemp("bench")
     js, png = d / "quick.json", d / "quick.png"
     args = ["-m", "fastattn", "bench", "--quick", "--json", str(js)]
