@@ -20,7 +20,8 @@ installed) and the plain NumPy/SciPy composition, in one process:
   call (half of that for a causal square mask), and each fastattn figure is
   also given as a fraction of the float matmul peak (``np.matmul`` of two
   large square matrices, same dtype, same thread limit) measured in the
-  same run.
+  same run; the machine's FMA peak (fastattn's register-only FMA probe) and
+  its thread scaling are measured too.
 
 The harness never touches ``OPENBLAS_*`` environment variables; see
 ``bench/README.md`` for how to run it so that NumPy's BLAS is not slowed.
@@ -520,8 +521,7 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
             k = r % len(names)
             for name in names[k:] + names[:k]:
                 if len(times[name]) < cap.get(name, reps):
-                    if settle_s and prev not in (None, name) and (
-                            spinning is None or prev in spinning):
+                    if settle_s and prev != name and (spinning is None or prev in spinning):
                         time.sleep(settle_s)
                     prev = name
                     with ctx(name):
