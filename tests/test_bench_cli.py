@@ -265,23 +265,3 @@ def test_scaling_is_the_median_of_paired_ratios():
     (rec,) = bench.scaling_rows(rows)
     assert rec["threads"] == 2 and rec["fastattn"] == 2.0 and rec["torch"] == 2.0
 
-
-LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8)}   # float32, float64
-
-
-def test_fma_probe_counts_the_flops_of_the_isa_in_use(isa):
-    from fastattn import _core
-    chains = 12                                   # FA_PROBE_CHAINS (blocking.h)
-    for dtype, lanes in zip(("float32", "float64"), LANES[isa]):
-        assert _core.fma_probe(dtype, 1000, 1) == 2 * lanes * chains * 1000
-        assert _core.fma_probe(dtype, 0, 1) == 0
-        team = 2 if _core.openmp_enabled() else 1
-        assert _core.fma_probe(dtype, 10, 2) == team * 2 * lanes * chains * 10
-
-
-@pytest.mark.parametrize("args", [("float16", 10, 1), ("float32", -1, 1)],
-                         ids=["bad_dtype", "negative_n"])
-def test_fma_probe_rejects_bad_arguments(args):
-    from fastattn import _core
-    with pytest.raises(ValueError, match="dtype|n must"):
-        _core.fma_probe(*args)

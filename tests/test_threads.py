@@ -1,4 +1,5 @@
-"""Results are bitwise identical whatever num_threads is (and thread safety).
+"""Results are bitwise identical whatever num_threads is (and thread safety);
+the benchmark's FMA probe counts the flops of its thread team.
 
 Shapes are chosen to give several query blocks (L=300 > 64-row tiles), several
 key blocks (S=517 > 256-key blocks), the key-splitting decode path (few query
@@ -180,3 +181,26 @@ def test_thread_count_invariance_decode_split_hidden_nan(isa, dtype):
     kpm_all[1] = True
     o, w = _assert_same_for_all_thread_counts(q, k, v, key_padding_mask=kpm_all)
     assert np.all(o[1] == 0) and np.all(w[1] == 0)
+
+
+LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8)}   # float32, float64
+
+
+def test_fma_probe_counts_the_flops_of_the_isa_in_use(isa):
+    """The benchmark's FMA peak probe (fastattn._core.fma_probe) runs the
+    kernel of the ISA in use on a team of threads and counts its flops."""
+    from fastattn import _core
+    chains = 12                                   # FA_PROBE_CHAINS (blocking.h)
+    for dtype, lanes in zip(("float32", "float64"), LANES[isa]):
+        assert _core.fma_probe(dtype, 1000, 1) == 2 * lanes * chains * 1000
+        assert _core.fma_probe(dtype, 0, 1) == 0
+        team = 2 if _core.openmp_enabled() else 1
+        assert _core.fma_probe(dtype, 10, 2) == team * 2 * lanes * chains * 10
+
+
+@pytest.mark.parametrize("args", [("float16", 10, 1), ("float32", -1, 1)],
+                         ids=["bad_dtype", "negative_n"])
+def test_fma_probe_rejects_bad_arguments(args):
+    from fastattn import _core
+    with pytest.raises(ValueError, match="dtype|n must"):
+        _core.fma_probe(*args)
