@@ -86,7 +86,7 @@ class Profile:
 
 
 DEFAULT = Profile(
-    budget_s=1.5, min_repeats=5, max_repeats=11, min_sample_s=0.02, slow_budget_s=2.5,
+    budget_s=1.5, min_repeats=7, max_repeats=11, min_sample_s=0.02, slow_budget_s=3.5,
     peak_n=2048, peak_repeats=5, probe_s=0.05,
     attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
                (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
