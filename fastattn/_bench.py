@@ -13,9 +13,9 @@ installed) and the plain NumPy/SciPy composition, in one process:
   ``threadpoolctl.threadpool_limits(t)`` (BLAS *and* OpenMP) around all of
   them, set before each sample (outside the timed loop);
 * a case's thread counts are timed in the same rounds (``fastattn@1``,
-  ``fastattn@2``, ``torch@1``, ...), and the thread scaling is the median of
-  the per-round ratios, so that a slow spell of a shared machine does not
-  land on one thread count only;
+  ``torch@1``, ``fastattn@2``, ...), and the ratios (vs a peer, thread
+  scaling) are medians of the per-round ratios, so that a slow spell of a
+  shared machine does not land on one side of a ratio only;
 * GFLOP/s counts ``4*B*H*L*S*D`` floating point operations per attention
   call (half of that for a causal square mask), and each fastattn figure is
   also given as a fraction of the float matmul peak (``np.matmul`` of two
@@ -1256,10 +1256,16 @@ def main(argv: list[str] | None = None) -> int:
                      for t in threads}
             variants = built[threads[0]][2]
             skipped = built[threads[0]][1]
-            for name in built[threads[0]][0]:
-                for t in threads:       # one implementation's thread counts side by side
-                    impls[f"{name}@{t}"] = built[t][0][name]
-                    thread_of[f"{name}@{t}"] = t
+            # Order: fastattn and torch side by side at each thread count (the
+            # pairs of the `vs torch` ratios, then of the thread speed-ups, are
+            # neighbours in every round), the numpy peer last (its calls at
+            # L = 4096 take seconds and allocate GiBs).
+            first = [n for n in built[threads[0]][0] if n != "numpy"]
+            order = [(n, t) for t in threads for n in first]
+            order += [(n, t) for n in built[threads[0]][0] if n == "numpy" for t in threads]
+            for name, t in order:
+                impls[f"{name}@{t}"] = built[t][0][name]
+                thread_of[f"{name}@{t}"] = t
             del built
             res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
                                       settle_s=SETTLE_S if max(threads) > 1 else 0.0,
