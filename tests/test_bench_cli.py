@@ -209,9 +209,12 @@ def test_openblas_env_untouched(monkeypatch):
 
 def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatch):
     """One run mixes thread counts: each implementation's warm-up, untimed
-    re-warm and samples run inside its own context (its thread limit)."""
+    re-warm and samples run inside its own context (its thread limit); the
+    settle pause comes only after another implementation's sample that may
+    leave spinning workers."""
     monkeypatch.setattr(bench, "REWARM_S", 0.0)          # re-warm: one call
     active, log = [], []
+    monkeypatch.setattr(bench.time, "sleep", lambda s: log.append(("pause", None)))
 
     class Limit:
         def __init__(self, t):
@@ -225,7 +228,9 @@ def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatc
 
     def impl(t):
         def call():
-            time.sleep(0.0015)      # > 1 ms: warm-up is one call + one timed call
+            t_end = time.perf_counter() + 0.0015   # > 1 ms: warm-up is 1 + 1 timed call
+            while time.perf_counter() < t_end:
+                pass
             log.append((t, list(active)))
             return t
         return call
@@ -239,13 +244,16 @@ def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatc
     monkeypatch.setattr(bench, "_time_loop", marked_loop)
     prof = bench.dataclasses.replace(bench.QUICK, min_sample_s=0.0)   # 1 call a sample
     res = bench.run_interleaved({"a@1": impl(1), "a@2": impl(2)}, prof, repeats=3,
-                                settle_s=1e-4, context=lambda n: Limit(int(n[-1])))
-    calls = [e for e in log if e[0] != "timed"]
+                                settle_s=1e-4, context=lambda n: Limit(int(n[-1])),
+                                spinning={"a@2"})
+    calls = [e for e in log if e[0] in (1, 2)]
     assert all(ctx == [t] for t, ctx in calls), calls
     seq = [e[0] for e in log]
     assert seq[:6] == [1, "timed", 1, 2, "timed", 2]      # warm-up
-    # 3 rounds x 2 samples, each an untimed call then the timed one
-    assert seq[6:] == [1, "timed", 1, 2, "timed", 2, 2, "timed", 2, 1, "timed", 1,
+    # 3 rounds x 2 samples (order rotates), each an untimed call then the timed
+    # one; a pause only where a@1 follows a@2
+    assert seq[6:] == ["pause", 1, "timed", 1, 2, "timed", 2,
+                       2, "timed", 2, "pause", 1, "timed", 1,
                        1, "timed", 1, 2, "timed", 2]
     assert [len(r["times_s"]) for r in res.values()] == [3, 3]
     assert res["a@2"]["output"] == 2
