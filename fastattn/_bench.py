@@ -632,51 +632,74 @@ def make_inputs(case: Case, seed: int = 0):
     return q, k, v
 
 
-def build_impls(case: Case, t: int, fa, torch, peers, numpy_max_bytes):
-    """-> (impls: name -> callable, skipped: name -> reason, variants)."""
-    impls, skipped = {}, {}
+def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes):
+    """-> (impls: "name@t" -> callable, thread_of: "name@t" -> t,
+    skipped: name -> reason, variants).
+
+    The inputs are made once for all thread counts; fastattn.attention takes
+    its count as ``num_threads``, the others from the thread limit around each
+    sample.
+    Order: fastattn and torch side by side at each thread count (the pairs of
+    the `vs torch` ratios, then of the thread speed-ups, are neighbours in
+    every round), the numpy peer last (its calls at L = 4096 take seconds and
+    allocate GiBs)."""
+    fast, peer_fns, skipped = {}, {}, {}
     if case.kind == "softmax":
         import scipy.special
         x = make_inputs(case)
         x_inplace = x.copy()
-        impls["fastattn"] = lambda: fa.softmax(x, axis=-1)
-        impls["fastattn_inplace"] = lambda: fa.softmax(x_inplace, axis=-1, out=x_inplace)
+        # (softmax takes its thread count from the OpenMP limit around the sample)
+        soft = lambda: fa.softmax(x, axis=-1)  # noqa: E731
+        soft_inplace = lambda: fa.softmax(x_inplace, axis=-1, out=x_inplace)  # noqa: E731
+        fast["fastattn"] = lambda t: soft
+        fast["fastattn_inplace"] = lambda t: soft_inplace
+        variants = ("fastattn", "fastattn_inplace")
         if "torch" in peers:
             if torch is None:
                 skipped["torch"] = "torch not installed"
             else:
                 tx = torch.from_numpy(x)
-                impls["torch"] = lambda: torch.softmax(tx, dim=-1)
+                peer_fns["torch"] = lambda: torch.softmax(tx, dim=-1)
         if "numpy" in peers:
-            impls["numpy"] = lambda: scipy.special.softmax(x, axis=-1)
-        return impls, skipped, ("fastattn", "fastattn_inplace")
-
-    q, k, v = make_inputs(case)
-    causal = case.causal
-    D = case.shape[-1]
-    impls["fastattn"] = lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t)
-    if "torch" in peers:
-        if torch is None:
-            skipped["torch"] = "torch not installed"
-        else:
-            F = torch.nn.functional
-            tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
-            impls["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
-                                                                    is_causal=causal)
-    if "numpy" in peers:
-        need = numpy_peak_bytes(case)
-        if need > numpy_max_bytes:
-            skipped["numpy"] = (f"skipped: would need ~{need / 2 ** 30:.1f} GiB "
-                                f"(> {numpy_max_bytes / 2 ** 30:.1f} GiB)")
-        else:
-            dt = np.dtype(case.dtype)
-            scale = dt.type(1.0 / math.sqrt(D))
-            mask = None
-            if causal:
-                L, S = case.shape[2], case.shape[3]
-                mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
-            impls["numpy"] = lambda: numpy_composition(q, k, v, scale, mask)
-    return impls, skipped, ("fastattn",)
+            peer_fns["numpy"] = lambda: scipy.special.softmax(x, axis=-1)
+    else:
+        q, k, v = make_inputs(case)
+        causal = case.causal
+        D = case.shape[-1]
+        fast["fastattn"] = lambda t: (
+            lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t))
+        variants = ("fastattn",)
+        if "torch" in peers:
+            if torch is None:
+                skipped["torch"] = "torch not installed"
+            else:
+                F = torch.nn.functional
+                tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+                peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
+                                                                           is_causal=causal)
+        if "numpy" in peers:
+            need = numpy_peak_bytes(case)
+            if need > numpy_max_bytes:
+                skipped["numpy"] = (f"skipped: would need ~{need / 2 ** 30:.1f} GiB "
+                                    f"(> {numpy_max_bytes / 2 ** 30:.1f} GiB)")
+            else:
+                dt = np.dtype(case.dtype)
+                scale = dt.type(1.0 / math.sqrt(D))
+                mask = None
+                if causal:
+                    L, S = case.shape[2], case.shape[3]
+                    mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
+                peer_fns["numpy"] = lambda: numpy_composition(q, k, v, scale, mask)
+    impls, thread_of = {}, {}
+    for t in threads:
+        for name, make in fast.items():
+            impls[f"{name}@{t}"], thread_of[f"{name}@{t}"] = make(t), t
+        if "torch" in peer_fns:
+            impls[f"torch@{t}"], thread_of[f"torch@{t}"] = peer_fns["torch"], t
+    if "numpy" in peer_fns:
+        for t in threads:
+            impls[f"numpy@{t}"], thread_of[f"numpy@{t}"] = peer_fns["numpy"], t
+    return impls, thread_of, skipped, variants
 
 
 def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool]:
@@ -1251,22 +1274,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in fma if r["dtype"] == dt))
         for case in cases:
             label = f"{case.label} {case.dtype}{' causal' if case.causal else ''}"
-            impls, thread_of = {}, {}
-            built = {t: build_impls(case, t, fa, torch, args.peers_parsed, numpy_max_bytes)
-                     for t in threads}
-            variants = built[threads[0]][2]
-            skipped = built[threads[0]][1]
-            # Order: fastattn and torch side by side at each thread count (the
-            # pairs of the `vs torch` ratios, then of the thread speed-ups, are
-            # neighbours in every round), the numpy peer last (its calls at
-            # L = 4096 take seconds and allocate GiBs).
-            first = [n for n in built[threads[0]][0] if n != "numpy"]
-            order = [(n, t) for t in threads for n in first]
-            order += [(n, t) for n in built[threads[0]][0] if n == "numpy" for t in threads]
-            for name, t in order:
-                impls[f"{name}@{t}"] = built[t][0][name]
-                thread_of[f"{name}@{t}"] = t
-            del built
+            impls, thread_of, skipped, variants = build_impls(
+                case, threads, fa, torch, args.peers_parsed, numpy_max_bytes)
             res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
                                       settle_s=SETTLE_S if max(threads) > 1 else 0.0,
                                       context=lambda name: limits[thread_of[name]],
