@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import operator
-from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
@@ -29,6 +29,7 @@ _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float
 _F32_MAX = float(np.finfo(np.float32).max)
 # More threads than this are not honoured (the result is the same for any count).
 _MAX_THREADS = 256
+_MAX_BATCH_DIMS = _core.MAX_BATCH_DIMS
 
 
 def _dtypes(named) -> tuple[np.dtype, np.dtype]:
@@ -201,52 +202,35 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     q = query if type(query) is np.ndarray else np.asarray(query)
     k = key if type(key) is np.ndarray else np.asarray(key)
     v = value if type(value) is np.ndarray else np.asarray(value)
+    # The common case (float32/float64 arrays, one batch shape, no mask
+    # array) takes the fewest Python steps: its checks are the whole call
+    # overhead of a tiny problem.
     dt = q.dtype
     if (dt is _F32 or dt is _F64) and k.dtype is dt and v.dtype is dt:
-        cdt = odt = dt  # the common case, checked without np.result_type
+        cdt = odt = dt
     else:
         cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+    qs, ks, vs = q.shape, k.shape, v.shape
+    if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
         name, x = next((n, a) for n, a in (("query", q), ("key", k), ("value", v)) if a.ndim < 2)
         raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
                          f"got shape {x.shape}")
-    L, E = q.shape[-2:]
-    S, Ek = k.shape[-2:]
-    Sv, Ev = v.shape[-2:]
+    L, E = qs[-2:]
+    S, Ek = ks[-2:]
+    Ev = vs[-1]
     if Ek != E:
         raise ValueError(f"key's last dimension ({Ek}) must equal query's ({E}): "
-                         f"query {q.shape}, key {k.shape}")
-    if Sv != S:
-        raise ValueError(f"value must have as many rows as key (S): key {k.shape}, value {v.shape}")
-    if max(q.ndim, k.ndim, v.ndim) - 2 > _core.MAX_BATCH_DIMS:
-        raise ValueError(f"at most {_core.MAX_BATCH_DIMS} leading dimensions: query {q.shape}, "
-                         f"key {k.shape}, value {v.shape}")
+                         f"query {qs}, key {ks}")
+    if vs[-2] != S:
+        raise ValueError(f"value must have as many rows as key (S): key {ks}, value {vs}")
     gqa = None
     if enable_gqa:
-        if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
-            raise ValueError(f"enable_gqa needs a head dimension (-3) in query, key and value: "
-                             f"query {q.shape}, key {k.shape}, value {v.shape}")
-        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
-        if hk != hv or hk == 0 or hq % hk:
-            raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value "
-                             f"heads ({hk}, {hv}), which must be equal: query {q.shape}, "
-                             f"key {k.shape}, value {v.shape}")
-        if hq != hk:
-            gqa = (hk, hq // hk)
-    try:
-        if gqa is None:
-            qb, kb, vb = q.shape[:-2], k.shape[:-2], v.shape[:-2]
-            batch = qb if qb == kb == vb else np.broadcast_shapes(qb, kb, vb)
-        else:
-            hq = q.shape[-3]
-            batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-3] + (hq,), v.shape[:-3] + (hq,))
-    except ValueError:
-        raise ValueError(f"the leading dimensions of query {q.shape}, key {k.shape} and value "
-                         f"{v.shape} do not broadcast"
-                         + ("" if enable_gqa else " (for grouped-query heads, enable_gqa=True)")
-                         ) from None
-    if len(batch) + (1 if gqa else 0) > _core.MAX_BATCH_DIMS:
-        raise ValueError(f"at most {_core.MAX_BATCH_DIMS} leading dimensions, got {len(batch)}")
+        gqa = _gqa_groups(qs, ks, vs)
+    batch = qs[:-2]
+    if gqa is not None or batch != ks[:-2] or batch != vs[:-2]:
+        batch = _batch_shape(qs, ks, vs, gqa, enable_gqa)
+    if len(batch) + (gqa is not None) > _MAX_BATCH_DIMS:
+        _too_many_dims(qs, ks, vs)
     if scale is None:
         sc = 1.0 / math.sqrt(E) if E > 0 else 1.0
     else:
@@ -257,12 +241,12 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
             raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
     nt = 0 if num_threads is None else _threads(num_threads)
-    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
-    shape = batch + (L, Ev)
+    causal, offset, bm, am, pad = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S,
+                                          cdt, len(qs))
     if out is not None:
-        _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v),
-                                     ("attn_mask", plan.bool_mask), ("attn_mask", plan.add_mask),
-                                     ("key_padding_mask", plan.pad)))
+        _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
+                                               ("attn_mask", bm), ("attn_mask", am),
+                                               ("key_padding_mask", pad)))
     weights = None
     if return_weights:
         nbytes = math.prod(batch) * L * S * cdt.itemsize
@@ -274,33 +258,67 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         except ValueError as e:  # larger than the address space
             raise MemoryError(f"the weights {batch + (L, S)} cannot be allocated: {e}") from None
 
-    if not (q.dtype is cdt and k.dtype is cdt and v.dtype is cdt and q.flags.aligned
-            and k.flags.aligned and v.flags.aligned):
+    if dt is not cdt or k.dtype is not cdt or v.dtype is not cdt or not (
+            q.flags.aligned and k.flags.aligned and v.flags.aligned):
         q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
-    direct = out is not None and odt == cdt and out.flags.aligned
-    target = out if direct else np.empty(shape, dtype=cdt)
-    bm, am, pad, wk, tgt, cb = plan.bool_mask, plan.add_mask, plan.pad, weights, target, batch
-    if gqa is not None:
+    # The kernel writes out itself when it can, else a new array it allocates.
+    direct = out is not None and odt is cdt and out.flags.aligned
+    if gqa is None:
+        target = _core.attention(q, k, v, out if direct else None, batch, sc, causal, offset,
+                                 bm, am, pad, weights, nt)
+    else:
+        target = out if direct else np.empty(batch + (L, Ev), dtype=cdt)
         hk, g = gqa
         full = batch + (L, S)
         q = _split_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
-        k, v = k[..., None, :, :], v[..., None, :, :]
-        tgt = _split_heads(target, hk, g)
         wk = None if weights is None else _split_heads(weights, hk, g)
         bm = None if bm is None else _split_heads(np.broadcast_to(bm, full), hk, g)
         am = None if am is None else _split_heads(np.broadcast_to(am, full), hk, g)
         pad = None if pad is None else _split_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
-        cb = batch[:-1] + (hk, g)
-    _core.attention(q, k, v, tgt, cb, sc, plan.causal, plan.offset, bm, am, pad, wk, nt)
+        _core.attention(q, k[..., None, :, :], v[..., None, :, :], _split_heads(target, hk, g),
+                        batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
     if target is not out:
         if out is not None:
             out[...] = target
             target = out
-        elif odt != cdt:
+        elif odt is not cdt:
             target = target.astype(odt)
     if return_weights:
-        return target, (weights if odt == cdt else weights.astype(odt))
+        return target, (weights if odt is cdt else weights.astype(odt))
     return target
+
+
+def _gqa_groups(qs: tuple, ks: tuple, vs: tuple) -> tuple[int, int] | None:
+    """(key/value heads, query heads per key head) for enable_gqa; None if equal."""
+    if len(qs) < 3 or len(ks) < 3 or len(vs) < 3:
+        raise ValueError(f"enable_gqa needs a head dimension (-3) in query, key and value: "
+                         f"query {qs}, key {ks}, value {vs}")
+    hq, hk, hv = qs[-3], ks[-3], vs[-3]
+    if hk != hv or hk == 0 or hq % hk:
+        raise ValueError(f"enable_gqa: query heads ({hq}) must be a multiple of the key/value "
+                         f"heads ({hk}, {hv}), which must be equal: query {qs}, key {ks}, "
+                         f"value {vs}")
+    return None if hq == hk else (hk, hq // hk)
+
+
+def _too_many_dims(qs: tuple, ks: tuple, vs: tuple) -> NoReturn:
+    raise ValueError(f"at most {_MAX_BATCH_DIMS} leading dimensions: query {qs}, key {ks}, "
+                     f"value {vs}")
+
+
+def _batch_shape(qs: tuple, ks: tuple, vs: tuple, gqa, enable_gqa: bool) -> tuple:
+    """The broadcast leading dimensions of query, key and value."""
+    if max(len(qs), len(ks), len(vs)) - 2 > _MAX_BATCH_DIMS:
+        _too_many_dims(qs, ks, vs)  # before NumPy's own limit on dimensions
+    try:
+        if gqa is None:
+            return np.broadcast_shapes(qs[:-2], ks[:-2], vs[:-2])
+        hq = qs[-3]
+        return np.broadcast_shapes(qs[:-2], ks[:-3] + (hq,), vs[:-3] + (hq,))
+    except ValueError:
+        raise ValueError(f"the leading dimensions of query {qs}, key {ks} and value {vs} do not "
+                         f"broadcast" + ("" if enable_gqa else
+                                         " (for grouped-query heads, enable_gqa=True)")) from None
 
 
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ def attention(
     q: _Array,
     k: _Array,
     v: _Array,
-    out: _Array,
+    out: _Array | None,
     batch: tuple[int, ...],
     scale: float,
     causal: int,
@@ -30,7 +30,7 @@ def attention(
     pad: _Array | None,
     weights: _Array | None,
     num_threads: int,
-) -> None: ...
+) -> _Array: ...
 def softmax_rows(x: _Array, y: _Array, keep: npt.NDArray[np.uint8] | None, num_threads: int) -> None: ...
 def cpu_supports(name: str) -> bool: ...
 def get_isa() -> str: ...

@@ -86,25 +86,37 @@ cdef int _check(int status) except -1:
     return 0
 
 
-def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out, tuple batch,
+def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple batch,
               double scale, int causal, int64_t causal_offset, object bool_mask,
               object add_mask, object pad, object weights, int num_threads):
-    """Fill ``out`` (batch + (L, Ev)) and ``weights`` if given; every array
+    """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
+    dtype) and ``weights`` if given, and return ``out``; every array
     validated, same float dtype, dims broadcastable to batch."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
-    a.dtype = FA_FLOAT64 if q.dtype.itemsize == 8 else FA_FLOAT32
+    cdef cnp.npy_intp dims[34]
+    cdef cnp.ndarray o
+    if nb > FA_MAX_BATCH_DIMS:
+        raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
+    a.dtype = FA_FLOAT64 if cnp.PyArray_ITEMSIZE(q) == 8 else FA_FLOAT32
     a.nbatch_dims = nb
     for d in range(nb):
         a.batch_shape[d] = batch[d]
-    a.L = q.shape[q.ndim - 2]
-    a.E = q.shape[q.ndim - 1]
-    a.S = k.shape[k.ndim - 2]
-    a.Ev = v.shape[v.ndim - 1]
+        dims[d] = a.batch_shape[d]
+    a.L = cnp.PyArray_DIM(q, cnp.PyArray_NDIM(q) - 2)
+    a.E = cnp.PyArray_DIM(q, cnp.PyArray_NDIM(q) - 1)
+    a.S = cnp.PyArray_DIM(k, cnp.PyArray_NDIM(k) - 2)
+    a.Ev = cnp.PyArray_DIM(v, cnp.PyArray_NDIM(v) - 1)
+    if out is None:
+        dims[nb] = a.L
+        dims[nb + 1] = a.Ev
+        o = cnp.PyArray_EMPTY(nb + 2, dims, cnp.PyArray_TYPE(q), 0)
+    else:
+        o = <cnp.ndarray>out
     _fill(&a.q, q, nb)
     _fill(&a.k, k, nb)
     _fill(&a.v, v, nb)
-    _fill(&a.out, out, nb)
+    _fill(&a.out, o, nb)
     a.scale = scale
     a.causal = causal
     a.causal_offset = causal_offset
@@ -122,6 +134,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out, tupl
     with nogil:
         status = fa_attention(&a)
     _check(status)
+    return o
 
 
 def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
