@@ -60,6 +60,8 @@ def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
 def _threads(num_threads) -> int:
     if num_threads is None:
         return 0
+    if type(num_threads) is int and 1 <= num_threads <= _MAX_THREADS:
+        return num_threads
     if isinstance(num_threads, (bool, np.bool_)):
         raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}")
     try:
