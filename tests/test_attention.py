@@ -301,6 +301,20 @@ def test_decode_L1(isa, dtype, rng):
     assert_close(o_ul[:, 0], v[:, 0], dtype, magnitude=finite_absmax(v))
 
 
+def test_result_is_a_new_c_ordered_array(isa, dtype, rng):
+    # the common path: the bridge allocates the result itself
+    q = _randn(rng, (2, 3, 5, 4), dtype)
+    k = _randn(rng, (2, 3, 7, 4), dtype)
+    v = _randn(rng, (2, 3, 7, 6), dtype)
+    o = fastattn.attention(q, k, v)
+    assert o.shape == (2, 3, 5, 6) and o.dtype == dtype
+    assert o.flags.c_contiguous and o.flags.owndata and o.flags.writeable
+    assert not any(np.may_share_memory(o, x) for x in (q, k, v))
+    o2 = fastattn.attention(q, k, v)
+    assert o2 is not o and np.array_equal(o, o2)
+    check_against_reference(q, k, v)
+
+
 def test_single_key_S1(isa, dtype, rng):
     q = _randn(rng, (2, 7, 5), dtype)
     k = _randn(rng, (2, 1, 5), dtype)
