@@ -6,8 +6,9 @@ installed) and the plain NumPy/SciPy composition, in one process:
 
 * every implementation is warmed up first, then timed once per *round*, in an
   order that rotates from round to round (interleaved), and the median over
-  the rounds is reported; calls much shorter than a millisecond are timed as
-  a loop of many calls per sample;
+  the rounds is reported; rounds are added while the samples are spread (a
+  disturbed spell of a shared machine); calls much shorter than a
+  millisecond are timed as a loop of many calls per sample;
 * every implementation runs under the same thread limit: ``num_threads=t``
   for fastattn, ``torch.set_num_threads(t)`` for torch and
   ``threadpoolctl.threadpool_limits(t)`` (BLAS *and* OpenMP) around all of
@@ -452,6 +453,9 @@ SETTLE_S = 0.15
 # REWARM_MAX_S get no untimed call (a wake-up is < 2% of them).
 REWARM_S = 0.01
 REWARM_MAX_S = 0.25
+# Rounds are added (up to Profile.max_repeats) while some implementation's
+# samples have an interquartile range above this fraction of their median.
+NOISY_SPREAD = 0.10
 
 
 def _rewarm(fn, est_s: float) -> None:
@@ -514,13 +518,18 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
         reps = repeats
     times = {n: [] for n in names}
     prev = names[-1]                             # the last one warmed up
+    # Adaptive: rounds beyond the planned ones (up to max_repeats) while the
+    # samples of some implementation are spread (a disturbed spell of a
+    # shared machine): the medians then rest on more undisturbed rounds.
+    limit = reps if repeats is not None else max(reps, profile.max_repeats)
     with _no_gc():
-        for r in range(reps):
+        r = 0
+        while r < reps or (r < limit and _spread(times, cap) > NOISY_SPREAD):
             if progress:
-                progress.status(f"{label}: round {r + 1}/{reps}")
+                progress.status(f"{label}: round {r + 1}/{reps if r < reps else limit}")
             k = r % len(names)
             for name in names[k:] + names[:k]:
-                if len(times[name]) < cap.get(name, reps):
+                if name not in cap or len(times[name]) < cap[name]:
                     if settle_s and prev != name and (spinning is None or prev in spinning):
                         time.sleep(settle_s)
                     prev = name
@@ -528,9 +537,22 @@ def run_interleaved(impls: dict, profile: Profile, repeats: int | None,
                         if settle_s:
                             _rewarm(impls[name], est[name])
                         times[name].append(_time_loop(impls[name], loops[name]))
+            r += 1
     return {n: {"median_s": statistics.median(times[n]), "min_s": min(times[n]),
                 "times_s": times[n], "loops": loops[n], "output": outputs[n]}
             for n in names}
+
+
+def _spread(times: dict, cap: dict) -> float:
+    """The largest relative interquartile range, (q3 - q1) / median, of the
+    samples of the implementations timed every round (0 before 3 rounds)."""
+    worst = 0.0
+    for n, ts in times.items():
+        if n in cap or len(ts) < 3:
+            continue
+        q1, q2, q3 = statistics.quantiles(ts, n=4)
+        worst = max(worst, (q3 - q1) / q2)
+    return worst
 
 
 def paired_ratio(num: list, den: list) -> float:
@@ -1117,7 +1139,7 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                    help="causal variants of the attention shapes (default both)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved rounds per measurement (default: adaptive, "
-                        "3..11, fewer for big shapes)")
+                        "3..11, fewer for big shapes, more while samples spread)")
     p.add_argument("--peers", default="torch,numpy", metavar="LIST",
                    help="peers to time: comma-separated from torch,numpy, or 'none' "
                         "(default torch,numpy)")

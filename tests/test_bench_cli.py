@@ -6,6 +6,7 @@ never assert anything about speed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -257,6 +258,51 @@ def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatc
                        1, "timed", 1, 2, "timed", 2]
     assert [len(r["times_s"]) for r in res.values()] == [3, 3]
     assert res["a@2"]["output"] == 2
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_adaptive_rounds_extend_only_while_samples_spread(monkeypatch, noisy):
+    # scripted sample times (ms): "b" steady; "a" steady, or disturbed in its
+    # 2nd and 3rd rounds (an interquartile range far above NOISY_SPREAD)
+    script = {"a": [1.0, 1.6, 1.7, 1.0, 1.01, 0.99, 1.0, 1.0] if noisy else [1.0] * 8,
+              "b": [2.0] * 8}
+    taken = {"a": 0, "b": 0}
+    rounds = []                                   # set while the timed rounds run
+
+    def scripted_loop(fn, loops):
+        name = fn()
+        if not rounds:                            # warm-up and calibration
+            return 1e-3
+        taken[name] += 1
+        return script[name][taken[name] - 1] * 1e-3
+
+    @contextlib.contextmanager
+    def timing():
+        rounds.append(True)
+        try:
+            yield
+        finally:
+            rounds.clear()
+
+    monkeypatch.setattr(bench, "_time_loop", scripted_loop)
+    monkeypatch.setattr(bench, "_no_gc", timing)
+    prof = bench.dataclasses.replace(bench.QUICK, min_sample_s=0.0, budget_s=0.0,
+                                     min_repeats=3, max_repeats=6)
+    impls = {"a": lambda: "a", "b": lambda: "b"}
+    res = bench.run_interleaved(impls, prof, None)
+    n = len(res["a"]["times_s"])
+    assert len(res["b"]["times_s"]) == n          # every round times both
+    if noisy:
+        # rounds 4, 5, ... added until a's spread falls below NOISY_SPREAD or
+        # max_repeats is reached; the median rests on the undisturbed rounds
+        assert 3 < n <= 6
+        assert res["a"]["median_s"] == pytest.approx(1.0e-3, rel=0.02)
+    else:
+        assert n == 3
+    # an explicit repeat count is never extended
+    taken.update(a=0, b=0)
+    res = bench.run_interleaved(impls, prof, 3)
+    assert [len(r["times_s"]) for r in res.values()] == [3, 3]
 
 
 def test_scaling_is_the_median_of_paired_ratios():
