@@ -94,7 +94,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     validated, same float dtype, dims broadcastable to batch."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
-    cdef cnp.npy_intp dims[34]
+    cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
     cdef cnp.ndarray o
     if nb > FA_MAX_BATCH_DIMS:
         raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
@@ -112,7 +112,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
         dims[nb + 1] = a.Ev
         o = cnp.PyArray_EMPTY(nb + 2, dims, cnp.PyArray_TYPE(q), 0)
     else:
-        o = <cnp.ndarray>out
+        o = <cnp.ndarray?>out
     _fill(&a.q, q, nb)
     _fill(&a.k, k, nb)
     _fill(&a.v, v, nb)
