@@ -57,9 +57,8 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
             return _NO_MASK
         if is_causal is True:
             return _NO_MASK_CAUSAL
+        return MaskPlan(*causal_offset(is_causal, L, S), None, None, None)
     causal, offset = causal_offset(is_causal, L, S)
-    if attn_mask is None and key_padding_mask is None:
-        return MaskPlan(causal, offset, None, None, None)
     bool_mask = add_mask = pad = None
     target = batch + (L, S)
     if attn_mask is not None:
