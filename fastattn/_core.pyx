@@ -51,6 +51,7 @@ cdef extern from "fastattn.h" nogil:
     const char *fa_openmp_runtime()
     void fa_debug_fail_alloc_after(int64_t n_ok)
     int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
+    int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
     void fa_init_threads()
     void fa_set_default_threads(int n)
 
@@ -213,6 +214,26 @@ def fma_probe(str dtype, int64_t n, int num_threads):
         status = fa_fma_probe(dt, n, num_threads, &flops)
     _check(status)
     return flops
+
+
+def _exp(cnp.ndarray x, bint base2):
+    """exp(x) (base2: 2**x) of a 1-D C-contiguous float32/float64 array, by
+    the vectorised exp of the ISA in use (the one the kernels use), as a new
+    array: for the accuracy tests."""
+    if (x.ndim != 1 or not x.flags.c_contiguous or x.dtype.kind != "f"
+            or x.dtype.itemsize not in (4, 8)):
+        raise TypeError("x must be a 1-D C-contiguous float32 or float64 array, "
+                        f"got {x.dtype} with {x.ndim} dimension(s)")
+    cdef cnp.ndarray y = cnp.PyArray_EMPTY(1, x.shape, cnp.PyArray_TYPE(x), 0)
+    cdef int dtype = FA_FLOAT64 if x.dtype.itemsize == 8 else FA_FLOAT32
+    cdef int64_t n = x.shape[0]
+    cdef const void *xp = cnp.PyArray_DATA(x)
+    cdef void *yp = cnp.PyArray_DATA(y)
+    cdef int status
+    with nogil:
+        status = fa_exp(dtype, base2, n, xp, yp)
+    _check(status)
+    return y
 
 
 def _debug_fail_alloc_after(int64_t n_ok):

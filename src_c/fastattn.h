@@ -53,6 +53,11 @@ int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t 
                     int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
                     int64_t k_rs, int64_t k_cs, int num_threads);
 
+/* y[i] = exp(x[i]) (base2: 2^x[i]) for i < n, by the vectorised exp of the
+ * ISA in use, as the kernels evaluate it: accurate on x <= 0 (the softmax
+ * domain; see simd.h).  For the accuracy tests.  y may equal x. */
+int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
+
 /* ISA selection (dispatch.c). */
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
 int fa_get_isa(void);

@@ -42,6 +42,8 @@
         T (*rowmax)(const T *x, int64_t n, int *has_nan);                            \
         /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */        \
         T (*expsum)(const T *x, T *y, int64_t n, T m);                               \
+        /* the same with y[i] = 2^(x[i] - m) (the streaming path's exp2) */          \
+        T (*expsum2)(const T *x, T *y, int64_t n, T m);                              \
         /* x[i] *= a for i < n */                                                    \
         void (*scal)(T *x, int64_t n, T a);                                          \
         /* one key block of the streaming softmax, rows i < rows of s[rows x n]: */  \

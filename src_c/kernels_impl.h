@@ -90,6 +90,7 @@
         FA_XCAT3(qk, SFX, FA_ISA_NAME),     FA_XCAT3(pv, SFX, FA_ISA_NAME),           \
         FA_XCAT3(qk_direct, SFX, FA_ISA_NAME), FA_XCAT3(pv_direct, SFX, FA_ISA_NAME), \
         FA_XCAT3(rowmax, SFX, FA_ISA_NAME), FA_XCAT3(expsum, SFX, FA_ISA_NAME),       \
+        FA_XCAT3(expsum2, SFX, FA_ISA_NAME),                                          \
         FA_XCAT3(scal, SFX, FA_ISA_NAME), FA_XCAT3(online_softmax, SFX, FA_ISA_NAME), \
         FA_XCAT3(pack_k, SFX, FA_ISA_NAME), FA_XCAT3(pack_v, SFX, FA_ISA_NAME),       \
         FA_XCAT3(fma_probe, SFX, FA_ISA_NAME)};

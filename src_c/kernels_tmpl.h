@@ -165,9 +165,10 @@ static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
 }
 
 /* y[i] = EXPF(x[i] - m), returning the sum: exp for softmax and the weights,
- * exp2 for the streaming attention (scores in log2 units). */
+ * exp2 for the streaming attention (scores in log2 units).  Inlined into
+ * online_softmax, though the table holds their addresses. */
 #define FA_EXPSUM(NAME, EXPF)                                                            \
-    static FA_T NAME(const FA_T *x, FA_T *y, int64_t n, FA_T m)                          \
+    static FA_ALWAYS_INLINE FA_T NAME(const FA_T *x, FA_T *y, int64_t n, FA_T m)         \
     {                                                                                    \
         VT vm = V_SET1(m), s0 = V_ZERO(), s1 = V_ZERO();                                 \
         int64_t i = 0;                                                                   \
