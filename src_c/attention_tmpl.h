@@ -148,7 +148,7 @@ static void FN(pv_careful)(const KT *K, int64_t ni, int64_t nk, int64_t ncols, c
 
 /* Per-thread scratch of the drivers. */
 typedef struct FN(fa_scratch) {
-    FA_T *qp, *kp, *vp, *st, *o, *m, *l;
+    FA_T *qp, *kp, *vp, *st, *o, *m, *l, *vmax;
 } FN(fa_scratch);
 
 /* Number of padded keys in [kb, kb + nk) for batch offset poff. */
@@ -235,18 +235,23 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
             if (a->bool_mask.data && FN(bool_tile_hidden)(a, off, i0, ni, kb, nk_t)) continue;
             FA_T *st = sc->st;
             const int64_t ncols_t = (nk_t + nr - 1) / nr * nr;
+            const int masked = causal_diag || pad_some || a->bool_mask.data || a->add_mask.data;
+            /* Q.K^T's row maxima (from its register tiles) stand for the
+             * tile's only when every score it computes is one the softmax
+             * sees: no mask, no padded key column */
+            FA_T *vmax = !direct && !masked && ncols_t == nk_t ? sc->vmax : NULL;
             if (direct)
                 K->qk_direct(ni, nk_t, E, sc->qp + t * mcp * E, kbase + kb * a->k.rs, a->k.rs, st,
                              FA_KC);
             else
-                K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC);
-            if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
-                FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
+                K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC,
+                      vmax);
+            if (masked) FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
             FA_T *o = sc->o + (i0 - r0) * ldv;
             /* A visible NaN score poisons its row: through the sum (exp of NaN
              * is NaN) unless no key of the row is visible yet. */
             K->online_softmax(ni, nk_t, st, FA_KC, sc->m + (i0 - r0), sc->l + (i0 - r0), o, ldv,
-                              base2);
+                              base2, vmax);
             if (direct)
                 K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
             else if (v_bad)
@@ -300,7 +305,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
         }
         const int64_t ncols = (nk + nr - 1) / nr * nr;
         FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
-        K->qk((ni + mr - 1) / mr * mr, ncols, E, sc->qp, sc->kp, sc->st, FA_KC);
+        K->qk((ni + mr - 1) / mr * mr, ncols, E, sc->qp, sc->kp, sc->st, FA_KC, NULL);
         if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
             FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some);
         for (int64_t i = 0; i < ni; i++)
@@ -383,6 +388,7 @@ static void FN(run_item)(const FN(fa_plan) *pl, int64_t it, int tid)
     sc.o = sc.st + pl->mcp * FA_KC;
     sc.m = sc.o + pl->rows * ldv;
     sc.l = sc.m + pl->rows;
+    sc.vmax = sc.l + pl->rows; /* mcp x vw */
     fa_offsets off;
     if (a->weights) {
         int64_t b = it / ntiles, t = it % ntiles;
@@ -469,7 +475,7 @@ static int FN(attention)(const fa_attention_args *a)
     const int64_t qrows = a->weights ? mcp : chunk_tiles * mcp;
     const int64_t kc_e = FA_KC * Epad;
     const size_t per = (size_t)(qrows * Epad + kc_e + FA_KC * ldv + mcp * FA_KC +
-                                rows * ldv + 2 * rows + 64);
+                                rows * ldv + 2 * rows + mcp * K->vw + 64);
     FA_T **bufs = (FA_T **)fa_calloc((size_t)nt, sizeof(FA_T *));
     FA_T *part = NULL;
     int status = FA_OK;

@@ -25,9 +25,11 @@
     typedef struct fa_kernels_##SFX {                                                \
         const char *isa;                                                             \
         int64_t mr, nr, vw; /* register tile: mr query rows x nr keys; lanes */      \
-        /* s[rows x ncols] = qp[rows x E] . kp^T; rows % mr == 0, ncols % nr == 0 */ \
+        /* s[rows x ncols] = qp[rows x E] . kp^T; rows % mr == 0, ncols % nr == 0; */\
+        /* vmax NULL or [rows x vw]: each row's lane-wise max over its ncols */     \
+        /* scores (NaN ignored), so max_j s[i][j] = max of vmax[i][0..vw) */         \
         void (*qk)(int64_t rows, int64_t ncols, int64_t E, const T *qp,              \
-                   const T *kp, T *s, int64_t lds);                                  \
+                   const T *kp, T *s, int64_t lds, T *vmax);                         \
         /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % nr == 0 */\
         void (*pv)(int64_t rows, int64_t nkeys, int64_t ncols, const T *p,           \
                    int64_t ldp, const T *vp, int64_t pstride, T *o, int64_t ldo);    \
@@ -50,9 +52,9 @@
         /* mn = max(m[i], max_j s[i][j]), a = E(m[i] - mn), s[i][j] = E(s[i][j] - mn),*/\
         /* l[i] = l[i]*a + sum_j s[i][j], o[i][0..ldo) *= a, m[i] = mn; E = 2^x if */ \
         /* base2 (scores pre-multiplied by log2(e)), else e^x; mn = -inf: row 0, */  \
-        /* l[i] = NaN if it holds a NaN */                                           \
+        /* l[i] = NaN if it holds a NaN; vmax NULL or qk's row maxima of s */         \
         void (*online_softmax)(int64_t rows, int64_t n, T *s, int64_t lds, T *m,     \
-                               T *l, T *o, int64_t ldo, int base2);                  \
+                               T *l, T *o, int64_t ldo, int base2, const T *vmax);   \
         /* kp[ncols/nr][E][nr] = keys j < nk at k + j*krs (unit column stride), */   \
         /* zero for nk <= j < ncols; ncols % nr == 0 */                              \
         void (*pack_k)(int64_t nk, int64_t ncols, int64_t E, const T *k, int64_t krs,\

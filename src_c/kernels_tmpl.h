@@ -10,9 +10,11 @@
 #define FA_CAT3(a, b, c) FA_CAT3_(a, b, c)
 #define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
 
-/* s[MR x NR] = q[MR x E] . kpanel[E x NR]; q row-major (ld E). */
+/* s[MR x NR] = q[MR x E] . kpanel[E x NR]; q row-major (ld E).  With vmax
+ * (MR x VW), vmax[r] = lane-wise max(vmax[r], the row's NR scores), NaN
+ * ignored: the row max comes out of the registers, not a pass over s. */
 static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *restrict kp,
-                               FA_T *restrict s, int64_t lds)
+                               FA_T *restrict s, int64_t lds, FA_T *restrict vmax)
 {
     VT acc[MR][NRV];
 #pragma GCC unroll 16
@@ -35,15 +37,26 @@ static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *re
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NRV; v++) V_STORE(s + r * lds + v * VW, acc[r][v]);
+    if (vmax) {
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            VT mx = V_LOAD(vmax + r * VW);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) mx = V_MAXACC(mx, acc[r][v]);
+            V_STORE(vmax + r * VW, mx);
+        }
+    }
 }
 
 static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const FA_T *kp,
-                   FA_T *s, int64_t lds)
+                   FA_T *s, int64_t lds, FA_T *vmax)
 {
+    if (vmax)
+        for (int64_t i = 0; i < rows * VW; i++) vmax[i] = (FA_T)-INFINITY;
     for (int64_t p = 0; p < ncols / NR; p++) {
         const FA_T *panel = kp + p * E * NR;
         for (int64_t i = 0; i < rows; i += MR)
-            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds);
+            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds, vmax ? vmax + i * VW : NULL);
     }
 }
 
@@ -212,16 +225,19 @@ static void FN(scal)(FA_T *x, int64_t n, FA_T a)
  * s[i][j] = E(s[i][j] - mn), l[i] = l[i] * a + sum_j s[i][j], o[i][0 .. ldo)
  * *= a, m[i] = mn; E = 2^x (base2: scores in log2 units) or e^x.  A row with
  * no visible key yet (mn = -inf) is zeroed instead, l[i] = NaN if it holds a
- * NaN.  The rescaling factors of VW rows are one vector exp. */
+ * NaN.  The rescaling factors of VW rows are one vector exp.  vmax: NULL, or
+ * the rows' lane-wise maxima from qk (then max_j s[i][j] = hmax(vmax[i])). */
 static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m, FA_T *l,
-                               FA_T *o, int64_t ldo, int base2)
+                               FA_T *o, int64_t ldo, int base2, const FA_T *vmax)
 {
     for (int64_t g = 0; g < rows; g += VW) {
         const int64_t ng = rows - g < VW ? rows - g : VW;
         FA_T mn[VW], d[VW], a[VW];
         for (int64_t r = 0; r < VW; r++) d[r] = 0;
         for (int64_t r = 0; r < ng; r++) {
-            const FA_T mx = FN(rowmax)(s + (g + r) * lds, n, NULL), mo = m[g + r];
+            const FA_T mx = vmax ? V_HMAX(V_LOAD(vmax + (g + r) * VW))
+                                 : FN(rowmax)(s + (g + r) * lds, n, NULL);
+            const FA_T mo = m[g + r];
             mn[r] = mx > mo ? mx : mo;
             if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
         }

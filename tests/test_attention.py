@@ -350,6 +350,16 @@ def test_odd_sizes(isa, dtype, rng):
                                 _randn(rng, (S, E + 2), dtype))
 
 
+def test_far_negative_scores_with_a_key_count_off_the_register_tile(isa, dtype, rng):
+    # Every score near -1000: the row max must be the visible scores' own,
+    # not 0 from the zero-padded key columns of a partial register tile (Q.K^T's
+    # fused row max is not used for such tiles), or every weight underflows.
+    for S in (5, 17, 130):
+        q = np.ones((12, 4), dtype)
+        k = (-500.0 - 0.25 * rng.random((S, 4))).astype(dtype)
+        check_against_reference(q, k, _randn(rng, (S, 3), dtype), return_weights=False)
+
+
 def test_broadcast_leading_dims(isa, dtype, rng):
     q = _randn(rng, (2, 1, 5, 4), dtype)
     k = _randn(rng, (1, 3, 7, 4), dtype)
