@@ -56,7 +56,8 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
     for (int64_t p = 0; p < ncols / NR; p++) {
         const FA_T *panel = kp + p * E * NR;
         for (int64_t i = 0; i < rows; i += MR)
-            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds, vmax ? vmax + i * VW : NULL);
+            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds,
+                        vmax ? vmax + i * VW : NULL);
     }
 }
 
