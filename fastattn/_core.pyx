@@ -220,10 +220,10 @@ def _exp(cnp.ndarray x, bint base2):
     """exp(x) (base2: 2**x) of a 1-D C-contiguous float32/float64 array, by
     the vectorised exp of the ISA in use (the one the kernels use), as a new
     array: for the accuracy tests."""
-    if (x.ndim != 1 or not x.flags.c_contiguous or x.dtype.kind != "f"
-            or x.dtype.itemsize not in (4, 8)):
-        raise TypeError("x must be a 1-D C-contiguous float32 or float64 array, "
-                        f"got {x.dtype} with {x.ndim} dimension(s)")
+    if (x.ndim != 1 or not cnp.PyArray_ISCARRAY_RO(x) or not x.dtype.isnative
+            or x.dtype.kind != "f" or x.dtype.itemsize not in (4, 8)):
+        raise TypeError("x must be a 1-D C-contiguous, aligned float32 or float64 array in "
+                        f"native byte order, got {x.dtype.str} with {x.ndim} dimension(s)")
     cdef cnp.ndarray y = cnp.PyArray_EMPTY(1, x.shape, cnp.PyArray_TYPE(x), 0)
     cdef int dtype = FA_FLOAT64 if x.dtype.itemsize == 8 else FA_FLOAT32
     cdef int64_t n = x.shape[0]

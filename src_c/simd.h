@@ -72,6 +72,12 @@
 #define FA_EXPF_P3 0x1.555a6ap-3f
 #define FA_EXPF_P4 0x1.573a54p-5f
 #define FA_EXPF_P5 0x1.0fa834p-7f
+/* 1 + P1 r + ... + P5 r^5 by Horner's rule in the ISA's vf_fma/vf_set1: the
+ * float exp and exp2 of every vector ISA (P: FA_EXPF_P or FA_EXP2F_P). */
+#define FA_POLY5F(r, P)                                                                 \
+    vf_fma(vf_fma(vf_fma(vf_fma(vf_fma(vf_set1(P##5), (r), vf_set1(P##4)), (r),         \
+                                vf_set1(P##3)), (r), vf_set1(P##2)), (r), vf_set1(P##1)), \
+           (r), vf_set1(1.0f))
 
 #if defined(FA_ISA_AVX512)
 #if defined(FA_AVX512_SIMDE)
@@ -133,12 +139,7 @@ static inline vf vf_exp(vf x)
     vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm512_fnmadd_ps(n, ln2hi, x);
     r = _mm512_fnmadd_ps(n, ln2lo, r);
-    vf p = _mm512_set1_ps(FA_EXPF_P5);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXPF_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXPF_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXPF_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXPF_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    vf p = FA_POLY5F(r, FA_EXPF_P);
     p = _mm512_scalef_ps(p, n);
     return _mm512_mask_mov_ps(p, under, _mm512_setzero_ps());
 }
@@ -198,12 +199,7 @@ static inline vf vf_exp2(vf x)
     x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x); /* NaN: max gives its 2nd operand */
     vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm512_sub_ps(x, n);
-    vf p = _mm512_set1_ps(FA_EXP2F_P5);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_EXP2F_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    vf p = FA_POLY5F(r, FA_EXP2F_P);
     /* 2^n: n + 127 lands in the low mantissa bits of n + (2^23 + 127) */
     __m512i e = _mm512_slli_epi32(_mm512_castps_si512(_mm512_add_ps(n, _mm512_set1_ps(8388735.0f))), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
@@ -275,12 +271,7 @@ static inline vf vf_exp(vf x)
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    vf p = _mm256_set1_ps(FA_EXPF_P5);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXPF_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXPF_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXPF_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXPF_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    vf p = FA_POLY5F(r, FA_EXPF_P);
     /* 2^n by its exponent bits: normal for n in [-126, 0] */
     __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
     e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
@@ -341,12 +332,7 @@ static inline vf vf_exp2(vf x)
     x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x); /* NaN: max gives its 2nd operand */
     vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm256_sub_ps(x, n);
-    vf p = _mm256_set1_ps(FA_EXP2F_P5);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FA_EXP2F_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    vf p = FA_POLY5F(r, FA_EXP2F_P);
     /* 2^n: n + 127 lands in the low mantissa bits of n + (2^23 + 127) */
     __m256i e = _mm256_slli_epi32(_mm256_castps_si256(_mm256_add_ps(n, _mm256_set1_ps(8388735.0f))), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));

@@ -97,3 +97,7 @@ def test_exp_hook_rejects_what_it_cannot_take():
         _core._exp(np.zeros(8, np.float32)[::2], True)
     with pytest.raises(TypeError, match="float32 or float64"):
         _core._exp(np.zeros(4, np.int32), False)
+    with pytest.raises(TypeError, match="native byte order"):
+        _core._exp(np.zeros(4, ">f4"), False)
+    with pytest.raises(TypeError, match="aligned"):
+        _core._exp(np.zeros(17, np.uint8)[1:].view(np.float32), False)
