@@ -224,40 +224,56 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
         }
         for (int64_t t = 0; t < ntiles; t++) {
             const int64_t i0 = r0 + t * mcp, ni = r1 - i0 < mcp ? r1 - i0 : mcp;
-            int causal_diag = 0;
             int64_t nk_t = nk; /* keys of this block that some row of the tile sees */
             if (a->causal) {
                 int64_t lim = i0 + ni + a->causal_offset - kb;
                 if (lim <= 0) continue; /* tile wholly in the future of the block */
                 if (lim < nk_t) nk_t = lim;
-                causal_diag = kb + nk_t - 1 > i0 + a->causal_offset;
             }
             if (a->bool_mask.data && FN(bool_tile_hidden)(a, off, i0, ni, kb, nk_t)) continue;
-            FA_T *st = sc->st;
-            const int64_t ncols_t = (nk_t + nr - 1) / nr * nr;
-            const int masked = causal_diag || pad_some || a->bool_mask.data || a->add_mask.data;
-            /* Q.K^T's row maxima (from its register tiles) stand for the
-             * tile's only when every score it computes is one the softmax
-             * sees: no mask, no padded key column */
-            FA_T *vmax = !direct && !masked && ncols_t == nk_t ? sc->vmax : NULL;
-            if (direct)
-                K->qk_direct(ni, nk_t, E, sc->qp + t * mcp * E, kbase + kb * a->k.rs, a->k.rs, st,
-                             FA_KC);
-            else
-                K->qk((ni + mr - 1) / mr * mr, ncols_t, E, sc->qp + t * mcp * E, sc->kp, st, FA_KC,
-                      vmax);
-            if (masked) FN(apply_masks)(a, off, st, FA_KC, i0, ni, kb, nk_t, causal_diag, pad_some);
-            FA_T *o = sc->o + (i0 - r0) * ldv;
-            /* A visible NaN score poisons its row: through the sum (exp of NaN
-             * is NaN) unless no key of the row is visible yet. */
-            K->online_softmax(ni, nk_t, st, FA_KC, sc->m + (i0 - r0), sc->l + (i0 - r0), o, ldv,
-                              base2, vmax);
-            if (direct)
-                K->pv_direct(ni, nk_t, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o, ldv);
-            else if (v_bad)
-                FN(pv_careful)(K, ni, nk_t, ldv, st, FA_KC, sc->vp, o, ldv);
-            else
-                K->pv(ni, nk_t, ldv, st, FA_KC, sc->vp, FA_KC * nr, o, ldv);
+            /* A tile that the causal diagonal crosses is cut into bands of mr
+             * rows (one register tile high), each computing only the keys its
+             * last row sees: the tile's hidden triangle is not computed,
+             * exponentiated or multiplied by V.  The keys left out are hidden
+             * from every row of the band, so they would add exact zeros. */
+            const int diag = a->causal && kb + nk_t - 1 > i0 + a->causal_offset;
+            const int64_t band = diag && !direct ? mr : ni;
+            for (int64_t g = 0; g < ni; g += band) {
+                const int64_t ib = i0 + g, nb = ni - g < band ? ni - g : band;
+                int64_t nk_b = nk_t;
+                if (diag) {
+                    int64_t lim = ib + nb + a->causal_offset - kb;
+                    if (lim <= 0) continue; /* no key of the block is visible yet */
+                    if (lim < nk_b) nk_b = lim;
+                }
+                const int causal_diag = diag && kb + nk_b - 1 > ib + a->causal_offset;
+                const int64_t ncols_b = (nk_b + nr - 1) / nr * nr;
+                const int masked =
+                    causal_diag || pad_some || a->bool_mask.data || a->add_mask.data;
+                /* Q.K^T's row maxima (from its register tiles) stand for the
+                 * band's only when every score it computes is one the softmax
+                 * sees: no mask, no padded key column */
+                FA_T *st = sc->st, *vmax = !direct && !masked && ncols_b == nk_b ? sc->vmax : NULL;
+                const FA_T *qp = sc->qp + (t * mcp + g) * E;
+                if (direct)
+                    K->qk_direct(nb, nk_b, E, qp, kbase + kb * a->k.rs, a->k.rs, st, FA_KC);
+                else
+                    K->qk((nb + mr - 1) / mr * mr, ncols_b, E, qp, sc->kp, st, FA_KC, vmax);
+                if (masked)
+                    FN(apply_masks)(a, off, st, FA_KC, ib, nb, kb, nk_b, causal_diag, pad_some);
+                FA_T *o = sc->o + (ib - r0) * ldv;
+                /* A visible NaN score poisons its row: through the sum (exp of
+                 * NaN is NaN) unless no key of the row is visible yet. */
+                K->online_softmax(nb, nk_b, st, FA_KC, sc->m + (ib - r0), sc->l + (ib - r0), o,
+                                  ldv, base2, vmax);
+                if (direct)
+                    K->pv_direct(nb, nk_b, a->Ev, st, FA_KC, vbase + kb * a->v.rs, a->v.rs, o,
+                                 ldv);
+                else if (v_bad)
+                    FN(pv_careful)(K, nb, nk_b, ldv, st, FA_KC, sc->vp, o, ldv);
+                else
+                    K->pv(nb, nk_b, ldv, st, FA_KC, sc->vp, FA_KC * nr, o, ldv);
+            }
         }
     }
 }

@@ -504,6 +504,28 @@ def test_upper_left_causal_L_lt_S(isa, dtype, rng):
     assert np.all(w[:, L:] == 0)
 
 
+@pytest.mark.parametrize("L,S", [(131, 131), (200, 77), (77, 200), (259, 259), (3, 200)])
+@pytest.mark.parametrize("causal", [True, "lower_right"])
+def test_causal_diagonal_bands_each_see_their_own_keys(isa, dtype, rng, L, S, causal):
+    """Streaming path: a tile the causal diagonal crosses is computed in bands
+    of register-tile rows, each over only the keys its last row sees.  Every
+    row (a band's first and last, rows past a band's end in a short tile)
+    matches the reference, rows with no visible key give 0, and a poisoned
+    key (K and V Inf/NaN) leaks into no row it is hidden from."""
+    q, k, v = _randn(rng, (2, L, 12), dtype), _randn(rng, (2, S, 12), dtype), _randn(rng, (2, S, 5), dtype)
+    kpm = np.zeros(S, dtype=bool)
+    kpm[:2] = True            # rows that see only keys 0 and 1 see nothing
+    check_against_reference(q, k, v, is_causal=causal, key_padding_mask=kpm, return_weights=False)
+    off = 0 if causal is True else S - L
+    j = min(S - 1, max(0, L // 2 + off))     # a key visible only to rows i >= j - off
+    k[:, j], v[:, j] = np.inf, np.nan
+    o = fastattn.attention(q, k, v, is_causal=causal, key_padding_mask=kpm)
+    hidden = slice(0, max(0, j - off))
+    assert np.all(np.isfinite(o[:, hidden])), "a key hidden by the causal mask leaked"
+    o_ref, _ = reference_attention64(q, k, v, is_causal=causal, key_padding_mask=kpm)
+    assert_close(o[:, hidden], o_ref[:, hidden], dtype, magnitude=finite_absmax(v))
+
+
 # ---------------------------------------------------------------------------
 # masks and dead rows
 # ---------------------------------------------------------------------------
