@@ -22,7 +22,8 @@ installed) and the plain NumPy/SciPy composition, in one process:
   also given as a fraction of the float matmul peak (``np.matmul`` of two
   large square matrices, same dtype, same thread limit) measured in the
   same run; the machine's FMA peak (fastattn's register-only FMA probe) and
-  its thread scaling are measured too.
+  its thread scaling are measured too, on their own and, as ``machine@t``,
+  in the rounds of every case (the cores' scaling while that case ran).
 
 The harness never touches ``OPENBLAS_*`` environment variables; see
 ``bench/README.md`` for how to run it so that NumPy's BLAS is not slowed.
@@ -78,6 +79,7 @@ class Profile:
     peak_n: int            # size of the square matmul for the FLOP peak
     peak_repeats: int
     probe_s: float         # one call of the FMA peak probe lasts about this long
+    round_probe_s: float   # the FMA probe timed in every round of a case (1 thread)
     attention: tuple       # (B, H, L, S, D) shapes
     decode: tuple
     overhead: tuple
@@ -88,7 +90,7 @@ class Profile:
 
 DEFAULT = Profile(
     budget_s=1.5, min_repeats=7, max_repeats=11, min_sample_s=0.02, slow_budget_s=3.5,
-    peak_n=2048, peak_repeats=5, probe_s=0.05,
+    peak_n=2048, peak_repeats=5, probe_s=0.05, round_probe_s=0.02,
     attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
                (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
                (4, 16, 256, 256, 64)),
@@ -101,7 +103,7 @@ DEFAULT = Profile(
 
 QUICK = Profile(
     budget_s=0.1, min_repeats=3, max_repeats=4, min_sample_s=0.005, slow_budget_s=0.5,
-    peak_n=1024, peak_repeats=3, probe_s=0.01,
+    peak_n=1024, peak_repeats=3, probe_s=0.01, round_probe_s=0.005,
     attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
     decode=((1, 8, 1, 1024, 64),),
     overhead=((1, 1, 3, 3, 2),),
@@ -654,9 +656,10 @@ def make_inputs(case: Case, seed: int = 0):
     return q, k, v
 
 
-def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes):
+def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, machine=None):
     """-> (impls: "name@t" -> callable, thread_of: "name@t" -> t,
-    skipped: name -> reason, variants).
+    skipped: name -> reason, variants).  ``machine``: None, or t -> a
+    callable (the FMA probe on t threads), timed as "machine@t".
 
     The inputs are made once for all thread counts; fastattn.attention takes
     its count as ``num_threads``, the others from the thread limit around each
@@ -718,6 +721,8 @@ def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes):
             impls[f"{name}@{t}"], thread_of[f"{name}@{t}"] = make(t), t
         if "torch" in peer_fns:
             impls[f"torch@{t}"], thread_of[f"torch@{t}"] = peer_fns["torch"], t
+        if machine is not None:
+            impls[f"machine@{t}"], thread_of[f"machine@{t}"] = machine(t), t
     if "numpy" in peer_fns:
         for t in threads:
             impls[f"numpy@{t}"], thread_of[f"numpy@{t}"] = peer_fns["numpy"], t
@@ -965,23 +970,27 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
             rec = {"case": case, "dtype": dtype, "causal": causal, "threads": t,
                    "fastattn": paired_ratio(base["impls"][v]["times_s"],
                                             r["impls"][v]["times_s"])}
-            for p in ("torch", "numpy"):
+            for p in ("torch", "numpy", "machine"):
                 if p in base["impls"] and p in r["impls"]:
                     rec[p] = paired_ratio(base["impls"][p]["times_s"],
                                           r["impls"][p]["times_s"])
+            if "machine" in rec:        # the probe does t times the work at t threads
+                rec["machine"] *= t
             out.append(rec)
     return out
 
 
 def format_scaling(recs: list[dict], peers) -> str:
+    cols = list(peers) + (["machine"] if any("machine" in r for r in recs) else [])
     hdr = ["case", "dtype", "causal", "thr", "fastattn speed-up vs 1 thread"]
-    hdr += [f"{p} speed-up vs 1 thread" for p in peers]
+    hdr += [f"{p} speed-up vs 1 thread" if p != "machine" else
+            "machine: FMA probe speed-up, same rounds" for p in cols]
     lines = ["| " + " | ".join(hdr) + " |",
              "|---|---|---|--:|" + "|".join("--:" for _ in hdr[4:]) + "|"]
     for r in recs:
         cells = [r["case"], r["dtype"], "yes" if r["causal"] else "no", str(r["threads"]),
                  f"{r['fastattn']:.2f}×"]
-        cells += [f"{r[p]:.2f}×" if p in r else "—" for p in peers]
+        cells += [f"{r[p]:.2f}×" if p in r else "—" for p in cols]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1294,10 +1303,22 @@ def main(argv: list[str] | None = None) -> int:
             progress.note(f"FMA peak {dt}: " + ", ".join(
                 f"{r['threads']} thread(s) {r['gflops']:.1f} GFLOP/s"
                 for r in fma if r["dtype"] == dt))
+        # FMA probe steps per thread for ~round_probe_s on one thread
+        probe_steps = {f["dtype"]: max(1, int(f["n"] * profile.round_probe_s / profile.probe_s))
+                       for f in fma if f["threads"] == 1}
         for case in cases:
             label = f"{case.label} {case.dtype}{' causal' if case.causal else ''}"
+            # The machine's own thread scaling in the same rounds: the
+            # register-only FMA probe at each thread count, so that a case's
+            # speed-up can be read against what the cores gave at that time
+            # (on a shared VM two threads sometimes get one core's worth).
+            steps = probe_steps.get(case.dtype)
+            machine = None
+            if steps and 1 in threads and len(threads) > 1:
+                machine = (lambda t, dt=case.dtype, n=steps:
+                           lambda: fa_core.fma_probe(dt, n, t))
             impls, thread_of, skipped, variants = build_impls(
-                case, threads, fa, torch, args.peers_parsed, numpy_max_bytes)
+                case, threads, fa, torch, args.peers_parsed, numpy_max_bytes, machine)
             res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
                                       settle_s=SETTLE_S if max(threads) > 1 else 0.0,
                                       context=lambda name: limits[thread_of[name]],
@@ -1382,7 +1403,10 @@ def main(argv: list[str] | None = None) -> int:
             out += ["The machine's own ceiling, the register-only FMA probe (no memory "
                     "traffic): " + ", ".join(f"{f['dtype']} {f['speedup_vs_1']:.2f}× at "
                                              f"{f['threads']} threads" for f in ceil)
-                    + " (median of the per-round ratios).", ""]
+                    + " (median of the per-round ratios) when measured on its own; the "
+                    "`machine` column times the same probe in every round of each case, "
+                    "so a low speed-up there is the machine's at that time (on a shared VM "
+                    "two threads sometimes get one core's worth), not the code's.", ""]
     if mem:
         out += ["## Peak memory (one call, fresh subprocess, VmHWM)", "",
                 format_memory(mem), ""]

@@ -90,6 +90,10 @@ def test_quick_json_fields(quick_run):
     assert any(r["variant"] == "fastattn_inplace" for r in rows)
 
     assert doc["scaling"] and all(s["threads"] == 2 for s in doc["scaling"])
+    # the FMA probe timed in the rounds of every case: the machine's scaling then
+    for r in rows:
+        assert len(r["impls"]["machine"]["times_s"]) == len(r["impls"][r["variant"]]["times_s"])
+    assert all(s["machine"] > 0 for s in doc["scaling"])
     fma = {(f["dtype"], f["threads"]): f for f in doc["fma_peaks"]}
     assert set(fma) == {(d, t) for d in ("float32", "float64") for t in (1, 2)}
     for (d, t), f in fma.items():
@@ -111,6 +115,7 @@ def test_quick_output(quick_run):
     assert "matmul peak" in p.stdout and "ISA in use" in p.stdout
     assert "Peak memory" in p.stdout and "Thread scaling" in p.stdout
     assert "FMA peak float32 2 thread(s)" in p.stdout and "own ceiling" in p.stdout
+    assert "machine: FMA probe speed-up, same rounds" in p.stdout
     # progress goes to stderr, one line per measurement when not a terminal
     assert "[1/" in p.stderr
     assert "| case |" not in p.stderr
@@ -318,4 +323,24 @@ def test_scaling_is_the_median_of_paired_ratios():
     rows[1]["impls"]["torch"]["times_s"][0] *= 2          # one slow 2-thread sample
     (rec,) = bench.scaling_rows(rows)
     assert rec["threads"] == 2 and rec["fastattn"] == 2.0 and rec["torch"] == 2.0
+    assert "machine" not in rec
+
+
+def test_machine_scaling_counts_the_probe_work_of_every_thread():
+    # the FMA probe runs n steps on each thread: at 2 threads twice the work,
+    # so equal times are a speed-up of 2, and a 2-thread round as slow as two
+    # 1-thread ones (two threads sharing one core) is a speed-up of 1
+    rows = []
+    for t, times in ((1, [1.0, 1.0, 1.0]), (2, [1.0, 2.0, 1.0])):
+        rows.append({"case": "c", "dtype": "float32", "causal": False, "threads": t,
+                     "variant": "fastattn", "fastattn_s": 1.0,
+                     "impls": {"fastattn": {"times_s": [1.0 / t] * 3},
+                               "machine": {"times_s": times}}})
+    (rec,) = bench.scaling_rows(rows)
+    assert rec["machine"] == 2.0
+    rows[1]["impls"]["machine"]["times_s"] = [2.0, 2.0, 1.0]
+    assert bench.scaling_rows(rows)[0]["machine"] == 1.0
+    text = bench.format_scaling(bench.scaling_rows(rows), ["torch"])
+    assert "machine: FMA probe speed-up, same rounds" in text
+    assert text.splitlines()[-1].endswith("| 2.00× | — | 1.00× |")
 
