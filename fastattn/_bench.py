@@ -1132,7 +1132,7 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                     "composition (interleaved, medians, equal thread limits).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default=None, metavar="NAME",
-                   help="default (all targets, ~4.5 min on 2 cores), quick (~35 s "
+                   help="default (all targets, ~5.5 min on 2 cores), quick (~35 s "
                         "smoke run), targets/all (= default), or a comma-separated "
                         "list of sections: " + ", ".join(SECTIONS))
     p.add_argument("--quick", action="store_true",
