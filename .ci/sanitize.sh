@@ -29,6 +29,10 @@ T0=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastattn-sanitize.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
+# The build requirements of pyproject.toml (setup.py is run directly below).
+read -r -a BUILD_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')"
+"$PY" -m pip install -q --disable-pip-version-check "${BUILD_REQS[@]}"
+
 CC=${CC:-gcc}
 export CC
 SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
