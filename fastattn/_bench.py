@@ -207,21 +207,70 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
 # Environment
 # --------------------------------------------------------------------------
 
-def _import_torch():
-    try:
-        import torch  # noqa: F401
-        import torch.nn.functional  # noqa: F401
-        return torch
-    except Exception:  # ImportError, or a broken install
-        return None
+@dataclass
+class Tools:
+    """The optional peers and tools of one run, each looked for once.
+
+    Attributes
+    ----------
+    torch, threadpoolctl, matplotlib, scipy : module or None
+        The module, or None where it is not used in this run (not installed,
+        broken, or not asked for).
+    missing : dict
+        name -> ``(kind, reason, effect)`` for each one that is absent, e.g.
+        ``("peer", "not installed", "its columns are left out")``; the
+        report's header gives one line per entry.
+    """
+    torch: object = None
+    threadpoolctl: object = None
+    matplotlib: object = None
+    scipy: object = None
+    missing: dict = dataclasses.field(default_factory=dict)
 
 
-def _import_threadpoolctl():
+def _try_import(name: str, *submodules: str):
+    """-> (module or None, why it is absent or None)."""
+    import importlib
     try:
-        import threadpoolctl
-        return threadpoolctl
-    except ImportError:
-        return None
+        mod = importlib.import_module(name)
+        for sub in submodules:
+            importlib.import_module(f"{name}.{sub}")
+        return mod, None
+    except ImportError as e:
+        if getattr(e, "name", None) == name:
+            return None, "not installed"
+        return None, f"could not be imported ({type(e).__name__}: {e})"
+    except Exception as e:  # noqa: BLE001 - a broken install: report, don't die
+        return None, f"could not be imported ({type(e).__name__}: {e})"
+
+
+def discover_tools(peers) -> Tools:
+    """Look for each optional peer and tool once (``peers``: the requested
+    peers; torch is only imported when asked for)."""
+    tools = Tools()
+    if "torch" in peers:
+        tools.torch, why = _try_import("torch", "nn.functional")
+        if why:
+            tools.missing["torch"] = ("peer", why, "its columns are left out")
+    tools.scipy, why = _try_import("scipy", "special")
+    if why and "numpy" in peers:
+        tools.missing["scipy"] = ("peer", why, "the numpy peer (the NumPy/SciPy "
+                                  "composition) is left out")
+    tools.threadpoolctl, why = _try_import("threadpoolctl")
+    if why:
+        tools.missing["threadpoolctl"] = ("tool", why, "BLAS/OpenMP thread pools are NOT "
+                                          "limited (pip install 'fastattn[bench]')")
+    tools.matplotlib, why = _try_import("matplotlib")
+    if why:
+        tools.missing["matplotlib"] = ("tool", why, "--plot is unavailable "
+                                       "(pip install 'fastattn[plot]')")
+    return tools
+
+
+def available_peers(peers, tools: Tools) -> tuple:
+    """The requested ``peers`` this run can time."""
+    need = {"torch": tools.torch, "numpy": tools.scipy}
+    return tuple(p for p in peers if need[p] is not None)
 
 
 def cpu_model() -> str:
@@ -279,8 +328,8 @@ def _loadavg():
         return None
 
 
-def collect_meta(fa, torch, tpc, args) -> dict:
-    import scipy
+def collect_meta(fa, tools: Tools, args) -> dict:
+    torch, tpc = tools.torch, tools.threadpoolctl
     meta = {
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -291,7 +340,7 @@ def collect_meta(fa, torch, tpc, args) -> dict:
         "usable_cpus": usable_cpus(),
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "scipy": scipy.__version__,
+        "scipy": getattr(tools.scipy, "__version__", None),
         "torch": getattr(torch, "__version__", None) if torch else None,
         "threadpoolctl": getattr(tpc, "__version__", None) if tpc else None,
         "fastattn": getattr(fa, "__version__", None),
@@ -308,6 +357,8 @@ def collect_meta(fa, torch, tpc, args) -> dict:
         "causal": args.causal,
         "repeats": args.repeats,
         "peers": list(args.peers_parsed),
+        "unavailable": {name: {"kind": kind, "reason": why, "effect": effect}
+                        for name, (kind, why, effect) in tools.missing.items()},
     }
     try:
         meta["isa"] = fa.get_isa()
@@ -626,14 +677,14 @@ def measure_fma_peak(core, dtype: str, threads: list, profile: Profile, limits: 
 NUMPY_MAX_BYTES_DEFAULT = 2 * 1024 ** 3
 
 
-def numpy_composition(q, k, v, scale, mask):
-    """The plain NumPy/SciPy composition (the 'numpy' peer)."""
-    import scipy.special
+def numpy_composition(softmax, q, k, v, scale, mask):
+    """The plain NumPy/SciPy composition (the 'numpy' peer); ``softmax`` is
+    ``scipy.special.softmax``."""
     s = q @ k.swapaxes(-1, -2)
     s *= scale
     if mask is not None:
         s += mask
-    p = scipy.special.softmax(s, axis=-1)
+    p = softmax(s, axis=-1)
     return p @ v
 
 
@@ -656,10 +707,13 @@ def make_inputs(case: Case, seed: int = 0):
     return q, k, v
 
 
-def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, machine=None):
+def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_bytes,
+                machine=None):
     """-> (impls: "name@t" -> callable, thread_of: "name@t" -> t,
-    skipped: name -> reason, variants).  ``machine``: None, or t -> a
-    callable (the FMA probe on t threads), timed as "machine@t".
+    skipped: name -> reason, variants).  ``peers``: those this run can time
+    (see :func:`available_peers`), from the modules in ``tools``.
+    ``machine``: None, or t -> a callable (the FMA probe on t threads), timed
+    as "machine@t".
 
     The inputs are made once for all thread counts; fastattn.attention takes
     its count as ``num_threads``, the others from the thread limit around each
@@ -669,8 +723,9 @@ def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, ma
     every round), the numpy peer last (its calls at L = 4096 take seconds and
     allocate GiBs)."""
     fast, peer_fns, skipped = {}, {}, {}
+    torch = tools.torch
+    sp_softmax = tools.scipy.special.softmax if "numpy" in peers else None
     if case.kind == "softmax":
-        import scipy.special
         x = make_inputs(case)
         x_inplace = x.copy()
         # (softmax takes its thread count from the OpenMP limit around the sample)
@@ -680,13 +735,10 @@ def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, ma
         fast["fastattn_inplace"] = lambda t: soft_inplace
         variants = ("fastattn", "fastattn_inplace")
         if "torch" in peers:
-            if torch is None:
-                skipped["torch"] = "torch not installed"
-            else:
-                tx = torch.from_numpy(x)
-                peer_fns["torch"] = lambda: torch.softmax(tx, dim=-1)
+            tx = torch.from_numpy(x)
+            peer_fns["torch"] = lambda: torch.softmax(tx, dim=-1)
         if "numpy" in peers:
-            peer_fns["numpy"] = lambda: scipy.special.softmax(x, axis=-1)
+            peer_fns["numpy"] = lambda: sp_softmax(x, axis=-1)
     else:
         q, k, v = make_inputs(case)
         causal = case.causal
@@ -695,13 +747,10 @@ def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, ma
             lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t))
         variants = ("fastattn",)
         if "torch" in peers:
-            if torch is None:
-                skipped["torch"] = "torch not installed"
-            else:
-                F = torch.nn.functional
-                tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
-                peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
-                                                                           is_causal=causal)
+            F = torch.nn.functional
+            tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+            peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
+                                                                       is_causal=causal)
         if "numpy" in peers:
             need = numpy_peak_bytes(case)
             if need > numpy_max_bytes:
@@ -714,7 +763,7 @@ def build_impls(case: Case, threads: list, fa, torch, peers, numpy_max_bytes, ma
                 if causal:
                     L, S = case.shape[2], case.shape[3]
                     mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
-                peer_fns["numpy"] = lambda: numpy_composition(q, k, v, scale, mask)
+                peer_fns["numpy"] = lambda: numpy_composition(sp_softmax, q, k, v, scale, mask)
     impls, thread_of = {}, {}
     for t in threads:
         for name, make in fast.items():
@@ -757,6 +806,7 @@ def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool
 _MEM_SCRIPT = r"""
 import json, sys
 impl, H, L, S, D, dtype, t = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
+use_tpc = sys.argv[8] == "1"        # threadpoolctl: looked for once, by the parent
 import numpy as np
 
 def status():
@@ -785,11 +835,9 @@ elif impl == "torch":
             return F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (a, b, c)))
 else:
     import scipy.special
-    try:
+    if use_tpc:
         import threadpoolctl
         threadpoolctl.threadpool_limits(t)
-    except ImportError:
-        pass
     scale = np.dtype(dtype).type(1.0 / np.sqrt(D))
     def run(a, b, c):
         s = a @ b.swapaxes(-1, -2)
@@ -826,12 +874,15 @@ print(json.dumps({"extra_peak_bytes": extra, "exact": exact, "hwm_reset": reset,
 
 
 def measure_memory(impl: str, H: int, L: int, S: int, D: int, dtype: str, t: int,
-                   timeout: float = 300.0) -> dict:
+                   timeout: float = 300.0, threadpoolctl: bool = True) -> dict:
+    """Extra peak RSS of one call of ``impl`` (one of the available peers, or
+    fastattn) in a fresh subprocess; ``threadpoolctl``: whether the numpy peer
+    limits its BLAS pool with it there."""
     rec = {"impl": impl, "threads": t, "shape": {"B": 1, "H": H, "L": L, "S": S, "D": D},
            "dtype": dtype,
            "scores_bytes": H * L * S * np.dtype(dtype).itemsize}
     cmd = [sys.executable, "-c", _MEM_SCRIPT, impl, str(H), str(L), str(S), str(D),
-           dtype, str(t)]
+           dtype, str(t), "1" if threadpoolctl else "0"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -1032,6 +1083,8 @@ def format_header(meta: dict, peaks: list[dict], fma: list[dict] = ()) -> str:
         f"- threads: {', '.join(map(str, meta['threads']))}; suite: {meta['suite']} "
         f"({', '.join(meta['sections'])})",
     ]
+    for name, u in (meta.get("unavailable") or {}).items():
+        lines.append(f"- {u['kind']}: {name} {u['reason']}: {u['effect']}")
     for tp in meta.get("threadpools") or []:
         lines.append(f"- thread pool: {tp.get('user_api')}/{tp.get('internal_api')} "
                      f"{tp.get('version') or ''} {tp.get('architecture') or ''} "
@@ -1217,13 +1270,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     profile = _resolve(args, parser)
+    tools = discover_tools(args.peers_parsed)
+    args.peers_parsed = available_peers(args.peers_parsed, tools)
 
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            parser.error("--plot needs matplotlib, which is not installed "
-                         "(pip install 'fastattn[plot]' or pip install matplotlib)")
+    if args.plot and tools.matplotlib is None:
+        parser.error("--plot needs matplotlib, which is "
+                     + tools.missing["matplotlib"][1]
+                     + " (pip install 'fastattn[plot]' or pip install matplotlib)")
 
     cases = build_cases(args, profile, args.sections)
     threads = args.threads_parsed
@@ -1253,20 +1306,17 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001
             parser.error(f"--isa {args.isa}: {e}")
 
-    torch = _import_torch() if "torch" in args.peers_parsed else None
-    tpc = _import_threadpoolctl()
+    torch, tpc = tools.torch, tools.threadpoolctl
     progress = Progress(len(cases) * len(threads) + len(mem_jobs),
                         enabled=not args.no_progress)
-    if tpc is None:
-        progress.note("warning: threadpoolctl is not installed; BLAS/OpenMP thread pools "
-                      "are NOT limited (pip install 'fastattn[bench]')")
-    if "torch" in args.peers_parsed and torch is None:
-        progress.note("note: torch is not installed; its column is skipped")
+    for name, (kind, why, effect) in tools.missing.items():
+        if name != "matplotlib":
+            progress.note(f"note: {name} {why}: {effect}")
     if any(k in os.environ for k in OPENBLAS_VARS):
         progress.note("note: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set and may slow the "
                       "numpy peer; see bench/README.md")
 
-    meta = collect_meta(fa, torch, tpc, args)
+    meta = collect_meta(fa, tools, args)
     la = meta["loadavg_1min_at_start"]
     if la is not None and la >= 0.5:
         progress.note(f"warning: the machine is busy (1-min load average {la:.2f}); "
@@ -1318,7 +1368,7 @@ def main(argv: list[str] | None = None) -> int:
                 machine = (lambda t, dt=case.dtype, n=steps:
                            lambda: fa_core.fma_probe(dt, n, t))
             impls, thread_of, skipped, variants = build_impls(
-                case, threads, fa, torch, args.peers_parsed, numpy_max_bytes, machine)
+                case, threads, fa, tools, args.peers_parsed, numpy_max_bytes, machine)
             res_all = run_interleaved(impls, profile_all, args.repeats, progress, label,
                                       settle_s=SETTLE_S if max(threads) > 1 else 0.0,
                                       context=lambda name: limits[thread_of[name]],
@@ -1363,7 +1413,7 @@ def main(argv: list[str] | None = None) -> int:
         dt = args.dtype
         for imp, t in mem_jobs:
             progress.status(f"memory {imp} L=S={L} {t}t (subprocess)")
-            rec = measure_memory(imp, H, L, S, D, dt, t)
+            rec = measure_memory(imp, H, L, S, D, dt, t, threadpoolctl=tpc is not None)
             mem.append(rec)
             progress.step(f"memory {imp} 1x{H}x{L}x{S}x{D} {t}t: " +
                           (rec["error"] if "error" in rec else

@@ -344,3 +344,44 @@ def test_machine_scaling_counts_the_probe_work_of_every_thread():
     assert "machine: FMA probe speed-up, same rounds" in text
     assert text.splitlines()[-1].endswith("| 2.00× | — | 1.00× |")
 
+
+
+# A small run: one tiny attention shape and the (quick) memory section.
+SMALL_RUN = ["--quick", "--suite", "attention,memory", "--shapes", "1,2,8,4",
+             "--threads", "1", "--repeats", "3", "--causal", "no", "--no-progress"]
+
+
+def test_discovery_reports_a_missing_peer(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)        # makes the import fail
+    tools = bench.discover_tools(("torch", "numpy"))
+    assert tools.torch is None and tools.scipy is not None
+    assert tools.missing["torch"] == ("peer", "not installed", "its columns are left out")
+    assert bench.available_peers(("torch", "numpy"), tools) == ("numpy",)
+
+
+def test_run_without_torch_notes_it_and_has_no_error_records(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)        # torch absent, installed or not
+    js = tmp_path / "notorch.json"
+    assert bench.main(SMALL_RUN + ["--json", str(js)]) == 0
+    out, err = capsys.readouterr()
+    assert "- peer: torch not installed: its columns are left out" in out
+    assert "vs torch" not in out and "Traceback" not in out + err
+    doc = json.loads(js.read_text())
+    assert doc["meta"]["torch"] is None and "torch" in doc["meta"]["unavailable"]
+    assert doc["meta"]["peers"] == ["numpy"]
+    for r in doc["results"]:
+        assert "torch" not in r["impls"] and "torch" not in r["skipped"]
+    assert {m["impl"] for m in doc["memory"]} == {"fastattn", "numpy"}
+    for m in doc["memory"]:
+        assert "error" not in m, m
+
+
+def test_run_with_torch_times_it(tmp_path):
+    pytest.importorskip("torch")
+    js = tmp_path / "torch.json"
+    assert bench.main(SMALL_RUN + ["--peers", "torch", "--json", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    assert "torch" not in doc["meta"]["unavailable"]
+    assert all(r["speedup"]["torch"] > 0 for r in doc["results"])
+    assert {m["impl"] for m in doc["memory"]} == {"fastattn", "torch"}
+    assert all("error" not in m for m in doc["memory"])
