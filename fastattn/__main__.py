@@ -29,7 +29,7 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def _bench(argv: list[str]) -> int:
-    from fastattn._bench import main
+    from fastattn.bench import main
     return main(argv)
 
 

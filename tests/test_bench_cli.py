@@ -7,6 +7,7 @@ never assert anything about speed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import fastattn._bench as bench
+from fastattn.bench import cases, cli, peers, report, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -75,8 +76,8 @@ def test_quick_json_fields(quick_run):
         assert "numpy" in r["impls"]
         assert r["speedup"]["numpy"] > 0
         # paired: the median of the per-round ratios
-        assert r["speedup"]["numpy"] == bench.paired_ratio(r["impls"]["numpy"]["times_s"],
-                                                           fa["times_s"])
+        assert r["speedup"]["numpy"] == timing.paired_ratio(r["impls"]["numpy"]["times_s"],
+                                                            fa["times_s"])
         assert r["speedup_of_medians"]["numpy"] > 0
         if torch_there:
             assert r["speedup"]["torch"] > 0
@@ -157,7 +158,7 @@ def test_custom_shapes_and_wrapper(tmp_path):
 ])
 def test_bad_options_exit_2(bad, capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.main(bad)
+        cli.main(bad)
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
 
@@ -183,33 +184,33 @@ def test_help():
 def test_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # makes the import fail
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--quick", "--plot", str(tmp_path / "x.png")])
+        cli.main(["--quick", "--plot", str(tmp_path / "x.png")])
     assert exc.value.code == 2
     assert "matplotlib" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
 
 def test_list_only(capsys):
-    assert bench.main(["--list", "--shapes", "1,8,1024,64", "--threads", "1,2"]) == 0
+    assert cli.main(["--list", "--shapes", "1,8,1024,64", "--threads", "1,2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4          # 2 causal variants x 2 thread counts
 
 
 def test_shape_parsing_and_flops():
-    assert bench.parse_shapes("1,8,1024,64; 1,32,1,4096,128") == [
+    assert cases.parse_shapes("1,8,1024,64; 1,32,1,4096,128") == [
         (1, 8, 1024, 1024, 64), (1, 32, 1, 4096, 128)]
-    assert bench.causal_fraction(1024, 1024, True) == 0.5
-    assert bench.causal_fraction(1, 4096, True) == 1 / 4096
-    assert bench.causal_fraction(7, 9, False) == 1.0
-    case = bench.Case("attention", "attention", (1, 8, 1024, 1024, 64), "float32", True)
+    assert cases.causal_fraction(1024, 1024, True) == 0.5
+    assert cases.causal_fraction(1, 4096, True) == 1 / 4096
+    assert cases.causal_fraction(7, 9, False) == 1.0
+    case = cases.Case("attention", "attention", (1, 8, 1024, 1024, 64), "float32", True)
     assert case.flops() == 2 * 8 * 1024 * 1024 * 64
-    assert bench.parse_int_list("1,2,2", "--threads") == [1, 2]
+    assert cases.parse_int_list("1,2,2", "--threads") == [1, 2]
 
 
 def test_openblas_env_untouched(monkeypatch):
     """The harness must leave OPENBLAS_* alone (see bench/README.md)."""
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
-    bench.main(["--list"])
+    cli.main(["--list"])
     assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"
 
 
@@ -218,9 +219,9 @@ def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatc
     re-warm and samples run inside its own context (its thread limit); the
     settle pause comes only after another implementation's sample that may
     leave spinning workers."""
-    monkeypatch.setattr(bench, "REWARM_S", 0.0)          # re-warm: one call
+    monkeypatch.setattr(timing, "REWARM_S", 0.0)         # re-warm: one call
     active, log = [], []
-    monkeypatch.setattr(bench.time, "sleep", lambda s: log.append(("pause", None)))
+    monkeypatch.setattr(timing.time, "sleep", lambda s: log.append(("pause", None)))
 
     class Limit:
         def __init__(self, t):
@@ -241,17 +242,17 @@ def test_interleaved_samples_run_under_their_context_and_are_rewarmed(monkeypatc
             return t
         return call
 
-    timed_loop = bench._time_loop
+    timed_loop = timing._time_loop
 
     def marked_loop(fn, loops):
         log.append(("timed", None))
         return timed_loop(fn, loops)
 
-    monkeypatch.setattr(bench, "_time_loop", marked_loop)
-    prof = bench.dataclasses.replace(bench.QUICK, min_sample_s=0.0)   # 1 call a sample
-    res = bench.run_interleaved({"a@1": impl(1), "a@2": impl(2)}, prof, repeats=3,
-                                settle_s=1e-4, context=lambda n: Limit(int(n[-1])),
-                                spinning={"a@2"})
+    monkeypatch.setattr(timing, "_time_loop", marked_loop)
+    prof = dataclasses.replace(cases.QUICK, min_sample_s=0.0)   # 1 call a sample
+    res = timing.run_interleaved({"a@1": impl(1), "a@2": impl(2)}, prof, repeats=3,
+                                 settle_s=1e-4, context=lambda n: Limit(int(n[-1])),
+                                 spinning={"a@2"})
     calls = [e for e in log if e[0] in (1, 2)]
     assert all(ctx == [t] for t, ctx in calls), calls
     seq = [e[0] for e in log]
@@ -282,19 +283,19 @@ def test_adaptive_rounds_extend_only_while_samples_spread(monkeypatch, noisy):
         return script[name][taken[name] - 1] * 1e-3
 
     @contextlib.contextmanager
-    def timing():
+    def timed_rounds():
         rounds.append(True)
         try:
             yield
         finally:
             rounds.clear()
 
-    monkeypatch.setattr(bench, "_time_loop", scripted_loop)
-    monkeypatch.setattr(bench, "_no_gc", timing)
-    prof = bench.dataclasses.replace(bench.QUICK, min_sample_s=0.0, budget_s=0.0,
-                                     min_repeats=3, max_repeats=6)
+    monkeypatch.setattr(timing, "_time_loop", scripted_loop)
+    monkeypatch.setattr(timing, "_no_gc", timed_rounds)
+    prof = dataclasses.replace(cases.QUICK, min_sample_s=0.0, budget_s=0.0,
+                               min_repeats=3, max_repeats=6)
     impls = {"a": lambda: "a", "b": lambda: "b"}
-    res = bench.run_interleaved(impls, prof, None)
+    res = timing.run_interleaved(impls, prof, None)
     n = len(res["a"]["times_s"])
     assert len(res["b"]["times_s"]) == n          # every round times both
     if noisy:
@@ -306,14 +307,14 @@ def test_adaptive_rounds_extend_only_while_samples_spread(monkeypatch, noisy):
         assert n == 3
     # an explicit repeat count is never extended
     taken.update(a=0, b=0)
-    res = bench.run_interleaved(impls, prof, 3)
+    res = timing.run_interleaved(impls, prof, 3)
     assert [len(r["times_s"]) for r in res.values()] == [3, 3]
 
 
 def test_scaling_is_the_median_of_paired_ratios():
     # round 2 was a slow spell for both thread counts: the paired ratios stay 2
-    assert bench.paired_ratio([2.0, 2.0, 9.0], [1.0, 1.0, 4.5]) == 2.0
-    assert bench.paired_ratio([3.0, 1.0], [1.0]) == 3.0   # capped peer: first rounds
+    assert timing.paired_ratio([2.0, 2.0, 9.0], [1.0, 1.0, 4.5]) == 2.0
+    assert timing.paired_ratio([3.0, 1.0], [1.0]) == 3.0   # capped peer: first rounds
     rows = []
     for t, times in ((1, [2.0, 4.0, 2.2]), (2, [1.0, 2.0, 1.1])):
         rows.append({"case": "c", "dtype": "float32", "causal": False, "threads": t,
@@ -321,7 +322,7 @@ def test_scaling_is_the_median_of_paired_ratios():
                      "impls": {"fastattn": {"times_s": times},
                                "torch": {"times_s": [x * 1.5 for x in times]}}})
     rows[1]["impls"]["torch"]["times_s"][0] *= 2          # one slow 2-thread sample
-    (rec,) = bench.scaling_rows(rows)
+    (rec,) = report.scaling_rows(rows)
     assert rec["threads"] == 2 and rec["fastattn"] == 2.0 and rec["torch"] == 2.0
     assert "machine" not in rec
 
@@ -336,11 +337,52 @@ def test_machine_scaling_counts_the_probe_work_of_every_thread():
                      "variant": "fastattn", "fastattn_s": 1.0,
                      "impls": {"fastattn": {"times_s": [1.0 / t] * 3},
                                "machine": {"times_s": times}}})
-    (rec,) = bench.scaling_rows(rows)
+    (rec,) = report.scaling_rows(rows)
     assert rec["machine"] == 2.0
     rows[1]["impls"]["machine"]["times_s"] = [2.0, 2.0, 1.0]
-    assert bench.scaling_rows(rows)[0]["machine"] == 1.0
-    text = bench.format_scaling(bench.scaling_rows(rows), ["torch"])
+    assert report.scaling_rows(rows)[0]["machine"] == 1.0
+    text = report.format_scaling(report.scaling_rows(rows), ["torch"])
     assert "machine: FMA probe speed-up, same rounds" in text
     assert text.splitlines()[-1].endswith("| 2.00× | — | 1.00× |")
 
+
+
+# A small run: one tiny attention shape and the (quick) memory section.
+SMALL_RUN = ["--quick", "--suite", "attention,memory", "--shapes", "1,2,8,4",
+             "--threads", "1", "--repeats", "3", "--causal", "no", "--no-progress"]
+
+
+def test_discovery_reports_a_missing_peer(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)        # makes the import fail
+    tools = peers.discover_tools(("torch", "numpy"))
+    assert tools.torch is None and tools.scipy is not None
+    assert tools.missing["torch"] == ("peer", "not installed", "its columns are left out")
+    assert peers.available_peers(("torch", "numpy"), tools) == ("numpy",)
+
+
+def test_run_without_torch_notes_it_and_has_no_error_records(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)        # torch absent, installed or not
+    js = tmp_path / "notorch.json"
+    assert cli.main(SMALL_RUN + ["--json", str(js)]) == 0
+    out, err = capsys.readouterr()
+    assert "- peer: torch not installed: its columns are left out" in out
+    assert "vs torch" not in out and "Traceback" not in out + err
+    doc = json.loads(js.read_text())
+    assert doc["meta"]["torch"] is None and "torch" in doc["meta"]["unavailable"]
+    assert doc["meta"]["peers"] == ["numpy"]
+    for r in doc["results"]:
+        assert "torch" not in r["impls"] and "torch" not in r["skipped"]
+    assert {m["impl"] for m in doc["memory"]} == {"fastattn", "numpy"}
+    for m in doc["memory"]:
+        assert "error" not in m, m
+
+
+def test_run_with_torch_times_it(tmp_path):
+    pytest.importorskip("torch")
+    js = tmp_path / "torch.json"
+    assert cli.main(SMALL_RUN + ["--peers", "torch", "--json", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    assert "torch" not in doc["meta"]["unavailable"]
+    assert all(r["speedup"]["torch"] > 0 for r in doc["results"])
+    assert {m["impl"] for m in doc["memory"]} == {"fastattn", "torch"}
+    assert all("error" not in m for m in doc["memory"])

@@ -1,0 +1,185 @@
+"""What a benchmark run measures: the sections, the suites, the timing budgets
+(profiles), the cases and their inputs, and the parsing of ``--shapes`` and
+``--threads``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory")
+# name: sections it runs (the quick suite takes the QUICK profile below)
+SUITES = {
+    "default": SECTIONS,
+    "quick": SECTIONS,
+}
+# other names of a suite
+SUITE_ALIASES = {"targets": "default", "all": "default"}
+
+
+def suite_names() -> list[str]:
+    """Every name ``--suite`` takes for a whole suite, aliases included."""
+    return [*SUITES, *SUITE_ALIASES]
+
+
+def suite_sections(name: str) -> tuple | None:
+    """The sections of the suite (or alias) ``name``; None if there is none."""
+    return SUITES.get(SUITE_ALIASES.get(name, name))
+
+
+# --------------------------------------------------------------------------
+# Suite definitions
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Profile:
+    """Timing budgets of a suite."""
+    budget_s: float        # aim for this much timed work per measurement
+    min_repeats: int
+    max_repeats: int
+    min_sample_s: float    # a sample lasts at least this long (loops of calls)
+    slow_budget_s: float   # at most this much for one very slow implementation
+    peak_n: int            # size of the square matmul for the FLOP peak
+    peak_repeats: int
+    probe_s: float         # one call of the FMA peak probe lasts about this long
+    round_probe_s: float   # the FMA probe timed in every round of a case (1 thread)
+    attention: tuple       # (B, H, L, S, D) shapes
+    decode: tuple
+    overhead: tuple
+    float64: tuple
+    softmax: tuple         # (M, N) shapes
+    memory: tuple          # (H, L, S, D)
+
+
+DEFAULT = Profile(
+    budget_s=1.5, min_repeats=7, max_repeats=11, min_sample_s=0.02, slow_budget_s=3.5,
+    peak_n=2048, peak_repeats=5, probe_s=0.05, round_probe_s=0.02,
+    attention=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64),
+               (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
+               (4, 16, 256, 256, 64)),
+    decode=((1, 32, 1, 4096, 128),),
+    overhead=((1, 1, 3, 3, 2),),
+    float64=((1, 8, 1024, 1024, 64),),
+    softmax=((2048, 4096),),
+    memory=(1, 8192, 8192, 64),
+)
+
+QUICK = Profile(
+    budget_s=0.1, min_repeats=3, max_repeats=4, min_sample_s=0.005, slow_budget_s=0.5,
+    peak_n=1024, peak_repeats=3, probe_s=0.01, round_probe_s=0.005,
+    attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
+    decode=((1, 8, 1, 1024, 64),),
+    overhead=((1, 1, 3, 3, 2),),
+    float64=((1, 4, 256, 256, 64),),
+    softmax=((256, 1024),),
+    memory=(1, 1024, 1024, 64),
+)
+
+
+@dataclass
+class Case:
+    """One timed case: a section's shape, dtype and mask."""
+    section: str
+    kind: str               # "attention" | "softmax"
+    shape: tuple            # (B, H, L, S, D) or (M, N)
+    dtype: str
+    causal: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.kind == "softmax":
+            return "softmax %dx%d" % self.shape
+        B, H, L, S, D = self.shape
+        s = f"{B}x{H}x{L}x{D}" if L == S else f"{B}x{H}x{L}x{S}x{D}"
+        return f"{self.section} {s}" if self.section != "attention" else s
+
+    def flops(self) -> float:
+        if self.kind != "attention":
+            return float("nan")
+        B, H, L, S, D = self.shape
+        return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
+
+
+
+def causal_fraction(L: int, S: int, causal: bool) -> float:
+    """Fraction of the L x S score matrix a (top-left) causal mask keeps."""
+    if not causal:
+        return 1.0
+    if L == S:
+        return 0.5          # the usual convention for square causal attention
+    visible = sum(min(i + 1, S) for i in range(L))
+    return visible / float(L * S)
+
+
+def parse_shapes(text: str) -> list[tuple]:
+    """``"B,H,L,D;B,H,L,S,D"`` -> list of (B, H, L, S, D)."""
+    shapes = []
+    for part in text.replace(" ", "").split(";"):
+        if not part:
+            continue
+        try:
+            dims = tuple(int(x) for x in part.replace("x", ",").split(","))
+        except ValueError:
+            raise ValueError(f"bad shape {part!r}: expected integers B,H,L,D or B,H,L,S,D")
+        if len(dims) == 4:
+            B, H, L, D = dims
+            dims = (B, H, L, L, D)
+        if len(dims) != 5:
+            raise ValueError(f"bad shape {part!r}: expected B,H,L,D or B,H,L,S,D")
+        if min(dims) < 1:
+            raise ValueError(f"bad shape {part!r}: all sizes must be >= 1")
+        shapes.append(dims)
+    if not shapes:
+        raise ValueError("no shapes given")
+    return shapes
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """``"1,2,2"`` -> [1, 2] (distinct integers >= 1, in order)."""
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(f"bad {what} {text!r}: expected comma-separated integers")
+    if not vals or min(vals) < 1:
+        raise ValueError(f"bad {what} {text!r}: expected integers >= 1")
+    return list(dict.fromkeys(vals))
+
+
+def build_cases(args, profile: Profile, sections) -> list[Case]:
+    """The timed cases of ``sections`` (all but memory) for the options in
+    ``args`` (dtype, causal, shapes)."""
+    dt = args.dtype
+    causals = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
+    cases = []
+    if "attention" in sections:
+        shapes = args.shapes_parsed if args.shapes_parsed else profile.attention
+        for shp in shapes:
+            for c in causals:
+                cases.append(Case("attention", "attention", shp, dt, c))
+    if "decode" in sections:
+        for shp in profile.decode:
+            cases.append(Case("decode", "attention", shp, dt, False))
+    if "overhead" in sections:
+        for shp in profile.overhead:
+            cases.append(Case("overhead", "attention", shp, dt, False))
+    if "float64" in sections:
+        for shp in profile.float64:
+            cases.append(Case("float64", "attention", shp, "float64", False))
+    if "softmax" in sections:
+        for shp in profile.softmax:
+            cases.append(Case("softmax", "softmax", shp, dt, False))
+    return cases
+
+
+def make_inputs(case: Case, seed: int = 0):
+    """The inputs of ``case``: ``x`` (softmax) or ``(q, k, v)`` (attention)."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(case.dtype)
+    if case.kind == "softmax":
+        return (rng.standard_normal(case.shape) * 4).astype(dt)
+    B, H, L, S, D = case.shape
+    q = rng.standard_normal((B, H, L, D)).astype(dt)
+    k = rng.standard_normal((B, H, S, D)).astype(dt)
+    v = rng.standard_normal((B, H, S, D)).astype(dt)
+    return q, k, v

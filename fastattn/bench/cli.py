@@ -1,0 +1,235 @@
+"""The command line of ``python -m fastattn bench`` (and ``bench/run.py``):
+the options, their checks, and :func:`main`, the run as a sequence of steps
+(resolve the options, find the peers, list or measure, report)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+import time
+
+from .cases import (DEFAULT, QUICK, SECTIONS, Profile, build_cases, parse_int_list,
+                    parse_shapes, suite_names, suite_sections)
+from .machine import OPENBLAS_VARS, collect_meta, cpu_seconds, usable_cpus
+from .memory import memory_jobs, run_memory
+from .peers import PEERS, Tools, available_peers, discover_tools
+from .progress import Progress
+from .report import format_report, scaling_rows, sort_rows, write_json
+from .runner import Bench, run_cases
+
+
+EPILOG = textwrap.dedent("""\
+    sections of a suite: attention (the shape grid; --shapes replaces it),
+    decode (1 query against a 4096-key cache), overhead (the 3-token call),
+    float64, softmax (fastattn.softmax, also in place, vs SciPy and torch),
+    memory (extra peak RSS of one call in a fresh subprocess).
+    --suite also takes a comma-separated list of sections, e.g.
+    --suite attention,memory.  When benchmarking the numpy peer, run with
+    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m fastattn bench
+    """)
+
+
+def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Time fastattn.attention against torch SDPA and the NumPy/SciPy "
+                    "composition (interleaved, medians, equal thread limits).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default=None, metavar="NAME",
+                   help="default (all targets, ~5.5 min on 2 cores), quick (~35 s "
+                        "smoke run), targets/all (= default), or a comma-separated "
+                        "list of sections: " + ", ".join(SECTIONS))
+    p.add_argument("--quick", action="store_true",
+                   help="quick smoke run: small shapes, few repeats (= --suite quick)")
+    p.add_argument("--shapes", metavar="'B,H,L,D;B,H,L,S,D'",
+                   help="attention shapes, ';'-separated (S defaults to L); runs only "
+                        "the attention section unless --suite is given")
+    p.add_argument("--threads", default="1,2", metavar="T1,T2",
+                   help="thread counts (default: 1,2)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
+                   help="dtype of the attention/decode/softmax cases (default float32)")
+    p.add_argument("--causal", default="both", choices=("no", "yes", "both"),
+                   help="causal variants of the attention shapes (default both)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="interleaved rounds per measurement (default: adaptive, "
+                        "3..11, fewer for big shapes, more while samples spread)")
+    p.add_argument("--peers", default="torch,numpy", metavar="LIST",
+                   help="peers to time: comma-separated from torch,numpy, or 'none' "
+                        "(default torch,numpy)")
+    p.add_argument("--numpy-max-gib", type=float, default=2.0, metavar="GIB",
+                   help="skip the numpy peer where it would need more memory (default 2)")
+    p.add_argument("--isa", default=None, metavar="NAME",
+                   help="call fastattn.set_isa(NAME) first")
+    p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="bar chart of GFLOP/s per shape and thread count (needs matplotlib)")
+    p.add_argument("--list", action="store_true",
+                   help="list the measurements that would run, then exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    return p
+
+
+def _parse_values(args, parser) -> None:
+    """Check the numbers, parse ``--threads``, ``--shapes`` and ``--peers``."""
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    if not (args.numpy_max_gib > 0):
+        parser.error("--numpy-max-gib must be > 0")
+    try:
+        args.threads_parsed = parse_int_list(args.threads, "--threads")
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        args.shapes_parsed = parse_shapes(args.shapes) if args.shapes is not None else None
+    except ValueError as e:
+        parser.error(f"--shapes: {e}")
+    peers = [x for x in args.peers.replace(" ", "").split(",") if x]
+    if peers == ["none"]:
+        peers = []
+    bad = [x for x in peers if x not in PEERS]
+    if bad:
+        parser.error(f"--peers: unknown peer(s) {', '.join(bad)} (choose from torch, numpy, none)")
+    args.peers_parsed = tuple(x for x in PEERS if x in peers)
+
+
+def _pick_suite(args, parser) -> tuple[tuple, str]:
+    """-> (sections, suite name) from ``--suite``, ``--quick`` and ``--shapes``."""
+    suite = args.suite
+    if suite is None:
+        if args.shapes_parsed:
+            return ("attention",), "custom"
+        return SECTIONS, "quick" if args.quick else "default"
+    if suite_sections(suite) is not None:
+        return suite_sections(suite), suite
+    sections = tuple(x for x in suite.replace(" ", "").split(",") if x)
+    bad = [x for x in sections if x not in SECTIONS]
+    if bad or not sections:
+        parser.error(f"--suite: unknown suite or section(s) {', '.join(bad) or suite!r} "
+                     f"(suites: {', '.join(suite_names())}; sections: {', '.join(SECTIONS)})")
+    return sections, suite
+
+
+def _resolve(args, parser) -> Profile:
+    """Check and parse the options into ``args`` -> the profile of the run."""
+    _parse_values(args, parser)
+    profile = QUICK if (args.quick or args.suite == "quick") else DEFAULT
+    sections, name = _pick_suite(args, parser)
+    if args.quick and name != "quick":
+        name += " (quick)"
+    args.sections = tuple(x for x in SECTIONS if x in sections)
+    args.suite_name = name
+    return profile
+
+
+def _discover(args, parser) -> Tools:
+    """Look for the optional peers and tools once; keep the peers there are."""
+    tools = discover_tools(args.peers_parsed)
+    args.peers_parsed = available_peers(args.peers_parsed, tools)
+    if args.plot and tools.matplotlib is None:
+        parser.error("--plot needs matplotlib, which is "
+                     + tools.missing["matplotlib"][1]
+                     + " (pip install 'fastattn[plot]' or pip install matplotlib)")
+    return tools
+
+
+def _print_list(cases, mem_jobs, threads, profile: Profile) -> int:
+    """``--list``: the measurements that would run."""
+    for t in threads:
+        for c in cases:
+            print(f"{c.label:<28} {c.dtype:<8} causal={'yes' if c.causal else 'no':<3} "
+                  f"threads={t}")
+    H, L, S, D = profile.memory
+    for imp, t in mem_jobs:
+        print(f"memory {imp} 1x{H}x{L}x{S}x{D} threads={t}")
+    return 0
+
+
+def _load_fastattn(args, parser):
+    """Import fastattn (and its core), with ``--isa`` applied."""
+    import fastattn as fa
+    import fastattn._core as fa_core
+    if args.isa:
+        try:
+            fa.set_isa(args.isa)
+        except Exception as e:  # noqa: BLE001
+            parser.error(f"--isa {args.isa}: {e}")
+    return fa, fa_core
+
+
+def _warn(progress: Progress, tools: Tools, meta: dict, threads: list) -> None:
+    """Notes on stderr: missing peers and tools, OpenBLAS overrides, a busy
+    machine, more threads than CPUs."""
+    for name, (kind, why, effect) in tools.missing.items():
+        if name != "matplotlib":
+            progress.note(f"note: {name} {why}: {effect}")
+    if any(k in os.environ for k in OPENBLAS_VARS):
+        progress.note("note: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE is set and may slow the "
+                      "numpy peer; see bench/README.md")
+    la = meta["loadavg_1min_at_start"]
+    if la is not None and la >= 0.5:
+        progress.note(f"warning: the machine is busy (1-min load average {la:.2f}); "
+                      "timings will be noisy")
+    if max(threads) > usable_cpus():
+        progress.note(f"warning: --threads {max(threads)} exceeds the {usable_cpus()} "
+                      "usable CPUs; threads will share cores")
+
+
+def _finish_meta(meta: dict, cpu0, elapsed: float) -> None:
+    """The run's length and the CPU other processes used meanwhile."""
+    meta["elapsed_s"] = round(elapsed, 2)
+    cpu1 = cpu_seconds()
+    if cpu0 is not None and cpu1 is not None and elapsed > 0:
+        bg = ((cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])) / elapsed
+        meta["background_cpus"] = round(max(0.0, bg), 3)
+    else:
+        meta["background_cpus"] = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark with the options ``argv`` (default: sys.argv[1:])."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    profile = _resolve(args, parser)
+    tools = _discover(args, parser)
+    threads, peers = args.threads_parsed, args.peers_parsed
+    cases = build_cases(args, profile, args.sections)
+    mem_jobs = memory_jobs(args.sections, threads, peers)
+    if args.list:
+        return _print_list(cases, mem_jobs, threads, profile)
+
+    fa, fa_core = _load_fastattn(args, parser)
+    progress = Progress(len(cases) * len(threads) + len(mem_jobs),
+                        enabled=not args.no_progress)
+    meta = collect_meta(fa, tools, args)
+    _warn(progress, tools, meta, threads)
+    cpu0, t_start = cpu_seconds(), time.perf_counter()
+    bench = Bench(fa, fa_core, tools, profile, threads, peers, args.repeats,
+                  int(args.numpy_max_gib * 2 ** 30), progress)
+    peaks, fma, rows = run_cases(bench, cases)
+    mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
+                     threadpoolctl=tools.threadpoolctl is not None)
+    elapsed = time.perf_counter() - t_start
+    _finish_meta(meta, cpu0, elapsed)
+
+    rows = sort_rows(rows)
+    peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
+    scaling = scaling_rows(rows)
+    sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed))
+    sys.stdout.flush()
+    if args.json:
+        write_json(args.json, meta, peak_list, fma, rows, scaling, mem)
+        progress.note(f"wrote {args.json}")
+    if args.plot:
+        from .plot import write_plot
+        write_plot(args.plot, rows, peak_list, peers)
+        progress.note(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The peers fastattn is timed against, and what each run can use: the
+one-time discovery of the optional modules (torch, SciPy, threadpoolctl,
+matplotlib), the torch and NumPy/SciPy implementations of a case, and the
+check of fastattn's output against a peer's."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cases import Case, make_inputs
+
+PEERS = ("torch", "numpy")
+
+
+@dataclass
+class Tools:
+    """The optional peers and tools of one run, each looked for once.
+
+    Attributes
+    ----------
+    torch, threadpoolctl, matplotlib, scipy : module or None
+        The module, or None where it is not used in this run (not installed,
+        broken, or not asked for).
+    missing : dict
+        name -> ``(kind, reason, effect)`` for each one that is absent, e.g.
+        ``("peer", "not installed", "its columns are left out")``; the
+        report's header gives one line per entry.
+    """
+    torch: object = None
+    threadpoolctl: object = None
+    matplotlib: object = None
+    scipy: object = None
+    missing: dict = dataclasses.field(default_factory=dict)
+
+
+def _try_import(name: str, *submodules: str):
+    """-> (module or None, why it is absent or None)."""
+    import importlib
+    try:
+        mod = importlib.import_module(name)
+        for sub in submodules:
+            importlib.import_module(f"{name}.{sub}")
+        return mod, None
+    except ImportError as e:
+        if getattr(e, "name", None) == name:
+            return None, "not installed"
+        return None, f"could not be imported ({type(e).__name__}: {e})"
+    except Exception as e:  # noqa: BLE001 - a broken install: report, don't die
+        return None, f"could not be imported ({type(e).__name__}: {e})"
+
+
+def discover_tools(peers) -> Tools:
+    """Look for each optional peer and tool once (``peers``: the requested
+    peers; torch is only imported when asked for)."""
+    tools = Tools()
+    if "torch" in peers:
+        tools.torch, why = _try_import("torch", "nn.functional")
+        if why:
+            tools.missing["torch"] = ("peer", why, "its columns are left out")
+    tools.scipy, why = _try_import("scipy", "special")
+    if why and "numpy" in peers:
+        tools.missing["scipy"] = ("peer", why, "the numpy peer (the NumPy/SciPy "
+                                  "composition) is left out")
+    tools.threadpoolctl, why = _try_import("threadpoolctl")
+    if why:
+        tools.missing["threadpoolctl"] = ("tool", why, "BLAS/OpenMP thread pools are NOT "
+                                          "limited (pip install 'fastattn[bench]')")
+    tools.matplotlib, why = _try_import("matplotlib")
+    if why:
+        tools.missing["matplotlib"] = ("tool", why, "--plot is unavailable "
+                                       "(pip install 'fastattn[plot]')")
+    return tools
+
+
+def available_peers(peers, tools: Tools) -> tuple:
+    """The requested ``peers`` this run can time."""
+    need = {"torch": tools.torch, "numpy": tools.scipy}
+    return tuple(p for p in peers if need[p] is not None)
+
+NUMPY_MAX_BYTES_DEFAULT = 2 * 1024 ** 3
+
+
+def numpy_composition(softmax, q, k, v, scale, mask):
+    """The plain NumPy/SciPy composition (the 'numpy' peer); ``softmax`` is
+    ``scipy.special.softmax``."""
+    s = q @ k.swapaxes(-1, -2)
+    s *= scale
+    if mask is not None:
+        s += mask
+    p = softmax(s, axis=-1)
+    return p @ v
+
+
+def numpy_peak_bytes(case: Case) -> int:
+    """Rough peak of the NumPy composition: the score matrix, its softmax
+    and SciPy's temporaries (about three L x S matrices per head)."""
+    B, H, L, S, D = case.shape
+    return 3 * B * H * L * S * np.dtype(case.dtype).itemsize
+
+
+
+def _softmax_impls(case: Case, fa, tools: Tools, peers) -> tuple[dict, dict, tuple]:
+    """-> (fastattn variant -> (t -> callable), peer -> callable, variants)."""
+    x = make_inputs(case)
+    x_inplace = x.copy()
+    # (softmax takes its thread count from the OpenMP limit around the sample)
+    soft = lambda: fa.softmax(x, axis=-1)  # noqa: E731
+    soft_inplace = lambda: fa.softmax(x_inplace, axis=-1, out=x_inplace)  # noqa: E731
+    fast = {"fastattn": lambda t: soft, "fastattn_inplace": lambda t: soft_inplace}
+    peer_fns = {}
+    if "torch" in peers:
+        torch = tools.torch
+        tx = torch.from_numpy(x)
+        peer_fns["torch"] = lambda: torch.softmax(tx, dim=-1)
+    if "numpy" in peers:
+        sp_softmax = tools.scipy.special.softmax
+        peer_fns["numpy"] = lambda: sp_softmax(x, axis=-1)
+    return fast, peer_fns, ("fastattn", "fastattn_inplace")
+
+
+def _numpy_attention(case: Case, q, k, v, softmax):
+    """The numpy peer's call for an attention case (mask built once, here)."""
+    dt = np.dtype(case.dtype)
+    scale = dt.type(1.0 / math.sqrt(case.shape[-1]))
+    mask = None
+    if case.causal:
+        L, S = case.shape[2], case.shape[3]
+        mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
+    return lambda: numpy_composition(softmax, q, k, v, scale, mask)
+
+
+def _attention_impls(case: Case, fa, tools: Tools, peers,
+                     numpy_max_bytes) -> tuple[dict, dict, dict]:
+    """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
+    q, k, v = make_inputs(case)
+    causal = case.causal
+    fast = {"fastattn": lambda t: (
+        lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t))}
+    peer_fns, skipped = {}, {}
+    if "torch" in peers:
+        F = tools.torch.nn.functional
+        tq, tk, tv = (tools.torch.from_numpy(a) for a in (q, k, v))
+        peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
+                                                                   is_causal=causal)
+    if "numpy" in peers:
+        need = numpy_peak_bytes(case)
+        if need > numpy_max_bytes:
+            skipped["numpy"] = (f"skipped: would need ~{need / 2 ** 30:.1f} GiB "
+                                f"(> {numpy_max_bytes / 2 ** 30:.1f} GiB)")
+        else:
+            peer_fns["numpy"] = _numpy_attention(case, q, k, v, tools.scipy.special.softmax)
+    return fast, peer_fns, skipped
+
+
+def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_bytes,
+                machine=None):
+    """-> (impls: "name@t" -> callable, thread_of: "name@t" -> t,
+    skipped: name -> reason, variants).  ``peers``: those this run can time
+    (see :func:`available_peers`), from the modules in ``tools``.
+    ``machine``: None, or t -> a callable (the FMA probe on t threads), timed
+    as "machine@t".
+
+    The inputs are made once for all thread counts; fastattn.attention takes
+    its count as ``num_threads``, the others from the thread limit around each
+    sample.
+    Order: fastattn and torch side by side at each thread count (the pairs of
+    the `vs torch` ratios, then of the thread speed-ups, are neighbours in
+    every round), the numpy peer last (its calls at L = 4096 take seconds and
+    allocate GiBs)."""
+    if case.kind == "softmax":
+        fast, peer_fns, variants = _softmax_impls(case, fa, tools, peers)
+        skipped = {}
+    else:
+        fast, peer_fns, skipped = _attention_impls(case, fa, tools, peers, numpy_max_bytes)
+        variants = ("fastattn",)
+    impls, thread_of = {}, {}
+    for t in threads:
+        for name, make in fast.items():
+            impls[f"{name}@{t}"], thread_of[f"{name}@{t}"] = make(t), t
+        if "torch" in peer_fns:
+            impls[f"torch@{t}"], thread_of[f"torch@{t}"] = peer_fns["torch"], t
+        if machine is not None:
+            impls[f"machine@{t}"], thread_of[f"machine@{t}"] = machine(t), t
+    if "numpy" in peer_fns:
+        for t in threads:
+            impls[f"numpy@{t}"], thread_of[f"numpy@{t}"] = peer_fns["numpy"], t
+    return impls, thread_of, skipped, variants
+
+
+def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool]:
+    """Compare fastattn's output to a peer's -> (max_abs_diff, against, ok)."""
+    ref_name = next((p for p in ("torch", "numpy") if p in res), None)
+    if ref_name is None:
+        return None, None, True
+    ref = res[ref_name]["output"]
+    if hasattr(ref, "numpy"):
+        ref = ref.numpy()
+    ref = np.asarray(ref, dtype=np.float64)
+    got = np.asarray(res["fastattn"]["output"], dtype=np.float64)
+    if got.shape != ref.shape:
+        return None, ref_name, False
+    with np.errstate(all="ignore"):
+        diff = float(np.max(np.abs(got - ref))) if got.size else 0.0
+    if case.dtype == "float64":
+        ok = np.allclose(got, ref, rtol=1e-7, atol=1e-9)
+    else:
+        ok = np.allclose(got, ref, rtol=2e-3, atol=2e-4)
+    return diff, ref_name, bool(ok)
