@@ -45,8 +45,10 @@ def merge_attention(outputs, lses):
         lse = log(sum_p exp(lse_p))
         out = sum_p exp(lse_p - lse) * out_p
 
-    computed stably (``m = max_p lse_p``, ``lse = m + log(sum_p exp(lse_p -
-    m))``).  A part whose row has ``lse_p = -inf`` (no visible key there)
+    computed stably: with ``m = max_p lse_p`` and ``e_p = exp(lse_p - m)``,
+    ``lse = m + log(sum_p e_p)`` and ``exp(lse_p - lse)`` is taken as
+    ``e_p / sum_q e_q`` (the same number, without the cancellation of
+    ``lse_p - lse`` when the LSEs are large).  A part whose row has ``lse_p = -inf`` (no visible key there)
     contributes nothing to that row, whatever its output holds; a row with
     ``-inf`` in every part gets a zero output and ``lse = -inf``.  A NaN (or
     ``+inf``) ``lse_p`` makes the row's output and ``lse`` NaN.
@@ -108,7 +110,9 @@ def merge_attention(outputs, lses):
     if len(outs) != len(ls):
         raise ValueError(f"outputs and lses must have as many parts, "
                          f"got {len(outs)} and {len(ls)}")
-    if outs[0].ndim == 0 or ls[0].shape != outs[0].shape[:-1]:
+    if outs[0].ndim == 0:
+        raise ValueError("outputs must be arrays of shape (..., H, L, Dv), got 0-d arrays")
+    if ls[0].shape != outs[0].shape[:-1]:
         raise ValueError(f"lses must have the shape outputs[0].shape[:-1] = "
                          f"{outs[0].shape[:-1]}, got {ls[0].shape}")
     odt = outs[0].dtype
@@ -120,13 +124,15 @@ def merge_attention(outputs, lses):
             m = np.maximum(m, a)            # NaN propagates
         dead = m == -np.inf
         m0 = np.where(dead, 0, m)           # keep -inf - -inf away from dead rows
+        scaled = [np.exp(a - m0) for a in ls]
         total = np.zeros_like(m)
-        for a in ls:
-            total += np.exp(a - m0)
+        for e in scaled:
+            total += e
         lse = np.where(dead, -np.inf, m0 + np.log(total))
         out = np.zeros(outs[0].shape, dtype=acc)
-        for o, a in zip(outs, ls):
-            w = np.exp(a - lse)[..., None]
+        for o, a, e in zip(outs, ls, scaled):
+            # exp(lse_p - lse), without the cancellation of lse_p - lse
+            w = (e / total)[..., None]
             # A part with nothing visible in a row never touches that row.
             out += np.where((a == -np.inf)[..., None], 0, w * o.astype(acc))
     return out.astype(odt), lse
