@@ -105,10 +105,8 @@ def test_accepts_tuples_and_nested_lists():
 @st.composite
 def key_splits(draw):
     """q, k, v, a bool mask, and 2-4 split points of the keys (empty parts too)."""
-    N = draw(st.integers(1, 2))
-    H = draw(st.integers(1, 3))
-    L = draw(st.integers(1, 5))
-    S = draw(st.integers(0, 9))
+    N, H, L, S = draw(st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 5),
+                                st.integers(0, 9)))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     n_parts = draw(st.integers(2, 4))
     cuts = sorted(draw(st.lists(st.integers(0, S), min_size=n_parts - 1,

@@ -266,15 +266,26 @@ windows = st.one_of(st.none(), st.integers(0, 6),
 causals = st.sampled_from([False, True, "upper_left", "lower_right"])
 
 
+def _everything(q, k, v, **kw):
+    """(out, weights, lse) of the reference."""
+    return reference.attention(q, k, v, return_weights=True, return_lse=True, **kw)
+
+
+def _assert_same(a, b, tol=None):
+    """Each of the results a and b equal, bitwise or to within tol."""
+    for x, y in zip(a, b):
+        if tol is None:
+            np.testing.assert_array_equal(x, y)
+        else:
+            _allclose(x, y, rtol=tol, atol=tol)
+
+
 @settings(max_examples=examples(60))
 @given(problems(), causals)
 def test_window_none_none_equals_no_window(prob, causal):
     q, k, v, _ = prob
-    a = reference.attention(q, k, v, is_causal=causal, return_weights=True, return_lse=True)
-    b = reference.attention(q, k, v, is_causal=causal, window=(None, None),
-                            return_weights=True, return_lse=True)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
+    _assert_same(_everything(q, k, v, is_causal=causal),
+                 _everything(q, k, v, is_causal=causal, window=(None, None)))
 
 
 @settings(max_examples=examples(60))
@@ -282,22 +293,17 @@ def test_window_none_none_equals_no_window(prob, causal):
 def test_window_larger_than_L_plus_S_equals_no_window(prob, causal):
     q, k, v, _ = prob
     big = q.shape[-2] + k.shape[-2]
-    a = reference.attention(q, k, v, is_causal=causal, return_weights=True, return_lse=True)
-    b = reference.attention(q, k, v, is_causal=causal, window=(big, big),
-                            return_weights=True, return_lse=True)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
+    _assert_same(_everything(q, k, v, is_causal=causal),
+                 _everything(q, k, v, is_causal=causal, window=(big, big)))
 
 
 @settings(max_examples=examples(60))
 @given(problems())
 def test_causal_upper_left_equals_window_none_0(prob):
     q, k, v, _ = prob
-    w = reference.attention(q, k, v, window=(None, 0), return_weights=True, return_lse=True)
-    for causal in (True, "upper_left"):
-        c = reference.attention(q, k, v, is_causal=causal, return_weights=True, return_lse=True)
-        for x, y in zip(c, w):
-            np.testing.assert_array_equal(x, y)
+    w = _everything(q, k, v, window=(None, 0))
+    _assert_same(_everything(q, k, v, is_causal=True), w)
+    _assert_same(_everything(q, k, v, is_causal="upper_left"), w)
 
 
 @settings(max_examples=examples(60))
@@ -305,30 +311,20 @@ def test_causal_upper_left_equals_window_none_0(prob):
 def test_causal_lower_right_equals_window_none_0_aligned_lower_right(prob):
     q, k, v, _ = prob
     L, S = q.shape[-2], k.shape[-2]
-    c = reference.attention(q, k, v, is_causal="lower_right", return_weights=True,
-                            return_lse=True)
-    w = reference.attention(q, k, v, is_causal="lower_right", window=(None, 0),
-                            return_weights=True, return_lse=True)
-    for x, y in zip(c, w):
-        np.testing.assert_array_equal(x, y)
+    c = _everything(q, k, v, is_causal="lower_right")
+    _assert_same(c, _everything(q, k, v, is_causal="lower_right", window=(None, 0)))
     if S >= L:   # the same mask from a window aligned at p(i) = i
-        w = reference.attention(q, k, v, window=(None, S - L), return_weights=True,
-                                return_lse=True)
-        for x, y in zip(c, w):
-            np.testing.assert_array_equal(x, y)
+        _assert_same(c, _everything(q, k, v, window=(None, S - L)))
 
 
 @settings(max_examples=examples(60))
 @given(problems(), causals, windows)
 def test_sinks_minus_inf_equals_no_sinks(prob, causal, window):
     q, k, v, _ = prob
-    H = q.shape[0]
-    a = reference.attention(q, k, v, is_causal=causal, window=window, return_weights=True,
-                            return_lse=True)
-    b = reference.attention(q, k, v, is_causal=causal, window=window, sinks=np.full(H, -np.inf),
-                            return_weights=True, return_lse=True)
-    for x, y in zip(a, b):
-        _allclose(x, y, rtol=_tol(q.dtype), atol=_tol(q.dtype))
+    no_sink = np.full(q.shape[0], -np.inf)
+    _assert_same(_everything(q, k, v, is_causal=causal, window=window),
+                 _everything(q, k, v, is_causal=causal, window=window, sinks=no_sink),
+                 tol=_tol(q.dtype))
 
 
 @settings(max_examples=examples(60))
@@ -336,33 +332,27 @@ def test_sinks_minus_inf_equals_no_sinks(prob, causal, window):
 def test_softcap_huge_matches_no_softcap(prob, causal):
     q, k, v, _ = prob
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
-    a = reference.attention(q, k, v, is_causal=causal, return_weights=True, return_lse=True)
-    b = reference.attention(q, k, v, is_causal=causal, softcap=1e7, return_weights=True,
-                            return_lse=True)
-    for x, y in zip(a, b):
-        _allclose(x, y, rtol=1e-9, atol=1e-9)
+    _assert_same(_everything(q, k, v, is_causal=causal),
+                 _everything(q, k, v, is_causal=causal, softcap=1e7), tol=1e-9)
 
 
 def _logits64(q, k, scale, causal, window, slopes, cap):
-    """Independent float64 logits and hidden mask, per the module docstring."""
-    q, k = q.astype(np.float64), k.astype(np.float64)
-    L, S = q.shape[-2], k.shape[-2]
-    s = scale * np.einsum("hle,hse->hls", q, k)
-    if cap is not None:
-        s = cap * np.tanh(s / cap)
-    p = np.arange(L)[:, None] + (S - L if causal == "lower_right" else 0)
-    j = np.arange(S)[None, :]
-    if slopes is not None:
-        s = s - np.asarray(slopes, np.float64)[:, None, None] * np.abs(p - j)
+    """Independent float64 logits and hidden mask, one entry at a time."""
+    H, L, S = q.shape[0], q.shape[1], k.shape[1]
     left, right = (window, window) if window is None or isinstance(window, int) else window
-    hidden = np.zeros((L, S), bool)
-    if causal:
-        hidden |= j > p
-    if left is not None:
-        hidden |= j < p - left
-    if right is not None:
-        hidden |= j > p + right
-    return s, np.broadcast_to(hidden, s.shape)
+    s = np.empty((H, L, S))
+    hidden = np.empty((H, L, S), bool)
+    for h, i, j in np.ndindex(H, L, S):
+        x = scale * sum(float(a) * float(b) for a, b in zip(q[h, i], k[h, j]))
+        if cap is not None:
+            x = cap * math.tanh(x / cap)
+        p = i + S - L if causal == "lower_right" else i
+        if slopes is not None:
+            x -= slopes[h] * abs(p - j)
+        s[h, i, j] = x
+        hidden[h, i, j] = ((bool(causal) and j > p) or (left is not None and j < p - left)
+                           or (right is not None and j > p + right))
+    return s, hidden
 
 
 @settings(max_examples=examples(80))
