@@ -156,12 +156,12 @@ def test_hand_sinks_alone_weights_sum_below_one():
     _allclose(lse[:, 0], [math.log(4.0), math.log(6.0)])
 
 
-def test_hand_sink_dominates_large_logit():
+def test_hand_sink_far_above_the_logits_does_not_overflow():
     q, k = np.zeros((1, 1, 1)), np.ones((1, 1, 1))
-    _, w, lse = reference.attention(q, k, k, sinks=[700.0], return_weights=True,
+    _, w, lse = reference.attention(q, k, k, sinks=[1000.0], return_weights=True,
                                     return_lse=True)
-    _allclose(w[0, 0], [E(-700.0)], atol=0)   # exp(0 - 700) / (exp(-700) + 1)
-    _allclose(lse[0, 0], 700.0)
+    _allclose(w[0, 0], [E(-1000.0)], atol=0)  # exp(0 - 1000) / (exp(-1000) + 1)
+    _allclose(lse[0, 0], 1000.0)
 
 
 def test_hand_row_with_no_visible_key_with_sink_gives_zeros_and_lse_minus_inf():
