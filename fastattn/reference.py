@@ -37,8 +37,9 @@ Semantics (shared with the kernels, written down once here):
 * ``sinks`` (one logit ``t_h`` per head) joins every row's softmax
   denominator and contributes no value: with ``m = max(max_j s_j, t_h)``
   over the visible ``j``, ``w_j = exp(s_j - m) / (sum_k exp(s_k - m) +
-  exp(t_h - m))``, so a row's weights sum to less than 1.  A sink of
-  ``-inf`` is the same as no sink; NaN and ``+inf`` sinks are rejected.
+  exp(t_h - m))``, so a row's weights sum to less than 1 (to 1 for a sink
+  of ``-inf``, which is the same as no sink); NaN and ``+inf`` sinks are
+  rejected.
 * A row with no visible position gets all-zero weights and a zero output --
   also when there is a sink (the sink alone does not make a row live).
 * ``alibi_slopes`` and ``sinks`` are real arrays broadcastable to
