@@ -6,28 +6,72 @@ functions take the same arguments as :func:`fastattn.attention` and
 
 Semantics (shared with the kernels, written down once here):
 
-* The score of query ``i`` against key ``j`` is ``scale * q_i . k_j`` plus
-  the additive mask, if any.
-* Position ``(i, j)`` is *hidden* when any mask hides it: the causal mask,
-  ``key_padding_mask`` (True = padding), a boolean ``attn_mask`` that is
-  False there, an additive ``attn_mask`` that is ``-inf`` there -- or when
-  the score itself is ``-inf``.
+* Query row ``i`` of a query with ``L`` rows, against ``S`` keys, sits at key
+  position ``p(i) = i + S - L`` when ``is_causal="lower_right"`` and at
+  ``p(i) = i`` otherwise (``is_causal`` False, True or ``"upper_left"``).
+* The *logit* of query ``i`` against key ``j`` is built in this order:
+
+  1. ``s = scale * q_i . k_j``;
+  2. with ``softcap=c``: ``s = c * tanh(s / c)``;
+  3. with ``alibi_slopes``: ``s = s - slope_h * |p(i) - j|`` (``h`` the head);
+  4. plus the additive ``attn_mask``, if any.
+
+  All of it in the compute dtype: float32 for float16/float32 inputs,
+  float64 for float64 (and for integer inputs).
+* Position ``(i, j)`` is *hidden* when any mask hides it: the causal mask
+  (``j > p(i)``), the window (below), ``key_padding_mask`` (True = padding),
+  a boolean ``attn_mask`` that is False there, an additive ``attn_mask``
+  that is ``-inf`` there -- or when the logit itself is ``-inf``.  (With
+  ``softcap`` a raw score of ``-inf`` becomes ``-softcap``, since
+  ``tanh(-inf) = -1``: it is soft-capped like any other score, not hidden.)
+* ``window=(left, right)`` keeps key ``j`` visible only when
+  ``p(i) - left <= j <= p(i) + right``; an int ``w`` means ``(w, w)``, and
+  ``None`` (for the whole window or for either side) means unbounded on
+  that side.  Sizes are ints ``>= 0``: a bool or non-integer type is a
+  TypeError, a negative or non-finite size a ValueError.
 * Hidden positions get weight exactly 0 and have no influence at all on the
   output, even when that key's or value's entries are NaN or Inf.
-* The visible positions of a row get ``scipy.special.softmax`` of their
-  scores.  A NaN (or ``+inf``) score makes every visible weight of its row
-  NaN, as in SciPy.
-* A row with no visible position gets all-zero weights and a zero output.
+* Without sinks, the visible positions of a row get
+  ``scipy.special.softmax`` of their logits.  A NaN (or ``+inf``) logit
+  makes every visible weight of its row NaN, as in SciPy.
+* ``sinks`` (one logit ``t_h`` per head) joins every row's softmax
+  denominator and contributes no value: with ``m = max(max_j s_j, t_h)``
+  over the visible ``j``, ``w_j = exp(s_j - m) / (sum_k exp(s_k - m) +
+  exp(t_h - m))``, so a row's weights sum to less than 1 (to 1 for a sink
+  of ``-inf``, which is the same as no sink); NaN and ``+inf`` sinks are
+  rejected.
+* A row with no visible position gets all-zero weights and a zero output --
+  also when there is a sink (the sink alone does not make a row live).
+* ``alibi_slopes`` and ``sinks`` are real arrays broadcastable to
+  ``(..., H)``, the output's batch shape, whose last axis holds the heads
+  (axis -3 of ``query``); so the call needs a head axis.  Slopes must be
+  finite; a wrong shape or a non-finite value is a ValueError naming the
+  argument, a bool or non-real dtype a TypeError.
+* ``softcap`` is a finite real ``> 0`` (a bool or non-real is a TypeError,
+  anything else a ValueError).
+* ``return_lse=True`` also returns the natural-log log-sum-exp of each row's
+  final logits over its visible keys, the sink's ``exp`` included:
+  ``lse = m + log(sum_j exp(s_j - m) + exp(t_h - m))``, shape ``(..., H, L)``
+  in the compute dtype (float32 for float16/float32 inputs, float64 for
+  float64).  It is ``-inf`` for a row with nothing visible (sink or not) and
+  NaN for a row whose weights are NaN.  The results come back as
+  ``(out, lse)``, or ``(out, weights, lse)`` with ``return_weights`` too.
+  The output of a row is ``sum_j exp(s_j - lse) v_j``, which is what lets
+  :func:`fastattn.merge.merge_attention` combine parts over disjoint keys.
+* :func:`attention_varlen` runs :func:`attention` on each sequence of a
+  packed batch (flash-attn's layout), see its docstring.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 
 import numpy as np
 import scipy.special
 
-__all__ = ["attention", "softmax"]
+__all__ = ["attention", "attention_varlen", "softmax"]
 
 
 def _compute_dtype(*arrays):
@@ -41,10 +85,81 @@ def _compute_dtype(*arrays):
     return dt, dt
 
 
+def _window_side(size):
+    """One side of ``window``: None (unbounded) or an int >= 0."""
+    if size is None:
+        return None
+    if isinstance(size, (bool, np.bool_)):
+        raise TypeError(f"window sizes must be ints or None, got the bool {size!r}")
+    if isinstance(size, (float, np.floating)) and not math.isfinite(size):
+        raise ValueError(f"window sizes must be finite (None means unbounded), got {size!r}")
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise TypeError(f"window sizes must be ints or None, "
+                        f"got {type(size).__name__} {size!r}") from None
+    if n < 0:
+        raise ValueError(f"window sizes must be >= 0, got {n}")
+    return n
+
+
+def _check_window(window):
+    """``window`` as ``(left, right)``, each None or an int >= 0."""
+    if window is None:
+        return None, None
+    if isinstance(window, (tuple, list)):
+        if len(window) != 2:
+            raise ValueError(f"window must be an int or a (left, right) pair, "
+                             f"got {len(window)} items: {window!r}")
+        return _window_side(window[0]), _window_side(window[1])
+    n = _window_side(window)
+    return n, n
+
+
+def _check_softcap(softcap):
+    if softcap is None:
+        return None
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a positive float or None, "
+                        f"got {type(softcap).__name__} {softcap!r}")
+    c = float(softcap)
+    if not (math.isfinite(c) and c > 0):
+        raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
+    return c
+
+
+def _per_head(name, values, heads_shape, dtype, *, neg_inf_ok=False):
+    """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``."""
+    if values is None:
+        return None
+    a = np.asarray(values)
+    if a.dtype == bool or a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
+    if len(heads_shape) == 0:
+        raise ValueError(f"{name} needs a head axis: the inputs have no batch "
+                         f"dimensions (..., H), {name} has shape {a.shape}")
+    try:
+        fits = np.broadcast_shapes(a.shape, heads_shape) == tuple(heads_shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} of shape {a.shape} is not broadcastable to "
+                         f"(..., H) = {tuple(heads_shape)}")
+    a64 = a.astype(np.float64)
+    bad = np.isnan(a64) | (a64 == np.inf) if neg_inf_ok else ~np.isfinite(a64)
+    if bad.any():
+        what = "NaN or +inf" if neg_inf_ok else "non-finite"
+        raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
+    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))
+
+
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
               enable_gqa=False, *, key_padding_mask=None, return_weights=False,
-              out=None, num_threads=None):
+              out=None, num_threads=None, window=None, alibi_slopes=None,
+              softcap=None, sinks=None, return_lse=False):
     """Reference scaled dot-product attention (see the module docstring)."""
+    left, right = _check_window(window)
+    cap = _check_softcap(softcap)
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     cdt, odt = _compute_dtype(q, k, v)
     q, k, v = q.astype(cdt), k.astype(cdt), v.astype(cdt)
@@ -56,15 +171,24 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         v = np.repeat(v, rep, axis=-3)
     if scale is None:
         scale = 1.0 / math.sqrt(E) if E > 0 else 1.0
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    slopes = _per_head("alibi_slopes", alibi_slopes, batch, cdt)
+    sink = _per_head("sinks", sinks, batch, cdt, neg_inf_ok=True)
     with np.errstate(all="ignore"):
         scores = np.matmul(q, np.swapaxes(k, -1, -2)) * cdt.type(scale)
-        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        if cap is not None:
+            scores = cdt.type(cap) * np.tanh(scores / cdt.type(cap))
+        pos = np.arange(L)[:, None] + (S - L if is_causal == "lower_right" else 0)  # p(i)
+        j = np.arange(S)[None, :]
+        if slopes is not None:
+            scores = scores - slopes[..., None, None] * np.abs(pos - j).astype(cdt)
         hidden = np.zeros(batch + (L, S), dtype=bool)
         if is_causal:
-            offset = S - L if is_causal == "lower_right" else 0
-            i = np.arange(L)[:, None]
-            j = np.arange(S)[None, :]
-            hidden |= j > i + offset
+            hidden |= j > pos
+        if left is not None:
+            hidden |= j < pos - left
+        if right is not None:
+            hidden |= j > pos + right
         if attn_mask is not None:
             m = np.asarray(attn_mask)
             if m.dtype == bool:
@@ -83,18 +207,130 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
         dead = hidden.all(axis=-1, keepdims=True)
         masked = np.where(hidden | dead, -np.inf, scores)
         masked = np.where(dead, 0, masked)          # keep softmax away from all -inf rows
-        weights = scipy.special.softmax(masked, axis=-1) if S > 0 else masked
+        # m of the module docstring: the row's largest visible logit, or the sink.
+        top = masked.max(axis=-1, keepdims=True) if S > 0 else np.zeros(batch + (L, 1), cdt)
+        if sink is not None:
+            sink = sink[..., None, None]
+            top = np.maximum(top, sink)
+        if sink is None:
+            weights = scipy.special.softmax(masked, axis=-1) if S > 0 else masked
+        else:
+            # scipy's softmax with one more term, the sink's, in the denominator.
+            e = np.exp(masked - top)
+            weights = e / (e.sum(axis=-1, keepdims=True) + np.exp(sink - top))
         weights = np.where(hidden, 0, weights).astype(cdt)
         # Sum over visible keys only: a hidden key never touches the output.
         vb = np.broadcast_to(v, batch + (S, v.shape[-1]))
         contrib = np.where(hidden[..., None], 0, weights[..., None] * vb[..., None, :, :])
         output = contrib.sum(axis=-2).astype(odt)
+        if return_lse:
+            total = np.exp(masked - top).sum(axis=-1, keepdims=True)
+            if sink is not None:
+                total = total + np.exp(sink - top)
+            lse = np.where(dead, -np.inf, top + np.log(total))[..., 0].astype(cdt)
     if out is not None:
         out[...] = output
         output = out
+    result = (output,)
     if return_weights:
-        return output, weights.astype(odt)
-    return output
+        result += (weights.astype(odt),)
+    if return_lse:
+        result += (lse,)
+    return result if len(result) > 1 else output
+
+
+def _check_cu_seqlens(name, cu_seqlens, total, what):
+    """``cu_seqlens`` as int64, after checking flash-attn's conventions."""
+    a = np.asarray(cu_seqlens)
+    if a.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise ValueError(f"{name} must be int32 or int64, got dtype {a.dtype}")
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be 1-D with n + 1 >= 1 entries, got shape {a.shape}")
+    if a[0] != 0 or a[-1] != total:
+        raise ValueError(f"{name} must start at 0 and end at {total} (the rows of {what}), "
+                         f"got {a[0]} ... {a[-1]}")
+    if np.any(np.diff(a) < 0):
+        raise ValueError(f"{name} must be non-decreasing, got {a}")
+    return a.astype(np.int64)
+
+
+def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal=False,
+                     scale=None, window=None, alibi_slopes=None, softcap=None, sinks=None,
+                     return_lse=False):
+    """Reference attention over packed sequences of different lengths.
+
+    flash-attn's varlen layout: sequence ``b`` owns query rows
+    ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and key/value rows
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``, and its queries attend to its
+    keys only, exactly as one :func:`attention` call on that sequence (with
+    ``p(i)``, the causal mask, the window and ALiBi counted within the
+    sequence).
+
+    Parameters
+    ----------
+    query : array_like, shape (total_q, H, D)
+    key : array_like, shape (total_k, H_kv, D)
+    value : array_like, shape (total_k, H_kv, Dv)
+        ``H`` a multiple of ``H_kv`` (grouped-query attention: query head
+        ``h`` uses key/value head ``h // (H // H_kv)``).
+    cu_seqlens_q, cu_seqlens_k : array_like of int32 or int64, shape (n + 1,)
+        Non-decreasing, starting at 0 and ending at ``total_q`` and
+        ``total_k``; both describe the same ``n`` sequences.  Empty
+        sequences are allowed (a query with no key gives zeros, lse -inf).
+    is_causal, scale, window, softcap, return_lse
+        As in :func:`attention`, applied to each sequence.
+    alibi_slopes, sinks : array_like, optional
+        Broadcastable to ``(n, H)``: one value per head, or per sequence and
+        head.
+
+    Returns
+    -------
+    output : ndarray, shape (total_q, H, Dv)
+    lse : ndarray, shape (H, total_q)
+        Only with ``return_lse=True``; heads first, as flash-attn's varlen
+        functions return it.
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not fit the layout, or bad ``cu_seqlens_*`` (not
+        int32/int64, not 1-D, wrong ends, decreasing, or of different
+        lengths), naming the array.
+    """
+    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
+    for name, a in (("query", q), ("key", k), ("value", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must have shape (total, heads, dim), got {a.shape}")
+    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
+                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if H_kv == 0 or H % H_kv:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
+    cq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
+    ck = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
+    if cq.shape != ck.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
+                         f"got {cq.shape} and {ck.shape}")
+    n = cq.size - 1
+    slopes = _per_head("alibi_slopes", alibi_slopes, (n, H), np.float64)
+    sink = _per_head("sinks", sinks, (n, H), np.float64, neg_inf_ok=True)
+    cdt, odt = _compute_dtype(q, k, v)
+    output = np.zeros((q.shape[0], H, v.shape[2]), dtype=odt)
+    lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt)
+    for b in range(n):
+        rows = slice(cq[b], cq[b + 1])
+        keys = slice(ck[b], ck[b + 1])
+        if rows.start == rows.stop:
+            continue
+        o, s = attention(np.swapaxes(q[rows], 0, 1), np.swapaxes(k[keys], 0, 1),
+                         np.swapaxes(v[keys], 0, 1), is_causal=is_causal, scale=scale,
+                         enable_gqa=True, window=window, softcap=softcap,
+                         alibi_slopes=None if slopes is None else slopes[b],
+                         sinks=None if sink is None else sink[b], return_lse=True)
+        output[rows] = np.swapaxes(o, 0, 1)
+        lse[:, rows] = s
+    return (output, lse) if return_lse else output
 
 
 def softmax(x, axis=None, *, mask=None, out=None):
