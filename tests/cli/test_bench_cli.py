@@ -18,7 +18,7 @@ import pytest
 
 import fastattn._bench as bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 
 
