@@ -1,8 +1,9 @@
 """fastattn.trace and ``python -m fastattn trace``.
 
 The expected numbers are those of the attention walkthrough (the 3-token
-example of numerics/test_walkthrough.py), which rounds to 2 decimals, except for the causal row of token B, which the
-text misprints as [0.50, 0.50, 0]: it is softmax([0, 1/sqrt(2)]) = [0.330, 0.670, 0].
+example of numerics/test_walkthrough.py), which rounds to 2 decimals, except
+for the causal row of token B, which the text misprints as [0.50, 0.50, 0]: it
+is softmax([0, 1/sqrt(2)]) = [0.330, 0.670, 0].
 """
 
 import json

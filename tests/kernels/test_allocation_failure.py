@@ -251,7 +251,6 @@ def test_allocation_failure_from_several_python_threads_at_once():
 # a result too large to allocate
 # ---------------------------------------------------------------------------
 
-
 _MEMORY_SCRIPT = textwrap.dedent("""
     import numpy as np, fastattn
     L = S = 10**6

@@ -60,7 +60,6 @@ def test_set_isa_unsupported_on_this_cpu():
 # the FMA peak probe
 # ---------------------------------------------------------------------------
 
-
 LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8)}   # float32, float64
 
 

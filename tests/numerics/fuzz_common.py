@@ -26,7 +26,6 @@ SPECIALS = np.array([np.nan, np.inf, -np.inf])
 # layouts: the same values behind different strides
 # ---------------------------------------------------------------------------
 
-
 def layout(a, kind):
     """``a``'s values with the memory layout ``kind`` (a view, never a copy of junk)."""
     a = np.asarray(a)

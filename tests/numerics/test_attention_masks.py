@@ -29,7 +29,6 @@ from conftest import (
 # masks and dead rows
 # ---------------------------------------------------------------------------
 
-
 def test_fully_masked_row_gives_zeros(isa, dtype, rng):
     L, S = 5, 6
     q, k, v = _randn(rng, (L, 4), dtype), _randn(rng, (S, 4), dtype), _randn(rng, (S, 3), dtype)
@@ -150,7 +149,6 @@ def test_bool_mask_all_true_is_no_mask(isa, dtype, rng):
 # ---------------------------------------------------------------------------
 # NaN / Inf
 # ---------------------------------------------------------------------------
-
 
 @pytest.mark.parametrize("how", ["causal", "lower_right", "padding", "padding2d", "bool", "neginf"])
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])

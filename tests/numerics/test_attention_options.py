@@ -31,7 +31,6 @@ from conftest import (
 # out=, return_weights, dtypes, scale
 # ---------------------------------------------------------------------------
 
-
 @pytest.mark.parametrize("layout", ["C", "F", "sliced", "negative", "permuted"])
 def test_out_non_contiguous(isa, dtype, rng, layout):
     q, k, v = _randn(rng, (2, 3, 7, 4), dtype), _randn(rng, (2, 3, 9, 4), dtype), _randn(rng, (2, 3, 9, 5), dtype)

@@ -113,7 +113,6 @@ def _run_case(case, dtype):
 # property tests
 # ---------------------------------------------------------------------------
 
-
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
 @given(case=attention_cases())
 def test_matches_reference_random(isa, dtype, case):

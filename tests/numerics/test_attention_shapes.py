@@ -29,7 +29,6 @@ from conftest import (
 # shapes
 # ---------------------------------------------------------------------------
 
-
 def test_decode_L1(isa, dtype, rng):
     q = _randn(rng, (3, 1, 16), dtype)
     k = _randn(rng, (3, 33, 16), dtype)
@@ -199,7 +198,6 @@ def test_large_decode_split_keys(isa, dtype, rng):
 # grouped-query heads
 # ---------------------------------------------------------------------------
 
-
 def test_gqa_hkv2_and_hkv1_with_head_masks(isa, dtype, rng):
     for Hkv in (2, 1):
         q = _randn(rng, (2, 8, 5, 4), dtype)
@@ -234,7 +232,6 @@ def test_gqa_hkv1_without_flag_broadcasts(isa, dtype, rng):
 # ---------------------------------------------------------------------------
 # causal alignment
 # ---------------------------------------------------------------------------
-
 
 def test_is_causal_true_equals_upper_left(isa, dtype, rng):
     for L, S in [(4, 9), (9, 4), (6, 6)]:

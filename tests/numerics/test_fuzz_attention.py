@@ -121,7 +121,6 @@ from fuzz_common import EPS64, F16, F32, F64, LAYOUTS, SPECIALS, _eps, _values, 
 # attention cases
 # ---------------------------------------------------------------------------
 
-
 def _fully_hidden(H, batch, lead, gqa, own_lead):
     """For each row of K/V (shape own_lead + (Hkv,) + (S,)): hidden for every row using it."""
     h = H.all(axis=-2)  # batch + (S,)

@@ -173,7 +173,6 @@ def test_concurrent_python_threads(isa):
 # the GIL is released during the kernels
 # ---------------------------------------------------------------------------
 
-
 def _usable_cpus():
     try:
         return len(os.sched_getaffinity(0))

@@ -171,7 +171,6 @@ def test_bitwise_identical_for_thread_counts_1_2_3_7(case, dtype):
 # num_threads values
 # ---------------------------------------------------------------------------
 
-
 @pytest.mark.parametrize("n", [64, 10**12], ids=["64", "10**12"])
 def test_num_threads_larger_than_cores(isa, n):
     """More threads than cores (even absurdly many) are clamped and give the

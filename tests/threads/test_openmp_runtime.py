@@ -48,7 +48,6 @@ needs_openmp = pytest.mark.skipif(not fastattn.openmp_enabled(),
 # OMP_NUM_THREADS and num_threads
 # ---------------------------------------------------------------------------
 
-
 @needs_openmp
 @pytest.mark.parametrize("n", ["1", "3"])
 def test_num_threads_none_follows_omp_num_threads(n):
@@ -78,7 +77,6 @@ def test_without_omp_num_threads_default_is_usable_cpus():
 # ---------------------------------------------------------------------------
 # threadpoolctl
 # ---------------------------------------------------------------------------
-
 
 @needs_openmp
 def test_threadpoolctl_sees_fastattn_openmp_and_limits_it():
@@ -116,7 +114,6 @@ def test_threadpoolctl_limit_in_this_process():
 # ---------------------------------------------------------------------------
 # fork after the thread pool has been used
 # ---------------------------------------------------------------------------
-
 
 _FORK_SCRIPT = """
     import multiprocessing as mp
