@@ -20,6 +20,12 @@ def test_isa_api():
 
 
 def test_set_isa_round_trip(isa):
+    """set_isa to every available path and back (the fixture restores the
+    path in use before the test)."""
+    for name in fastattn.available_isas():
+        fastattn.set_isa(name)
+        assert fastattn.get_isa() == name
+    fastattn.set_isa(isa)
     assert fastattn.get_isa() == isa
 
 
