@@ -1,7 +1,12 @@
 """Shared fixtures, hypothesis profile and helpers for the fastattn test suite.
 
-Test modules import the plain helpers with ``from conftest import ...`` (the
-tests directory has no ``__init__.py``, so pytest puts it on ``sys.path``).
+Test modules import the plain helpers with ``from conftest import ...``:
+neither tests/ nor its subfolders have an ``__init__.py``, so pytest puts
+tests/ on ``sys.path`` when it loads this file, and each test file's own folder
+when it imports that file.  Hence test file basenames are unique across the
+folders, and no subfolder has a conftest.py of its own (it would take this
+module's name); helpers shared inside one folder live in a plain module there
+(api/api_common.py, mha/mha_common.py, numerics/fuzz_common.py).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
@@ -266,3 +272,86 @@ def mentions_shape(msg: str, shape) -> bool:
     }
     return any(f in msg for f in forms)
 
+
+# ---------------------------------------------------------------------------
+# attention against the reference: shared by the numerics/ and kernels/ files
+# ---------------------------------------------------------------------------
+
+CAUSAL = (False, True, "upper_left", "lower_right")
+
+
+@pytest.fixture(params=FLOAT_DTYPES, ids=["float32", "float64"])
+def dtype(request):
+    """float32 and float64 (a test's own ``parametrize("dtype", ...)`` wins)."""
+    return request.param
+
+
+def _randn(rng, shape, dtype, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def check_against_reference(query, key, value, attn_mask=None, *, factor=1.0, **kwargs):
+    """Run fastattn and the (float64) reference and compare everything.
+
+    Checks: output dtype and shape, output values, weights values, that
+    positions hidden by a mask get weight exactly 0, that rows with no visible
+    key give exactly 0 output, and that ``out`` (if given) is returned and
+    filled.
+    """
+    out = kwargs.get("out")
+    return_weights = kwargs.pop("return_weights", True)
+    exp_o, exp_w = reference_attention64(query, key, value, attn_mask, **kwargs)
+    res = fastattn.attention(query, key, value, attn_mask, return_weights=return_weights, **kwargs)
+    if return_weights:
+        assert isinstance(res, tuple) and len(res) == 2
+        got_o, got_w = res
+    else:
+        got_o, got_w = res, None
+    dtype = expected_result_dtype(query, key, value)
+    assert isinstance(got_o, np.ndarray)
+    assert got_o.dtype == dtype, (got_o.dtype, dtype)
+    assert got_o.shape == exp_o.shape, (got_o.shape, exp_o.shape)
+    if out is not None:
+        assert got_o is out
+    mag = finite_absmax(value)
+    assert_close(got_o, exp_o, dtype, magnitude=mag, factor=factor, err_msg="output")
+    # rows that see no key are exactly zero, never NaN
+    dead = np.all(exp_w == 0, axis=-1) & np.all(exp_o == 0, axis=-1)
+    assert np.all(got_o[dead] == 0)
+    if got_w is not None:
+        assert got_w.dtype == dtype
+        assert got_w.shape == exp_w.shape
+        assert_close(got_w, exp_w, dtype, factor=factor, err_msg="weights")
+        L, S = got_w.shape[-2:]
+        hidden = hidden_positions(
+            L, S, got_w.shape[:-2], is_causal=kwargs.get("is_causal", False),
+            attn_mask=attn_mask, key_padding_mask=kwargs.get("key_padding_mask"))
+        assert np.all(got_w[hidden] == 0), "a hidden position got a non-zero weight"
+    return got_o, got_w
+
+
+def _sub_batch(draw, batch):
+    """Leading dims that broadcast to ``batch``: some dims 1, some dropped."""
+    dims = [n if draw(st.booleans()) else 1 for n in batch]
+    drop = draw(st.integers(0, len(dims)))
+    return tuple(dims[drop:])
+
+
+# ---------------------------------------------------------------------------
+# multi-head attention
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record every call multi_head_attention makes to fastattn.attention."""
+    import fastattn._api as api
+
+    real = api.attention
+    calls = []
+
+    def attention(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "attention", attention)
+    return calls

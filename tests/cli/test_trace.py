@@ -1,8 +1,9 @@
-"""fastattn.trace and ``python -m fastattn trace`` (issue 4).
+"""fastattn.trace and ``python -m fastattn trace``.
 
-The expected numbers are the walkthrough's (../shared/attention-walkthrough.txt),
-which rounds to 2 decimals, except for the causal row of token B, which the
-text misprints as [0.50, 0.50, 0]: it is softmax([0, 1/sqrt(2)]) = [0.330, 0.670, 0].
+The expected numbers are those of the attention walkthrough (the 3-token
+example of numerics/test_walkthrough.py), which rounds to 2 decimals, except
+for the causal row of token B, which the text misprints as [0.50, 0.50, 0]: it
+is softmax([0, 1/sqrt(2)]) = [0.330, 0.670, 0].
 """
 
 import json
@@ -23,7 +24,7 @@ OUT_WALKTHROUGH = np.array([[0.80, 0.60], [0.60, 0.80], [0.75, 0.75]])
 W_CAUSAL = np.array([[1.0, 0.0, 0.0], [0.330, 0.670, 0.0], [0.248, 0.248, 0.503]])
 KEYS = ["X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scale", "scaled", "mask",
         "weights", "output"]
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def softmax_rows(s):

@@ -1,4 +1,4 @@
-"""The 3-token example of ../shared/attention-walkthrough.txt, as a test.
+"""The attention walkthrough's 3-token example (the one fastattn.trace shows), as a test.
 
 Q = K = V = X = [[1, 0], [0, 1], [1, 1]] (tokens A, B, C), d_k = 2, so the
 scaled scores are [[.7071, 0, .7071], [0, .7071, .7071], [.7071, .7071, 1.4142]].

@@ -16,9 +16,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fastattn  # noqa: E402
-from conftest import FLOAT_DTYPES, assert_close, examples, finite_absmax, hidden_positions  # noqa: E402
-
-CAUSAL = (False, True, "upper_left", "lower_right")
+from conftest import CAUSAL, assert_close, examples, finite_absmax, hidden_positions  # noqa: E402
 
 
 def _torch_sdpa(q, k, v, mask=None, *, is_causal=False, key_padding_mask=None, scale=None,
@@ -83,11 +81,6 @@ def _compare(q, k, v, mask=None, factor=1.0, **kw):
     assert got.shape == exp.shape
     assert np.all(got[dead] == 0)
     assert_close(got[~dead], exp[~dead], dtype, magnitude=finite_absmax(v), factor=factor)
-
-
-@pytest.fixture(params=FLOAT_DTYPES, ids=["float32", "float64"])
-def dtype(request):
-    return request.param
 
 
 @st.composite

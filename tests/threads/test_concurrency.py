@@ -3,7 +3,8 @@
 * 8 Python threads x 20 calls each, every thread with its own inputs and
   its own path (streaming, weights, split-key decode, masks, GQA, float16,
   ``out=``, softmax), all started together behind a barrier: every call must
-  give bitwise the result of the same call made alone on one thread.
+  give bitwise the result of the same call made alone on one thread; and
+  4 threads each repeating one causal call with ``num_threads=2``.
 * The GIL is released while a kernel runs: two Python threads each running a
   big ``num_threads=1`` call at once finish in well under the time of the two
   calls one after the other (on a machine with >= 2 cores; this is a
@@ -22,7 +23,10 @@ import pytest
 
 import fastattn
 
+
 N_THREADS = 8
+
+
 N_CALLS = 20
 
 
@@ -138,6 +142,31 @@ def test_concurrent_calls_share_read_only_inputs():
     for t in threads:
         t.join(timeout=300)
     assert not errors
+
+
+def test_concurrent_python_threads(isa):
+    """Several Python threads calling attention at once get correct results."""
+    rng = np.random.default_rng(11)
+    inputs = [tuple(rng.standard_normal(s).astype(np.float32) for s in
+                    [(2, 150, 32), (2, 300, 32), (2, 300, 16)]) for _ in range(4)]
+    expected = [fastattn.attention(*qkv, is_causal=True, num_threads=1) for qkv in inputs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got = fastattn.attention(*inputs[i], is_causal=True, num_threads=2)
+                if not np.array_equal(got, expected[i]):
+                    errors.append(f"thread {i}: wrong result")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 # ---------------------------------------------------------------------------

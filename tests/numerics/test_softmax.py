@@ -10,10 +10,7 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
-from conftest import LAYOUTS, assert_close, empty_with_layout, examples, relayout
-
-# softmax values lie in [0, 1]: absolute tolerance is the dtype's tolerance.
-SOFTMAX_DTYPES = (np.float32, np.float64)
+from conftest import FLOAT_DTYPES, LAYOUTS, assert_close, empty_with_layout, examples, relayout
 
 
 def _scipy64(x, axis):
@@ -64,7 +61,7 @@ def softmax_cases(draw, special=True):
     return x, axis, layout
 
 
-@pytest.mark.parametrize("dtype", SOFTMAX_DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
 @settings(max_examples=examples(200))
 @given(case=softmax_cases())
 def test_softmax_matches_scipy_random(isa, dtype, case):
@@ -95,7 +92,7 @@ def masked_cases(draw):
     return x, axis, layout, mask, draw(st.sampled_from(LAYOUTS))
 
 
-@pytest.mark.parametrize("dtype", SOFTMAX_DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=["float32", "float64"])
 @settings(max_examples=examples(150))
 @given(case=masked_cases())
 def test_masked_softmax_matches_reference_random(isa, dtype, case):
@@ -117,11 +114,6 @@ def test_masked_softmax_matches_reference_random(isa, dtype, case):
 # ---------------------------------------------------------------------------
 # named cases
 # ---------------------------------------------------------------------------
-
-@pytest.fixture(params=SOFTMAX_DTYPES, ids=["float32", "float64"])
-def dtype(request):
-    return request.param
-
 
 @pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, -2, -3, (0, 1), (1, 2), (0, 2), (-1, 0), (0, 1, 2)])
 def test_softmax_axes(isa, dtype, axis, rng):

@@ -1,4 +1,4 @@
-"""Fuzz suite: fastattn.attention and fastattn.softmax against fastattn.reference.
+"""Fuzz suite: fastattn.attention against fastattn.reference.
 
 Property tests (hypothesis, the conftest's fixed derandomized ``fastattn``
 profile, so every failure reproduces) over random shapes (1 and odd sizes,
@@ -97,113 +97,29 @@ visible exactly 0 (weights and output), visible rows sum to 1, one thread and
 two threads bitwise equal (a NaN equals any NaN), the weights path's output equals the streaming
 path's within the bound, ``out=`` is filled and returned.
 
-fastattn.softmax is fuzzed against scipy.special.softmax on float64 copies
-(axis None / int / tuple, magnitudes up to 1e4, NaN/Inf) and, with a mask,
-against fastattn.reference.softmax; its bound is the same interval argument
-with ``Δ_j = (eps_c + eps_64) |x_j - max x|`` (the input is exact).
+fastattn.softmax is fuzzed in test_fuzz_softmax.py with the same interval
+argument; the shared pieces (layouts, values, the interval) are in
+fuzz_common.py.
 """
+
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
-from conftest import empty_with_layout, examples, hidden_positions, relayout
-
-F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-EPS64 = float(np.finfo(np.float64).eps)
-CAUSAL = (False, True, "upper_left", "lower_right")
-LAYOUTS = ("C", "C", "F", "T", "step2", "neg_rows", "neg_feat", "neg_all")
-SPECIALS = np.array([np.nan, np.inf, -np.inf])
-
-
-# ---------------------------------------------------------------------------
-# layouts: the same values behind different strides
-# ---------------------------------------------------------------------------
-
-def layout(a, kind):
-    """``a``'s values with the memory layout ``kind`` (a view, never a copy of junk)."""
-    a = np.asarray(a)
-    if a.ndim == 0 or kind == "C":
-        return np.ascontiguousarray(a)
-    if kind == "F":
-        return np.asfortranarray(a)
-    if kind == "T":        # leading axis last in memory (a transposed view)
-        return relayout(a, "permuted")
-    if kind == "step2":    # every other element of a buffer whose others are junk (NaN)
-        return relayout(a, "sliced")
-    if kind == "neg_all":
-        return relayout(a, "negative")
-    if kind == "neg_rows":  # [::-1] on the row axis
-        ax = max(a.ndim - 2, 0)
-    else:                   # neg_feat: [::-1] on the feature axis
-        ax = a.ndim - 1
-    sl = (slice(None),) * ax + (slice(None, None, -1),)
-    r = np.ascontiguousarray(a[sl])[sl]
-    assert r.strides[ax] < 0 or a.shape[ax] <= 1
-    return r
-
-
-# ---------------------------------------------------------------------------
-# the interval bound
-# ---------------------------------------------------------------------------
-
-def _log_excl_sum(x, keep):
-    """log Σ_{k≠j, keep} exp(x_k) for every j along the last axis (no cancellation)."""
-    with np.errstate(all="ignore"):
-        mx = np.max(np.where(keep, x, -np.inf), axis=-1, keepdims=True)
-        mx = np.where(np.isfinite(mx), mx, 0.0)
-        e = np.where(keep, np.exp(x - mx), 0.0)
-        pre = np.concatenate([np.zeros_like(e[..., :1]), np.cumsum(e, axis=-1)[..., :-1]],
-                             axis=-1)
-        suf = np.concatenate([np.cumsum(e[..., ::-1], axis=-1)[..., ::-1][..., 1:],
-                              np.zeros_like(e[..., :1])], axis=-1)
-        return np.log(pre + suf) + mx
-
-
-def softmax_interval(s, delta, vis):
-    """(w_lo, w_hi): the softmax of any scores within ``s ± delta`` (visible only)."""
-    with np.errstate(all="ignore"):
-        lo = np.where(vis, s - delta, -np.inf)
-        hi = np.where(vis, s + delta, -np.inf)
-        # w = 1 / (1 + exp(rest - own)): no cancellation near w = 1
-        log_hi = -np.log1p(np.exp(_log_excl_sum(lo, vis) - hi))
-        log_lo = -np.log1p(np.exp(_log_excl_sum(hi, vis) - lo))
-        w_hi = np.where(vis, np.exp(log_hi), 0.0)
-        w_lo = np.where(vis, np.exp(log_lo), 0.0)
-    w_hi = np.where(np.isnan(w_hi), 1.0, w_hi)
-    w_lo = np.where(np.isnan(w_lo), 0.0, w_lo)
-    return w_lo, w_hi
-
-
-def _eps(cdt):
-    return float(np.finfo(cdt).eps)
+from conftest import CAUSAL, _sub_batch, empty_with_layout, examples, hidden_positions
+from fuzz_common import EPS64, F16, F32, F64, LAYOUTS, SPECIALS, _eps, _values, layout, softmax_interval
 
 
 # ---------------------------------------------------------------------------
 # attention cases
 # ---------------------------------------------------------------------------
-
-def _sub_batch(draw, batch):
-    """Leading dims that broadcast to ``batch``: some dims 1, some dropped."""
-    dims = [n if draw(st.booleans()) else 1 for n in batch]
-    return tuple(dims[draw(st.integers(0, len(dims))):])
-
-
-def _values(draw, rng, shape, dtype):
-    mag = draw(st.sampled_from([1.0, 1.0, 1.0, 1e-2, 10.0, 100.0, 1e4, "wide"]))
-    if mag == "wide":  # every magnitude from 1e-3 to 1e4 in one array
-        x = rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-3, 4, shape)
-    else:
-        x = rng.standard_normal(shape) * mag
-    return x.astype(dtype).astype(np.float64)  # representable in dtype
-
 
 def _fully_hidden(H, batch, lead, gqa, own_lead):
     """For each row of K/V (shape own_lead + (Hkv,) + (S,)): hidden for every row using it."""
@@ -549,10 +465,6 @@ def run_attention_case(case):
                 assert _same_bits(a, b), "NaN/Inf in hidden K/V changed the result (streaming)"
 
 
-# ---------------------------------------------------------------------------
-# attention property tests
-# ---------------------------------------------------------------------------
-
 @settings(max_examples=examples(200))
 @given(case=attention_cases())
 def test_fuzz_attention_vs_reference(isa, case):
@@ -572,98 +484,3 @@ def test_fuzz_attention_vs_reference_tiles(isa, case):
 def test_fuzz_attention_vs_reference_key_split(isa, case):
     """Few query rows and more than 1024 keys: the decode and key-split paths."""
     run_attention_case(case)
-
-
-# ---------------------------------------------------------------------------
-# softmax
-# ---------------------------------------------------------------------------
-
-@st.composite
-def softmax_cases(draw):
-    dtype = draw(st.sampled_from([F32, F32, F64, F64, F16]))
-    ndim = draw(st.integers(1, 4))
-    shape = [draw(st.integers(1, 5)) for _ in range(ndim)]
-    if draw(st.booleans()):
-        shape[draw(st.integers(0, ndim - 1))] = draw(st.integers(6, 150))
-    shape = tuple(shape)
-    kind = draw(st.sampled_from(["none", "int", "tuple"]))
-    if kind == "none":
-        axis = None
-    elif kind == "int":
-        axis = draw(st.integers(-ndim, ndim - 1))
-    else:
-        axes = draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True))
-        axis = tuple(a - ndim if draw(st.booleans()) else a for a in axes)
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    x = _values(draw, rng, shape, dtype) + draw(st.sampled_from([0.0, 0.0, 50.0, -1e4]))
-    x = x.astype(dtype).astype(np.float64)
-    p = draw(st.sampled_from([0.0, 0.0, 0.02, 0.2, 0.9]))
-    pick = rng.random(shape) < p
-    x[pick] = SPECIALS[rng.integers(0, 3, int(pick.sum()))]
-    mask = None
-    if draw(st.booleans()):
-        mshape = tuple(n if draw(st.booleans()) else 1 for n in shape)
-        mshape = mshape[draw(st.integers(0, ndim)):]
-        mask = rng.random(mshape) < draw(st.sampled_from([0.0, 0.5, 0.9, 1.0]))
-    return dict(x=x, dtype=dtype, axis=axis, mask=mask,
-                layout=draw(st.sampled_from(LAYOUTS)),
-                out_layout=draw(st.sampled_from([None, None, "C", "sliced", "negative", "F"])))
-
-
-def _rows(a, axis):
-    """a with the softmax axes moved last and flattened: (rows, n)."""
-    axes = tuple(range(a.ndim)) if axis is None else tuple(
-        ax % a.ndim for ax in (axis if isinstance(axis, tuple) else (axis,)))
-    t = np.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
-    n = math.prod(t.shape[t.ndim - len(axes):])
-    return t.reshape(-1, n)
-
-
-@settings(max_examples=examples(150))
-@given(case=softmax_cases())
-def test_fuzz_softmax_vs_scipy_and_reference(isa, case):
-    x64, dtype, axis, mask = case["x"], case["dtype"], case["axis"], case["mask"]
-    cdt = F32 if dtype == F16 else dtype
-    x = layout(x64.astype(dtype), case["layout"])
-    out = None
-    if case["out_layout"] is not None:
-        out, _ = empty_with_layout(x.shape, dtype, case["out_layout"], -7.0)
-    got = fastattn.softmax(x, axis=axis, mask=mask, out=out)
-    if out is not None:
-        assert got is out
-    assert got.dtype == dtype and got.shape == x.shape
-    with np.errstate(all="ignore"):
-        if mask is None:
-            want = scipy.special.softmax(x64, axis=axis)
-            keep = np.ones(x.shape, bool)
-        else:
-            want = reference.softmax(x64, axis=axis, mask=mask)
-            keep = np.broadcast_to(mask, x.shape)
-    g, w, kp, xr = (_rows(np.asarray(a, np.float64) if a.dtype != bool else a, axis)
-                    for a in (got, want, keep, x64))
-    assert np.array_equal(np.isnan(g), np.isnan(w)), "NaN pattern differs from the reference"
-    assert np.all(g[~kp] == 0), "a masked entry is not exactly 0"
-    # a slice is "finite" when no kept entry is NaN or +inf and one kept entry is > -inf
-    fin = (np.all(~kp | np.isfinite(xr) | (xr == -np.inf), axis=-1)
-           & np.any(kp & (xr > -np.inf), axis=-1))
-    vis = kp & (xr > -np.inf) & fin[:, None]
-    with np.errstate(all="ignore"):
-        mx = np.max(np.where(vis, xr, -np.inf), axis=-1, keepdims=True)
-        # shift-invariant: work with x - max (what the kernel exponentiates)
-        x0 = np.where(vis, xr - np.where(np.isfinite(mx), mx, 0.0), 0.0)
-        delta = (_eps(cdt) + EPS64) * np.abs(x0)
-    lo, hi = softmax_interval(x0, delta, vis)
-    n = vis.sum(axis=-1, keepdims=True)
-    eps_out = _eps(dtype) if dtype == F16 else 0.0
-    rho = (n + 16) * (_eps(cdt) + EPS64) + eps_out
-    tau = 4 * float(np.finfo(cdt).tiny) + (2.0 ** -24 if dtype == F16 else 0.0)
-    hi = np.minimum(hi * (1 + rho), 1.0) + tau
-    lo = np.maximum(lo * (1 - rho) - tau, 0.0)
-    inside = (g >= lo) & (g <= hi)
-    assert np.all(inside[vis]), (
-        f"softmax outside its bound: {g[vis & ~inside][:5]} "
-        f"in [{lo[vis & ~inside][:5]}, {hi[vis & ~inside][:5]}], reference {w[vis & ~inside][:5]}")
-    # kept -inf entries of a finite slice are exactly 0
-    assert np.all(g[fin[:, None] & kp & (xr == -np.inf)] == 0)
-    # slices with no finite kept entry and no NaN: all 0 (masked) as the reference
-    assert np.all(g[~fin[:, None] & ~np.isnan(w)] == w[~fin[:, None] & ~np.isnan(w)])

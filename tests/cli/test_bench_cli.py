@@ -19,7 +19,7 @@ import pytest
 
 from fastattn.bench import cases, cli, peers, report, timing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 
 
