@@ -111,7 +111,7 @@ done
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
     -k "not test_no_memory_growth and not test_streaming_extra_memory" \
-    --ignore="$REPO/tests/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
+    --ignore="$REPO/tests/cli/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
     "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"
 if compgen -G "$WORK/logs/*" > /dev/null; then
