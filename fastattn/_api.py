@@ -87,7 +87,7 @@ def _check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
             raise ValueError(f"out overlaps {name}: give a separate output array")
 
 
-def _split_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
+def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
     """View (..., H, R, C) as (..., hkv, g, R, C) with H = hkv * g (never a copy)."""
     st = a.strides
     shape = a.shape[:-3] + (hkv, g) + a.shape[-2:]
@@ -272,12 +272,12 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         target = out if direct else np.empty(batch + (L, Ev), dtype=cdt)
         hk, g = gqa
         full = batch + (L, S)
-        q = _split_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
-        wk = None if weights is None else _split_heads(weights, hk, g)
-        bm = None if bm is None else _split_heads(np.broadcast_to(bm, full), hk, g)
-        am = None if am is None else _split_heads(np.broadcast_to(am, full), hk, g)
-        pad = None if pad is None else _split_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
-        _core.attention(q, k[..., None, :, :], v[..., None, :, :], _split_heads(target, hk, g),
+        q = _group_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
+        wk = None if weights is None else _group_heads(weights, hk, g)
+        bm = None if bm is None else _group_heads(np.broadcast_to(bm, full), hk, g)
+        am = None if am is None else _group_heads(np.broadcast_to(am, full), hk, g)
+        pad = None if pad is None else _group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
+        _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
                         batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
     if target is not out:
         if out is not None:
