@@ -3,7 +3,7 @@ than 2**31 scores.
 
 Allocation failure
     Every allocation of ``src_c/`` goes through ``fa_malloc``; the test hook
-    ``fastattn._core._debug_fail_alloc_after(n)`` lets the next ``n`` kernel
+    ``fastattn._testing.fail_alloc_after(n)`` lets the next ``n`` kernel
     allocations succeed and fails every later one.  For ``n = 0, 1, 2, ...``
     each call must either raise ``MemoryError`` with ``out`` (filled with a
     sentinel) left untouched, or -- once ``n`` covers every allocation of the
@@ -26,14 +26,14 @@ import numpy as np
 import pytest
 
 import fastattn
-import fastattn._core as _core
+import fastattn._testing as _testing
 
 SENTINEL = -12345.0
 MAX_ALLOCS = 40  # far more than any call below makes
 
 
 def _hook(n):
-    _core._debug_fail_alloc_after(n)
+    _testing.fail_alloc_after(n)
 
 
 def _check_alloc_failures(call, out_shape, out_dtype, expected):
