@@ -138,6 +138,18 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     return o
 
 
+def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype):
+    """Whether q, k and v all have the dtype object ``dtype`` and are aligned,
+    i.e. ``q.dtype is dtype and ... and q.flags.aligned and ...``: whether
+    the kernel can read them in place (checked here, in one call, because it
+    is part of the per-call overhead of tiny problems)."""
+    cdef void *d = <void *>dtype
+    cdef bint ok = (<void *>cnp.PyArray_DESCR(q) == d and <void *>cnp.PyArray_DESCR(k) == d
+                    and <void *>cnp.PyArray_DESCR(v) == d and cnp.PyArray_ISALIGNED(q) != 0
+                    and cnp.PyArray_ISALIGNED(k) != 0 and cnp.PyArray_ISALIGNED(v) != 0)
+    return ok
+
+
 def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
     """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype);
     keep: None or a uint8 array broadcast to x's shape."""
