@@ -3,7 +3,7 @@ than 2**31 scores.
 
 Allocation failure
     Every allocation of ``src_c/`` goes through ``fa_malloc``; the test hook
-    ``fastattn._testing.fail_alloc_after(n)`` lets the next ``n`` kernel
+    ``fastattn._core._debug_fail_alloc_after(n)`` lets the next ``n`` kernel
     allocations succeed and fails every later one.  For ``n = 0, 1, 2, ...``
     each call must either raise ``MemoryError`` with ``out`` (filled with a
     sentinel) left untouched, or -- once ``n`` covers every allocation of the
