@@ -108,8 +108,11 @@ class BuildExt(build_ext):
             # slowest first; build_ext then only links.  MSVC initialises
             # itself lazily: one at a time there.
             common = [(f, base + omp_c + extra) for f in ext.sources]
+            # The ISA kernels go only where the rest of src_c/ goes (not into
+            # fastattn._testing, which reaches _core's copy by cimport).
+            with_c_lib = any(os.path.dirname(f) == SRC for f in ext.sources)
             jobs = common[:1] + [(os.path.join(SRC, f), base + (m if msvc else g) + extra)
-                                 for f, (g, m) in isa_sources.items()] + common[1:]
+                                 for f, (g, m) in isa_sources.items() if with_c_lib] + common[1:]
 
             def compile_one(job, ext=ext):
                 return self.compiler.compile(
@@ -158,6 +161,8 @@ ext = Extension(
 )
 
 setup(
-    ext_modules=cythonize([ext], compiler_directives={"language_level": "3"}),
+    ext_modules=cythonize([ext, Extension("fastattn._testing", ["fastattn/_testing.pyx"],
+                                          include_dirs=[np.get_include()])],
+                          compiler_directives={"language_level": "3"}),
     cmdclass={"build_ext": BuildExt},
 )

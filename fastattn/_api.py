@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, o
 import numpy as np
 
 from . import _core
-from ._masks import resolve
+from ._masks import MaskPlan, resolve
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["attention", "softmax"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+_ndarray = np.ndarray
 _F32_MAX = float(np.finfo(np.float32).max)
 # More threads than this are not honoured (the result is the same for any count).
 _MAX_THREADS = 256
@@ -48,13 +49,6 @@ def _dtypes(named) -> tuple[np.dtype, np.dtype]:
         return rt, rt
     raise TypeError(f"unsupported dtype {rt} ({', '.join(n for n, _ in named)}): use float16, "
                     f"float32 or float64")
-
-
-def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
-    """x in the compute dtype, aligned (a copy only when either is needed)."""
-    if x.dtype != cdt:
-        return x.astype(cdt)
-    return x if x.flags.aligned else np.ascontiguousarray(x)
 
 
 def _threads(num_threads) -> int:
@@ -85,21 +79,6 @@ def _check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
     for name, x in inputs:
         if x is not None and np.may_share_memory(out, x):
             raise ValueError(f"out overlaps {name}: give a separate output array")
-
-
-def _split_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
-    """View (..., H, R, C) as (..., hkv, g, R, C) with H = hkv * g (never a copy)."""
-    st = a.strides
-    shape = a.shape[:-3] + (hkv, g) + a.shape[-2:]
-    strides = st[:-3] + (st[-3] * g, st[-3]) + st[-2:]
-    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=a.flags.writeable)
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
 
 
 @overload
@@ -201,22 +180,53 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
            [0.33 , 0.67 ],
            [0.752, 0.752]])
     """
-    q = query if type(query) is np.ndarray else np.asarray(query)
-    k = key if type(key) is np.ndarray else np.asarray(key)
-    v = value if type(value) is np.ndarray else np.asarray(value)
-    # The common case (float32/float64 arrays, one batch shape, no mask
-    # array) takes the fewest Python steps: its checks are the whole call
-    # overhead of a tiny problem.
+    # The common case (float32/float64 arrays, one batch shape, no mask array,
+    # no options) takes one call per step and nothing more: with the kernel
+    # call, these steps are the whole overhead of a tiny problem.
+    q, k, v, cdt, odt = _arrays_and_dtypes(query, key, value)
+    batch, gqa, L, S, E, Ev = _problem_shape(q.shape, k.shape, v.shape, enable_gqa)
+    sc = _scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
+    nt = 0 if num_threads is None else _threads(num_threads)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    if out is not None:
+        _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
+                                               ("attn_mask", plan.bool_mask),
+                                               ("attn_mask", plan.add_mask),
+                                               ("key_padding_mask", plan.pad)))
+    weights = _weights_array(batch + (L, S), cdt) if return_weights else None
+    result = _run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt)
+    if return_weights:
+        return result, (weights if odt is cdt else weights.astype(odt))
+    return result
+
+
+# ---------------------------------------------------------------------------
+# the steps of attention(), in order
+# ---------------------------------------------------------------------------
+
+def _arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                   np.dtype, np.dtype]:
+    """query, key and value as arrays, and their (compute dtype, result dtype)."""
+    q = query if type(query) is _ndarray else np.asarray(query)
+    k = key if type(key) is _ndarray else np.asarray(key)
+    v = value if type(value) is _ndarray else np.asarray(value)
     dt = q.dtype
     if (dt is _F32 or dt is _F64) and k.dtype is dt and v.dtype is dt:
-        cdt = odt = dt
-    else:
-        cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
-    qs, ks, vs = q.shape, k.shape, v.shape
+        return q, k, v, dt, dt
+    cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
+    return q, k, v, cdt, odt
+
+
+def _problem_shape(qs: tuple, ks: tuple, vs: tuple, enable_gqa: bool) -> tuple:
+    """(batch, gqa, L, S, E, Ev) of query, key and value of shapes qs, ks, vs.
+
+    ``batch`` is the broadcast leading dimensions; ``gqa`` is None, or (key/value
+    heads, query heads per key head) with ``enable_gqa``."""
     if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
-        name, x = next((n, a) for n, a in (("query", q), ("key", k), ("value", v)) if a.ndim < 2)
+        name, shape = next((n, s) for n, s in (("query", qs), ("key", ks), ("value", vs))
+                           if len(s) < 2)
         raise ValueError(f"{name} must have at least 2 dimensions (..., rows, features), "
-                         f"got shape {x.shape}")
+                         f"got shape {shape}")
     L, E = qs[-2:]
     S, Ek = ks[-2:]
     Ev = vs[-1]
@@ -225,69 +235,13 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
                          f"query {qs}, key {ks}")
     if vs[-2] != S:
         raise ValueError(f"value must have as many rows as key (S): key {ks}, value {vs}")
-    gqa = None
-    if enable_gqa:
-        gqa = _gqa_groups(qs, ks, vs)
+    gqa = _gqa_groups(qs, ks, vs) if enable_gqa else None
     batch = qs[:-2]
     if gqa is not None or batch != ks[:-2] or batch != vs[:-2]:
         batch = _batch_shape(qs, ks, vs, gqa, enable_gqa)
     if len(batch) + (gqa is not None) > _MAX_BATCH_DIMS:
         _too_many_dims(qs, ks, vs)
-    if scale is None:
-        sc = 1.0 / math.sqrt(E) if E > 0 else 1.0
-    else:
-        try:
-            sc = float(scale)
-        except (TypeError, ValueError):
-            raise TypeError(f"scale must be a real number, got {scale!r}") from None
-        if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
-            raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
-    nt = 0 if num_threads is None else _threads(num_threads)
-    causal, offset, bm, am, pad = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S,
-                                          cdt, len(qs))
-    if out is not None:
-        _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
-                                               ("attn_mask", bm), ("attn_mask", am),
-                                               ("key_padding_mask", pad)))
-    weights = None
-    if return_weights:
-        nbytes = math.prod(batch) * L * S * cdt.itemsize
-        if nbytes > _physical_memory():
-            raise MemoryError(f"the weights {batch + (L, S)} need {nbytes / 2**30:.1f} GiB, more "
-                              f"than this machine's memory; use return_weights=False (streaming)")
-        try:
-            weights = np.empty(batch + (L, S), dtype=cdt)
-        except ValueError as e:  # larger than the address space
-            raise MemoryError(f"the weights {batch + (L, S)} cannot be allocated: {e}") from None
-
-    if dt is not cdt or k.dtype is not cdt or v.dtype is not cdt or not (
-            q.flags.aligned and k.flags.aligned and v.flags.aligned):
-        q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
-    # The kernel writes out itself when it can, else a new array it allocates.
-    direct = out is not None and odt is cdt and out.flags.aligned
-    if gqa is None:
-        target = _core.attention(q, k, v, out if direct else None, batch, sc, causal, offset,
-                                 bm, am, pad, weights, nt)
-    else:
-        target = out if direct else np.empty(batch + (L, Ev), dtype=cdt)
-        hk, g = gqa
-        full = batch + (L, S)
-        q = _split_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
-        wk = None if weights is None else _split_heads(weights, hk, g)
-        bm = None if bm is None else _split_heads(np.broadcast_to(bm, full), hk, g)
-        am = None if am is None else _split_heads(np.broadcast_to(am, full), hk, g)
-        pad = None if pad is None else _split_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
-        _core.attention(q, k[..., None, :, :], v[..., None, :, :], _split_heads(target, hk, g),
-                        batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
-    if target is not out:
-        if out is not None:
-            out[...] = target
-            target = out
-        elif odt is not cdt:
-            target = target.astype(odt)
-    if return_weights:
-        return target, (weights if odt is cdt else weights.astype(odt))
-    return target
+    return batch, gqa, L, S, E, Ev
 
 
 def _gqa_groups(qs: tuple, ks: tuple, vs: tuple) -> tuple[int, int] | None:
@@ -322,6 +276,99 @@ def _batch_shape(qs: tuple, ks: tuple, vs: tuple, gqa, enable_gqa: bool) -> tupl
                          f"broadcast" + ("" if enable_gqa else
                                          " (for grouped-query heads, enable_gqa=True)")) from None
 
+
+def _scale(scale, cdt: np.dtype) -> float:
+    """A given ``scale`` as a float, checked (the default, 1 / sqrt(E), is
+    computed in attention() itself: the common case)."""
+    try:
+        sc = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale must be a real number, got {scale!r}") from None
+    if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
+        raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
+    return sc
+
+
+def _weights_array(shape: tuple, cdt: np.dtype) -> np.ndarray:
+    """The (..., L, S) array return_weights fills, if this machine can hold it."""
+    nbytes = math.prod(shape) * cdt.itemsize
+    if nbytes > _physical_memory():
+        raise MemoryError(f"the weights {shape} need {nbytes / 2**30:.1f} GiB, more "
+                          f"than this machine's memory; use return_weights=False (streaming)")
+    try:
+        return np.empty(shape, dtype=cdt)
+    except ValueError as e:  # larger than the address space
+        raise MemoryError(f"the weights {shape} cannot be allocated: {e}") from None
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: np.dtype,
+                batch: tuple, gqa, sc: float, plan: MaskPlan, weights, out, nt: int):
+    """The inputs in the compute dtype, through the kernel: the output in the
+    result dtype, ``out`` itself when given (``weights`` filled if given)."""
+    if not _core.in_kernel_form(q, k, v, cdt):
+        q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
+    # The kernel writes out itself when it can, else a new array it allocates.
+    direct = out is not None and odt is cdt and out.flags.aligned
+    if gqa is None:
+        causal, offset, bm, am, pad = plan
+        target = _core.attention(q, k, v, out if direct else None, batch, sc, causal, offset,
+                                  bm, am, pad, weights, nt)
+    else:
+        target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
+        _run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt)
+    if target is not out:
+        if out is not None:
+            out[...] = target
+            return out
+        if odt is not cdt:
+            return target.astype(odt)
+    return target
+
+
+def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray,
+                 batch: tuple, gqa: tuple[int, int], sc: float, plan: MaskPlan, weights,
+                 nt: int) -> None:
+    """The kernel over (..., hkv, g) heads: the g query heads of a group share
+    their key/value head, which is broadcast, never copied."""
+    hk, g = gqa
+    L, E = q.shape[-2:]
+    S = k.shape[-2]
+    causal, offset, bm, am, pad = plan
+    full = batch + (L, S)
+    q = _group_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
+    wk = None if weights is None else _group_heads(weights, hk, g)
+    bm = None if bm is None else _group_heads(np.broadcast_to(bm, full), hk, g)
+    am = None if am is None else _group_heads(np.broadcast_to(am, full), hk, g)
+    pad = None if pad is None else _group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
+    _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
+                    batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
+
+
+def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
+    """View (..., H, R, C) as (..., hkv, g, R, C) with H = hkv * g (never a copy)."""
+    st = a.strides
+    shape = a.shape[:-3] + (hkv, g) + a.shape[-2:]
+    strides = st[:-3] + (st[-3] * g, st[-3]) + st[-2:]
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=a.flags.writeable)
+
+
+def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
+    """x in the compute dtype, aligned (a copy only when either is needed)."""
+    if x.dtype != cdt:
+        return x.astype(cdt)
+    return x if x.flags.aligned else np.ascontiguousarray(x)
+
+
+# ---------------------------------------------------------------------------
+# softmax
+# ---------------------------------------------------------------------------
 
 def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     if axis is None:

@@ -138,6 +138,18 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     return o
 
 
+def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype):
+    """Whether q, k and v all have the dtype object ``dtype`` and are aligned,
+    i.e. ``q.dtype is dtype and ... and q.flags.aligned and ...``: whether
+    the kernel can read them in place (checked here, in one call, because it
+    is part of the per-call overhead of tiny problems)."""
+    cdef void *d = <void *>dtype
+    cdef bint ok = (<void *>cnp.PyArray_DESCR(q) == d and <void *>cnp.PyArray_DESCR(k) == d
+                    and <void *>cnp.PyArray_DESCR(v) == d and cnp.PyArray_ISALIGNED(q) != 0
+                    and cnp.PyArray_ISALIGNED(k) != 0 and cnp.PyArray_ISALIGNED(v) != 0)
+    return ok
+
+
 def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
     """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype);
     keep: None or a uint8 array broadcast to x's shape."""
@@ -216,27 +228,16 @@ def fma_probe(str dtype, int64_t n, int num_threads):
     return flops
 
 
-def _exp(cnp.ndarray x, bint base2):
-    """exp(x) (base2: 2**x) of a 1-D C-contiguous float32/float64 array, by
-    the vectorised exp of the ISA in use (the one the kernels use), as a new
-    array: for the accuracy tests."""
-    if (x.ndim != 1 or not cnp.PyArray_ISCARRAY_RO(x) or not x.dtype.isnative
-            or x.dtype.kind != "f" or x.dtype.itemsize not in (4, 8)):
-        raise TypeError("x must be a 1-D C-contiguous, aligned float32 or float64 array in "
-                        f"native byte order, got {x.dtype.str} with {x.ndim} dimension(s)")
-    cdef cnp.ndarray y = cnp.PyArray_EMPTY(1, x.shape, cnp.PyArray_TYPE(x), 0)
-    cdef int dtype = FA_FLOAT64 if x.dtype.itemsize == 8 else FA_FLOAT32
-    cdef int64_t n = x.shape[0]
-    cdef const void *xp = cnp.PyArray_DATA(x)
-    cdef void *yp = cnp.PyArray_DATA(y)
+# The test hooks, declared in _core.pxd: C-level only, for fastattn/_testing.pyx.
+
+cdef int exp_kernel(bint double_precision, bint base2, int64_t n, const void *x,
+                    void *y) except -1:
+    cdef int dtype = FA_FLOAT64 if double_precision else FA_FLOAT32
     cdef int status
     with nogil:
-        status = fa_exp(dtype, base2, n, xp, yp)
-    _check(status)
-    return y
+        status = fa_exp(dtype, base2, n, x, y)
+    return _check(status)
 
 
-def _debug_fail_alloc_after(int64_t n_ok):
-    """Test hook: the next n_ok kernel allocations succeed, then they fail
-    (-1 turns the hook off)."""
+cdef void fail_alloc_after(int64_t n_ok) noexcept:
     fa_debug_fail_alloc_after(n_ok)

@@ -6,6 +6,10 @@ sees key ``j`` iff ``j <= i + offset``), a boolean block (uint8 view, 1 = may
 attend), an additive block (in the compute dtype) and the key-padding rows
 (uint8, 1 = padding).  The kernels combine them: a position hidden by any of
 them is hidden (so is one whose additive mask is ``-inf``).
+
+``check_head_masks()`` and ``check_cache_causal()`` are the stricter rules of
+:func:`fastattn.mha.multi_head_attention`, checked before its projections and
+before anything is appended to a cache.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MaskPlan", "resolve", "causal_offset"]
+__all__ = ["MaskPlan", "resolve", "causal_offset", "check_head_masks", "check_cache_causal"]
 
 
 class MaskPlan(NamedTuple):
@@ -101,3 +105,45 @@ def _broadcastable(shape: tuple, target: tuple) -> bool:
         if a != b and a != 1:
             return False
     return True
+
+
+def check_head_masks(attn_mask, key_padding_mask, n: int, num_heads: int, L: int, S: int, *,
+                     unbatched: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The masks of a multi-head call, as arrays, their shapes checked.
+
+    ``attn_mask`` must broadcast to ``(n, num_heads, L, S)`` (``unbatched``:
+    shown as ``(num_heads, L, S)``); ``key_padding_mask`` must be bool of shape
+    ``(S,)`` or ``(n, S)`` (``unbatched``: ``(S,)`` or ``(1, S)``).  Values are
+    left to :func:`resolve`.
+    """
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        full = (n, num_heads, L, S)
+        try:
+            ok = np.broadcast_shapes(attn_mask.shape, full) == full
+        except ValueError:
+            ok = False
+        if not ok:
+            what, shown = (("(num_heads, L, S)", full[1:]) if unbatched
+                           else ("(N, num_heads, L, S)", full))
+            raise ValueError(f"attn_mask of shape {attn_mask.shape} is not broadcastable "
+                             f"to {what}={shown}")
+    if key_padding_mask is not None:
+        key_padding_mask = np.asarray(key_padding_mask)
+        if key_padding_mask.dtype != bool:
+            raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
+                            f"{key_padding_mask.dtype}")
+        allowed = [(S,)] if unbatched else [(S,), (n, S)]
+        if key_padding_mask.shape not in allowed and not (unbatched
+                                                          and key_padding_mask.shape == (1, S)):
+            raise ValueError(f"key_padding_mask has shape {key_padding_mask.shape}; expected "
+                             + " or ".join(str(a) for a in allowed)
+                             + f" (S={S} keys)")
+    return attn_mask, key_padding_mask
+
+
+def check_cache_causal(is_causal) -> None:
+    """A KV cache is always causal, lower-right aligned: reject any other named alignment."""
+    if isinstance(is_causal, str) and is_causal != "lower_right":
+        raise ValueError(f"is_causal={is_causal!r} cannot be used with kv_cache: the "
+                         "cache is always causal, lower-right aligned")

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 import numpy as np
 
+from . import _api
 from ._api import _dtypes  # the dtype rules live in one place
+from ._masks import check_cache_causal, check_head_masks
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -30,12 +32,6 @@ __all__ = ["multi_head_attention", "KVCache"]
 # ---------------------------------------------------------------------------
 # small validation helpers
 # ---------------------------------------------------------------------------
-
-def _attention():
-    # Imported lazily: the compiled core is only needed once attention runs.
-    from ._api import attention
-    return attention
-
 
 def _positive_int(value, name, *, minimum=1):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
@@ -248,8 +244,8 @@ class KVCache:
 # multi_head_attention
 # ---------------------------------------------------------------------------
 
-def _split_heads(a, n, seq, heads, d):
-    # (n, seq, heads * d) -> (n, heads, seq, d), a view.
+def _head_major_view(a, n, seq, heads, d):
+    """View the projection (n, seq, heads * d) as (n, heads, seq, d) (no copy)."""
     return a.reshape(n, seq, heads, d).transpose(0, 2, 1, 3)
 
 
@@ -464,9 +460,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     if kv_cache is not None:
         if not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
-        if isinstance(is_causal, str) and is_causal != "lower_right":
-            raise ValueError(f"is_causal={is_causal!r} cannot be used with kv_cache: the "
-                             "cache is always causal, lower-right aligned")
+        check_cache_causal(is_causal)
         want = (n, num_kv_heads, d_k, d_v)
         have = (kv_cache.batch_size, kv_cache.num_kv_heads, kv_cache.head_dim,
                 kv_cache.value_dim)
@@ -486,30 +480,9 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     else:
         S = S_new
 
-    # ---- masks (shapes only; values are the kernel's business) -----------
-    if attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
-        full = (n, num_heads, L, S)
-        try:
-            ok = np.broadcast_shapes(attn_mask.shape, full) == full
-        except ValueError:
-            ok = False
-        if not ok:
-            what, shown = (("(num_heads, L, S)", full[1:]) if squeeze
-                           else ("(N, num_heads, L, S)", full))
-            raise ValueError(f"attn_mask of shape {attn_mask.shape} is not broadcastable "
-                             f"to {what}={shown}")
-    if key_padding_mask is not None:
-        key_padding_mask = np.asarray(key_padding_mask)
-        if key_padding_mask.dtype != bool:
-            raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
-                            f"{key_padding_mask.dtype}")
-        allowed = [(S,)] if squeeze else [(S,), (n, S)]
-        if key_padding_mask.shape not in allowed and not (squeeze
-                                                          and key_padding_mask.shape == (1, S)):
-            raise ValueError(f"key_padding_mask has shape {key_padding_mask.shape}; expected "
-                             + " or ".join(str(a) for a in allowed)
-                             + f" (S={S} keys)")
+    # ---- masks (shapes only, before anything is cached) -------------------
+    attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
+                                                   L, S, unbatched=squeeze)
 
     # ---- projections --------------------------------------------------------
     xq = xb.astype(cdt, copy=False)
@@ -517,11 +490,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     s = xq if context is None else src.astype(cdt, copy=False)
     k_new = np.matmul(s, w_k.astype(cdt, copy=False))
     v_new = np.matmul(s, w_v.astype(cdt, copy=False))
-    q = _split_heads(q, n, L, num_heads, d_k)
-    k_new = _split_heads(k_new, n, S_new, num_kv_heads, d_k)
-    v_new = _split_heads(v_new, n, S_new, num_kv_heads, d_v)
+    q = _head_major_view(q, n, L, num_heads, d_k)
+    k_new = _head_major_view(k_new, n, S_new, num_kv_heads, d_k)
+    v_new = _head_major_view(v_new, n, S_new, num_kv_heads, d_v)
 
-    attention = _attention()
     causal = is_causal
     old_len = None if kv_cache is None else len(kv_cache)
     try:
@@ -533,10 +505,11 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                 k, v = k.astype(cdt), v.astype(cdt)
         else:
             k, v = k_new, v_new
-        res = attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
-                        enable_gqa=num_kv_heads != num_heads,
-                        key_padding_mask=key_padding_mask, return_weights=return_weights,
-                        num_threads=num_threads)
+        # Looked up at call time, so that a replaced _api.attention is the one called.
+        res = _api.attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                             enable_gqa=num_kv_heads != num_heads,
+                             key_padding_mask=key_padding_mask, return_weights=return_weights,
+                             num_threads=num_threads)
     except BaseException:
         if kv_cache is not None:
             kv_cache._len = old_len      # an error leaves the cache as it was

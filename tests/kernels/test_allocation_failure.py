@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import fastattn
-import fastattn._core as _core
+import fastattn._testing as _testing
 
 
 SENTINEL = -12345.0
@@ -33,7 +33,7 @@ MAX_ALLOCS = 40  # far more than any call below makes
 
 
 def _hook(n):
-    _core._debug_fail_alloc_after(n)
+    _testing.fail_alloc_after(n)
 
 
 def _check_alloc_failures(call, out_shape, out_dtype, expected):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import fastattn
-import fastattn._core as _core
+import fastattn._testing as _testing
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/self (Linux only)")
@@ -54,12 +54,12 @@ def _n_allocs(fn):
     """How many kernel allocations fn() makes (probed with the hook)."""
     for n in range(40):
         try:
-            _core._debug_fail_alloc_after(n)
+            _testing.fail_alloc_after(n)
             fn()
         except MemoryError:
             continue
         finally:
-            _core._debug_fail_alloc_after(-1)
+            _testing.fail_alloc_after(-1)
         return n
     raise AssertionError("fn() fails whatever the allocation budget")
 
@@ -76,12 +76,12 @@ def _alloc_fail(fn):
         n = budgets[state["i"] % len(budgets)]
         state["i"] += 1
         try:
-            _core._debug_fail_alloc_after(n)
+            _testing.fail_alloc_after(n)
             fn()
         except MemoryError:
             return
         finally:
-            _core._debug_fail_alloc_after(-1)
+            _testing.fail_alloc_after(-1)
         raise AssertionError(f"expected MemoryError with {n} allocations allowed")
     return call
 

@@ -1,0 +1,16 @@
+# The C-level interface of fastattn._core for other Cython modules (cimport).
+#
+# Not visible from Python: these functions are reached only through
+# ``from fastattn._core cimport ...``, which calls _core's own copy of the C
+# library -- the allocation-failure hook is a global of that copy, so a
+# module that linked src_c/ again would set a different one.  Used by
+# fastattn/_testing.pyx.
+
+from libc.stdint cimport int64_t
+
+# exp(x) (base2: 2**x) of n elements, float64 if double_precision else
+# float32, by the vectorised exp of the ISA in use; raises on a kernel error.
+cdef int exp_kernel(bint double_precision, bint base2, int64_t n, const void *x,
+                    void *y) except -1
+# The next n_ok kernel allocations succeed, then they fail (-1: hook off).
+cdef void fail_alloc_after(int64_t n_ok) noexcept
