@@ -1,7 +1,7 @@
 """Failed allocations inside the kernels, and a result too large to allocate.
 
 Every allocation of ``src_c/`` goes through ``fa_malloc``; the test hook
-``fastattn._core._debug_fail_alloc_after(n)`` lets the next ``n`` kernel
+``fastattn._testing.fail_alloc_after(n)`` lets the next ``n`` kernel
 allocations succeed and fails every later one.  For ``n = 0, 1, 2, ...`` each
 call must either raise ``MemoryError`` with ``out`` (filled with a sentinel)
 left untouched, or -- once ``n`` covers every allocation of the call -- give

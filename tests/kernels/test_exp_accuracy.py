@@ -1,7 +1,7 @@
 """The kernels' vectorised exp and exp2 (src_c/simd.h), on every ISA path.
 
 The softmax (``exp``) and the streaming attention (``exp2``, scores in log2
-units) exponentiate ``x = score - row max <= 0``.  ``fastattn._core._exp``
+units) exponentiate ``x = score - row max <= 0``.  ``fastattn._testing.exp``
 runs the ISA's own exp over an array, so its accuracy is measured here in
 ulps against an extended-precision reference, not through the looser
 tolerances of the attention tests.
