@@ -1,44 +1,29 @@
-/* attention.c -- the attention drivers: work split over OpenMP threads
- * (batch x query chunk, keys split for decoding), per-thread scratch, the
- * streaming loop and the loop that materialises the weights.  The
- * arithmetic goes through the micro-kernel table of the ISA in use. */
+/* attention.c -- the attention entry points: fa_attention (the drivers of
+ * attention_tmpl.h, once per element type: work split over the threads,
+ * per-thread scratch, the streaming loop and the weights path) and the FMA
+ * probe's thread team.  The arithmetic goes through the micro-kernel table
+ * of the ISA in use. */
 #include <float.h>
 #include <math.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <pthread.h>
-#define FA_HAVE_ATFORK 1
-#endif
 #include <stdlib.h>
 #include <string.h>
 
-#include "blocking.h"
-#include "common.h"
+#include "driver/scratch.h"
 #include "fastattn.h"
-#include "kernels.h"
-#include "omp_shim.h"
+#include "kernels/blocking.h"
+#include "kernels/kernels.h"
+#include "runtime/alloc.h"
+#include "runtime/parallel.h"
+#include "runtime/util.h"
 
-static int64_t g_alloc_budget = -1; /* test hook: allocations left before failing */
+#define FA_LOG2E 1.44269504088896340735992468100189214
 
-void fa_debug_fail_alloc_after(int64_t n_ok) { g_alloc_budget = n_ok; }
+/* Element offsets of one batch index in every operand. */
+typedef struct fa_offsets {
+    int64_t q, k, v, o, bm, am, pad;
+} fa_offsets;
 
-void *fa_malloc(size_t bytes)
-{
-    if (g_alloc_budget == 0) return NULL;
-    if (g_alloc_budget > 0) g_alloc_budget--;
-    return malloc(bytes ? bytes : 1);
-}
-
-void *fa_calloc(size_t n, size_t size)
-{
-    if (size && n > SIZE_MAX / size) return NULL;
-    void *p = fa_malloc(n * size);
-    if (p) memset(p, 0, n * size);
-    return p;
-}
-
-void fa_free(void *p) { free(p); }
-
-void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
+static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 {
     memset(off, 0, sizeof(*off));
     for (int d = a->nbatch_dims - 1; d >= 0; d--) {
@@ -54,8 +39,6 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
     }
 }
 
-#define FA_LOG2E 1.44269504088896340735992468100189214
-
 #define FA_T float
 #define FA_T_MAX FLT_MAX
 #define FA_UINT uint32_t
@@ -63,7 +46,7 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 #define FA_SFX f32
 #define KT fa_kernels_f32
 #define KCUR fa_kernels_f32_current
-#include "attention_tmpl.h"
+#include "driver/attention_tmpl.h" /* attention_f32 */
 #undef FA_T
 #undef FA_T_MAX
 #undef FA_UINT
@@ -79,7 +62,7 @@ void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 #define FA_SFX f64
 #define KT fa_kernels_f64
 #define KCUR fa_kernels_f64_current
-#include "attention_tmpl.h"
+#include "driver/attention_tmpl.h" /* attention_f64 */
 #undef FA_T
 #undef FA_T_MAX
 #undef FA_UINT
@@ -98,6 +81,20 @@ int fa_attention(const fa_attention_args *a)
     return FA_EINVAL;
 }
 
+typedef struct fa_probe_job {
+    int dtype;
+    int64_t n;
+} fa_probe_job;
+
+static void fa_probe_thread(void *ctx)
+{
+    const fa_probe_job *j = (const fa_probe_job *)ctx;
+    if (j->dtype == FA_FLOAT32)
+        (void)fa_kernels_f32_current()->fma_probe(j->n);
+    else
+        (void)fa_kernels_f64_current()->fma_probe(j->n);
+}
+
 int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
 {
     if (n < 0 || (dtype != FA_FLOAT32 && dtype != FA_FLOAT64)) return FA_EINVAL;
@@ -105,76 +102,8 @@ int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
     const int64_t per = dtype == FA_FLOAT32
                             ? 2 * fa_kernels_f32_current()->vw * FA_PROBE_CHAINS
                             : 2 * fa_kernels_f64_current()->vw * FA_PROBE_CHAINS;
-    int64_t team = 0; /* the threads the runtime gave */
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) reduction(+ : team)
-#endif
-    {
-        if (dtype == FA_FLOAT32)
-            (void)fa_kernels_f32_current()->fma_probe(n);
-        else
-            (void)fa_kernels_f64_current()->fma_probe(n);
-        team += 1;
-    }
-    (void)nt; /* serial build */
+    fa_probe_job job = {dtype, n};
+    const int team = fa_parallel_team(nt, fa_probe_thread, &job); /* the threads it got */
     *flops = (double)team * (double)n * (double)per;
     return FA_OK;
-}
-
-static volatile int g_forked_child = 0;
-
-#ifdef FA_HAVE_ATFORK
-static void fa_atfork_child(void) { g_forked_child = 1; }
-#endif
-
-void fa_init_threads(void)
-{
-#ifdef FA_HAVE_ATFORK
-    static int done = 0;
-    if (!done) {
-        pthread_atfork(NULL, NULL, fa_atfork_child);
-        done = 1;
-    }
-#endif
-}
-
-int fa_resolve_threads(int requested)
-{
-    if (g_forked_child) return 1;
-    return requested > 0 ? requested : FA_OMP_MAX_THREADS();
-}
-
-int fa_openmp_enabled(void)
-{
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-void fa_set_default_threads(int n)
-{
-#ifdef _OPENMP
-    if (n > 0) omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-}
-
-int fa_max_threads(void) { return FA_OMP_MAX_THREADS(); }
-
-const char *fa_openmp_runtime(void)
-{
-#if !defined(_OPENMP)
-    return "none (serial build)";
-#elif defined(__clang__)
-    return "LLVM OpenMP (libomp)";
-#elif defined(_MSC_VER)
-    return "MSVC OpenMP (vcomp)";
-#elif defined(__GNUC__)
-    return "GNU OpenMP (libgomp)";
-#else
-    return "unknown";
-#endif
 }

@@ -5,85 +5,28 @@
 #include <math.h>
 #include <string.h>
 
-#include "blocking.h"
-#include "common.h"
 #include "fastattn.h"
-#include "kernels.h"
-#include "omp_shim.h"
+#include "kernels/blocking.h"
+#include "kernels/kernels.h"
+#include "runtime/alloc.h"
+#include "runtime/parallel.h"
+#include "runtime/util.h"
 
-#define FA_SOFTMAX_TMPL(FA_T, SFX, KCUR)                                                       \
-    static void softmax_row_##SFX(const fa_kernels_##SFX *K, int64_t n, const FA_T *x,         \
-                                  int64_t xcs, FA_T *y, int64_t ycs, const uint8_t *keep,      \
-                                  int64_t kcs, FA_T *buf)                                      \
-    {                                                                                          \
-        if (!keep && xcs == 1 && ycs == 1) {                                                   \
-            int has_nan = 0;                                                                   \
-            FA_T m = K->rowmax(x, n, &has_nan);                                                \
-            FA_T s = K->expsum(x, y, n, m);                                                    \
-            K->scal(y, n, (FA_T)1 / s);                                                        \
-            return;                                                                            \
-        }                                                                                      \
-        int64_t visible = 0;                                                                   \
-        for (int64_t j = 0; j < n; j++) {                                                      \
-            int k = keep ? keep[j * kcs] != 0 : 1;                                             \
-            buf[j] = k ? x[j * xcs] : (FA_T)-INFINITY;                                         \
-            visible += k;                                                                      \
-        }                                                                                      \
-        if (visible == 0) {                                                                    \
-            for (int64_t j = 0; j < n; j++) y[j * ycs] = 0;                                    \
-            return;                                                                            \
-        }                                                                                      \
-        int has_nan = 0;                                                                       \
-        FA_T m = K->rowmax(buf, n, &has_nan);                                                  \
-        if (keep && m == (FA_T)-INFINITY && !has_nan) m = (FA_T)NAN; /* as scipy */           \
-        FA_T s = K->expsum(buf, buf, n, m);                                                    \
-        K->scal(buf, n, (FA_T)1 / s);                                                          \
-        for (int64_t j = 0; j < n; j++)                                                        \
-            y[j * ycs] = (keep && !keep[j * kcs]) ? (FA_T)0 : buf[j];                          \
-    }                                                                                          \
-    static int softmax_##SFX(int64_t nrows, int64_t n, const FA_T *x, int64_t xrs,             \
-                             int64_t xcs, FA_T *y, int64_t yrs, int64_t ycs,                   \
-                             const uint8_t *keep, int64_t krs, int64_t kcs, int nt)            \
-    {                                                                                          \
-        const fa_kernels_##SFX *K = KCUR();                                                    \
-        if (nrows == 0 || n == 0) return FA_OK;                                                \
-        if ((double)nrows * (double)n < 4 * FA_PARALLEL_MIN_WORK || nrows == 1) nt = 1;        \
-        nt = fa_resolve_threads(nt);                                                           \
-        if (nt > nrows) nt = (int)nrows;                                                       \
-        int need_buf = keep || xcs != 1 || ycs != 1;                                           \
-        FA_T **bufs = (FA_T **)fa_calloc((size_t)nt, sizeof(FA_T *));                          \
-        if (!bufs) return FA_ENOMEM;                                                           \
-        for (int t = 0; t < nt && need_buf; t++) {                                             \
-            bufs[t] = (FA_T *)fa_malloc((size_t)n * sizeof(FA_T));                             \
-            if (!bufs[t]) {                                                                    \
-                for (int u = 0; u < t; u++) fa_free(bufs[u]);                                  \
-                fa_free(bufs);                                                                 \
-                return FA_ENOMEM;                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        if (nt > 1) {                                                                          \
-            FA_OMP_PARALLEL_FOR_STATIC(nt)                                                     \
-            for (int64_t r = 0; r < nrows; r++)                                                \
-                softmax_row_##SFX(K, n, x + r * xrs, xcs, y + r * yrs, ycs,                    \
-                                  keep ? keep + r * krs : NULL, kcs, bufs[FA_OMP_THREAD_NUM()]); \
-        } else {                                                                               \
-            for (int64_t r = 0; r < nrows; r++)                                                \
-                softmax_row_##SFX(K, n, x + r * xrs, xcs, y + r * yrs, ycs,                    \
-                                  keep ? keep + r * krs : NULL, kcs, bufs[0]);                 \
-        }                                                                                      \
-        for (int t = 0; t < nt; t++) fa_free(bufs[t]);                                         \
-        fa_free(bufs);                                                                         \
-        return FA_OK;                                                                          \
-    }
+#define FA_T float
+#define FA_SFX f32
+#define KCUR fa_kernels_f32_current
+#include "driver/softmax_tmpl.h" /* softmax_f32 */
+#undef FA_T
+#undef FA_SFX
+#undef KCUR
 
-#ifdef _OPENMP
-#define FA_OMP_PARALLEL_FOR_STATIC(nt) _Pragma("omp parallel for schedule(static) num_threads(nt)")
-#else
-#define FA_OMP_PARALLEL_FOR_STATIC(nt)
-#endif
-
-FA_SOFTMAX_TMPL(float, f32, fa_kernels_f32_current)
-FA_SOFTMAX_TMPL(double, f64, fa_kernels_f64_current)
+#define FA_T double
+#define FA_SFX f64
+#define KCUR fa_kernels_f64_current
+#include "driver/softmax_tmpl.h" /* softmax_f64 */
+#undef FA_T
+#undef FA_SFX
+#undef KCUR
 
 int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                     int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,

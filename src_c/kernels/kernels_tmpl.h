@@ -1,14 +1,21 @@
-/* kernels_tmpl.h -- the micro-kernels, written once over simd.h.
+/* kernels_tmpl.h -- the micro-kernels, written once over simd/simd.h.
  *
- * Included by kernels_impl.h once per element type with these macros set:
- *   FA_T (float/double), VT (vector type), VW (lanes), MR, NRV (vectors per
- *   register tile row), V_* (the simd.h operations), FA_SFX (f32/f64).
- * The including file is compiled with the ISA's -m flags (setup.py).
+ * Included by kernels_isa.c once per element type with FA_T (float/double),
+ * FA_SFX (f32/f64), FA_VP (vf/vd: the mapping's operations and vector type)
+ * and FA_VPU (VF/VD: the mapping's constants) defined; kernels_isa.c is
+ * compiled with the ISA's flags (setup.py).  Every function is named
+ * FN(name) -> name_<FA_SFX>_<FA_ISA_NAME>, e.g. FN(qk) -> qk_f32_avx2,
+ * qk_f64_avx512, online_softmax_f32_generic, expsum2_f64_avx2, ...
  */
-#define NR (NRV * VW)
-#define FA_CAT3_(a, b, c) a##_##b##_##c
-#define FA_CAT3(a, b, c) FA_CAT3_(a, b, c)
 #define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
+#define V(op) FA_CAT(FA_VP, op)      /* V(fma) -> vf_fma, vd_fma */
+#define VC(name) FA_CAT(FA_VPU, name) /* VC(MR) -> VF_MR, VD_MR */
+#define VT FA_VP                      /* the vector type */
+#define VW VC(W)                      /* its lanes */
+#define MR VC(MR)                     /* register tile: MR rows x NRV vectors */
+#define NRV VC(NRV)
+#define NR (NRV * VW)
+#define PV_MR VC(PV_MR)               /* rows of a P.V register tile */
 
 /* s[MR x NR] = q[MR x E] . kpanel[E x NR]; q row-major (ld E).  With vmax
  * (MR x VW), vmax[r] = lane-wise max(vmax[r], the row's NR scores), NaN
@@ -20,30 +27,30 @@ static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *re
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) acc[r][v] = V_ZERO();
+        for (int v = 0; v < NRV; v++) acc[r][v] = V(zero)();
 #pragma GCC unroll 4
     for (int64_t d = 0; d < E; d++) {
         VT kv[NRV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) kv[v] = V_LOAD(kp + d * NR + v * VW);
+        for (int v = 0; v < NRV; v++) kv[v] = V(load)(kp + d * NR + v * VW);
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++) {
-            VT qb = V_SET1(q[r * E + d]);
+            VT qb = V(set1)(q[r * E + d]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NRV; v++) acc[r][v] = V_FMA(qb, kv[v], acc[r][v]);
+            for (int v = 0; v < NRV; v++) acc[r][v] = V(fma)(qb, kv[v], acc[r][v]);
         }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) V_STORE(s + r * lds + v * VW, acc[r][v]);
+        for (int v = 0; v < NRV; v++) V(store)(s + r * lds + v * VW, acc[r][v]);
     if (vmax) {
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++) {
-            VT mx = V_LOAD(vmax + r * VW);
+            VT mx = V(load)(vmax + r * VW);
 #pragma GCC unroll 4
-            for (int v = 0; v < NRV; v++) mx = V_MAXACC(mx, acc[r][v]);
-            V_STORE(vmax + r * VW, mx);
+            for (int v = 0; v < NRV; v++) mx = V(max_acc)(mx, acc[r][v]);
+            V(store)(vmax + r * VW, mx);
         }
     }
 }
@@ -61,34 +68,34 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
     }
 }
 
-/* o[R x C*VW] += p[R x nkeys] . vp[nkeys x C*VW] for compile-time R, C. */
-#define FA_PV_TILE(NAME, R, C)                                                           \
-    static inline void NAME(int64_t nkeys, const FA_T *restrict p, int64_t ldp,          \
-                            const FA_T *restrict vp, int64_t ldvp, FA_T *restrict o,     \
-                            int64_t ldo)                                                 \
-    {                                                                                    \
-        VT acc[R][C];                                                                    \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
-                acc[r][c] = V_LOAD(o + r * ldo + c * VW);                                \
-        _Pragma("GCC unroll 4") for (int64_t k = 0; k < nkeys; k++) {                   \
-            VT vv[C];                                                                    \
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
-                vv[c] = V_LOAD(vp + k * ldvp + c * VW);                                  \
-            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                       \
-                VT pb = V_SET1(p[r * ldp + k]);                                          \
-                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                      \
-                    acc[r][c] = V_FMA(pb, vv[c], acc[r][c]);                             \
-            }                                                                            \
-        }                                                                                \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                             \
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                          \
-                V_STORE(o + r * ldo + c * VW, acc[r][c]);                                \
+/* o[R x NRV*VW] += p[R x nkeys] . vp[nkeys x NRV*VW], R <= PV_MR: always
+ * inlined with a constant R, so acc is R x NRV registers. */
+static FA_ALWAYS_INLINE void FN(pv_tile)(int R, int64_t nkeys, const FA_T *restrict p,
+                                         int64_t ldp, const FA_T *restrict vp, int64_t ldvp,
+                                         FA_T *restrict o, int64_t ldo)
+{
+    VT acc[PV_MR][NRV];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NRV; c++) acc[r][c] = V(load)(o + r * ldo + c * VW);
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < nkeys; k++) {
+        VT vv[NRV];
+#pragma GCC unroll 4
+        for (int c = 0; c < NRV; c++) vv[c] = V(load)(vp + k * ldvp + c * VW);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            VT pb = V(set1)(p[r * ldp + k]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NRV; c++) acc[r][c] = V(fma)(pb, vv[c], acc[r][c]);
+        }
     }
-
-FA_PV_TILE(FN(pv_tile_full), PV_MR, NRV)
-FA_PV_TILE(FN(pv_tile_half), PV_MR / 2, NRV)
-FA_PV_TILE(FN(pv_tile_row1), 1, NRV)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NRV; c++) V(store)(o + r * ldo + c * VW, acc[r][c]);
+}
 
 static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
                    const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo)
@@ -99,11 +106,11 @@ static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, in
         const FA_T *pan = vp + (c / NR) * pstride;
         int64_t i = 0;
         for (; i + PV_MR <= rows; i += PV_MR)
-            FN(pv_tile_full)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(pv_tile)(PV_MR, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
         for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
-            FN(pv_tile_half)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(pv_tile)(PV_MR / 2, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
         for (; i < rows; i++)
-            FN(pv_tile_row1)(nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(pv_tile)(1, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
     }
 }
 
@@ -116,13 +123,13 @@ static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
         const FA_T *kj = k + j * krs;
         for (int64_t i = 0; i < rows; i++) {
             const FA_T *qi = q + i * E;
-            VT a0 = V_ZERO(), a1 = V_ZERO();
+            VT a0 = V(zero)(), a1 = V(zero)();
             int64_t d = 0;
             for (; d + 2 * VW <= E; d += 2 * VW) {
-                a0 = V_FMA(V_LOAD(qi + d), V_LOAD(kj + d), a0);
-                a1 = V_FMA(V_LOAD(qi + d + VW), V_LOAD(kj + d + VW), a1);
+                a0 = V(fma)(V(load)(qi + d), V(load)(kj + d), a0);
+                a1 = V(fma)(V(load)(qi + d + VW), V(load)(kj + d + VW), a1);
             }
-            FA_T t = V_HSUM(V_ADD(a0, a1));
+            FA_T t = V(hsum)(V(add)(a0, a1));
             for (; d < E; d++) t += qi[d] * kj[d];
             s[i * lds + j] = t;
         }
@@ -141,9 +148,9 @@ static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p
             const FA_T w = p[i * ldp + j];
             if (w == 0) continue;
             const FA_T *vj = v + j * vrs;
-            const VT vw = V_SET1(w);
+            const VT vw = V(set1)(w);
             int64_t c = 0;
-            for (; c + VW <= Ev; c += VW) V_STORE(oi + c, V_FMA(vw, V_LOAD(vj + c), V_LOAD(oi + c)));
+            for (; c + VW <= Ev; c += VW) V(store)(oi + c, V(fma)(vw, V(load)(vj + c), V(load)(oi + c)));
             for (; c < Ev; c++) oi[c] += w * vj[c];
         }
     }
@@ -152,24 +159,24 @@ static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p
 /* has_nan NULL: no NaN detection (the streaming path finds NaN in the sum). */
 static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
 {
-    VT m0 = V_SET1(-INFINITY), m1 = m0;
-    VT bad = V_ZERO(); /* NaN (or all-ones bits, on AVX2) in the lanes that saw a NaN */
+    VT m0 = V(set1)(-INFINITY), m1 = m0;
+    VT bad = V(zero)(); /* NaN (or all-ones bits, on AVX2) in the lanes that saw a NaN */
     int64_t i = 0;
     if (has_nan) {
         for (; i + 2 * VW <= n; i += 2 * VW) {
-            VT a = V_LOAD(x + i), b = V_LOAD(x + i + VW);
-            m0 = V_MAXACC(m0, a);
-            m1 = V_MAXACC(m1, b);
-            bad = V_NANACC(V_NANACC(bad, a), b);
+            VT a = V(load)(x + i), b = V(load)(x + i + VW);
+            m0 = V(max_acc)(m0, a);
+            m1 = V(max_acc)(m1, b);
+            bad = V(nan_acc)(V(nan_acc)(bad, a), b);
         }
     } else {
         for (; i + 2 * VW <= n; i += 2 * VW) {
-            m0 = V_MAXACC(m0, V_LOAD(x + i));
-            m1 = V_MAXACC(m1, V_LOAD(x + i + VW));
+            m0 = V(max_acc)(m0, V(load)(x + i));
+            m1 = V(max_acc)(m1, V(load)(x + i + VW));
         }
     }
-    FA_T m = V_HMAX(V_MAXACC(m0, m1));
-    FA_T sbad = V_HSUM(bad);
+    FA_T m = V(hmax)(V(max_acc)(m0, m1));
+    FA_T sbad = V(hsum)(bad);
     for (; i < n; i++) {
         if (x[i] > m) m = x[i];
         if (x[i] != x[i]) sbad = x[i];
@@ -178,45 +185,55 @@ static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
     return m;
 }
 
-/* y[i] = EXPF(x[i] - m), returning the sum: exp for softmax and the weights,
- * exp2 for the streaming attention (scores in log2 units).  Inlined into
+/* y[i] = E(x[i] - m), returning the sum: E = exp for softmax and the
+ * weights, exp2 (base2) for the streaming attention (scores in log2 units).
+ * Inlined, base2 a constant, into expsum and expsum2, and these into
  * online_softmax, though the table holds their addresses. */
-#define FA_EXPSUM(NAME, EXPF)                                                            \
-    static FA_ALWAYS_INLINE FA_T NAME(const FA_T *x, FA_T *y, int64_t n, FA_T m)         \
-    {                                                                                    \
-        VT vm = V_SET1(m), s0 = V_ZERO(), s1 = V_ZERO();                                 \
-        int64_t i = 0;                                                                   \
-        for (; i + 2 * VW <= n; i += 2 * VW) {                                           \
-            VT a = EXPF(V_SUB(V_LOAD(x + i), vm));                                       \
-            VT b = EXPF(V_SUB(V_LOAD(x + i + VW), vm));                                  \
-            V_STORE(y + i, a);                                                           \
-            V_STORE(y + i + VW, b);                                                      \
-            s0 = V_ADD(s0, a);                                                           \
-            s1 = V_ADD(s1, b);                                                           \
-        }                                                                                \
-        if (i < n) { /* tail through a padded vector: every element sees the same exp */ \
-            FA_T buf[2 * VW];                                                            \
-            int64_t t = n - i;                                                           \
-            for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY; \
-            VT a = EXPF(V_SUB(V_LOAD(buf), vm));                                         \
-            VT b = EXPF(V_SUB(V_LOAD(buf + VW), vm));                                    \
-            V_STORE(buf, a);                                                             \
-            V_STORE(buf + VW, b);                                                        \
-            for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];                           \
-            s0 = V_ADD(s0, a);                                                           \
-            s1 = V_ADD(s1, b);                                                           \
-        }                                                                                \
-        return V_HSUM(V_ADD(s0, s1));                                                    \
-    }
+static FA_ALWAYS_INLINE VT FN(exp_any)(VT x, int base2) { return base2 ? V(exp2)(x) : V(exp)(x); }
 
-FA_EXPSUM(FN(expsum), V_EXP)
-FA_EXPSUM(FN(expsum2), V_EXP2)
+static FA_ALWAYS_INLINE FA_T FN(expsum_any)(const FA_T *x, FA_T *y, int64_t n, FA_T m,
+                                            int base2)
+{
+    VT vm = V(set1)(m), s0 = V(zero)(), s1 = V(zero)();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        VT a = FN(exp_any)(V(sub)(V(load)(x + i), vm), base2);
+        VT b = FN(exp_any)(V(sub)(V(load)(x + i + VW), vm), base2);
+        V(store)(y + i, a);
+        V(store)(y + i + VW, b);
+        s0 = V(add)(s0, a);
+        s1 = V(add)(s1, b);
+    }
+    if (i < n) { /* tail through a padded vector: every element sees the same exp */
+        FA_T buf[2 * VW];
+        int64_t t = n - i;
+        for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY;
+        VT a = FN(exp_any)(V(sub)(V(load)(buf), vm), base2);
+        VT b = FN(exp_any)(V(sub)(V(load)(buf + VW), vm), base2);
+        V(store)(buf, a);
+        V(store)(buf + VW, b);
+        for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];
+        s0 = V(add)(s0, a);
+        s1 = V(add)(s1, b);
+    }
+    return V(hsum)(V(add)(s0, s1));
+}
+
+static FA_ALWAYS_INLINE FA_T FN(expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
+{
+    return FN(expsum_any)(x, y, n, m, 0);
+}
+
+static FA_ALWAYS_INLINE FA_T FN(expsum2)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
+{
+    return FN(expsum_any)(x, y, n, m, 1);
+}
 
 static void FN(scal)(FA_T *x, int64_t n, FA_T a)
 {
-    VT va = V_SET1(a);
+    VT va = V(set1)(a);
     int64_t i = 0;
-    for (; i + VW <= n; i += VW) V_STORE(x + i, V_MUL(V_LOAD(x + i), va));
+    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(V(load)(x + i), va));
     for (; i < n; i++) x[i] *= a;
 }
 
@@ -236,13 +253,13 @@ static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA
         FA_T mn[VW], d[VW], a[VW];
         for (int64_t r = 0; r < VW; r++) d[r] = 0;
         for (int64_t r = 0; r < ng; r++) {
-            const FA_T mx = vmax ? V_HMAX(V_LOAD(vmax + (g + r) * VW))
+            const FA_T mx = vmax ? V(hmax)(V(load)(vmax + (g + r) * VW))
                                  : FN(rowmax)(s + (g + r) * lds, n, NULL);
             const FA_T mo = m[g + r];
             mn[r] = mx > mo ? mx : mo;
             if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
         }
-        V_STORE(a, base2 ? V_EXP2(V_LOAD(d)) : V_EXP(V_LOAD(d)));
+        V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
         for (int64_t r = 0; r < ng; r++) {
             const int64_t i = g + r;
             FA_T *row = s + i * lds;
@@ -265,15 +282,15 @@ static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA
 static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,
                        FA_T *kp)
 {
-    const int64_t Eb = E / V_TB * V_TB;
+    const int64_t Eb = E / VC(TB) * VC(TB);
     for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
         FA_T *pan = kp + (j0 / NR) * E * NR;
         int64_t jb = 0;
-        for (; jb + V_TB <= NR && j0 + jb + V_TB <= nk; jb += V_TB) {
+        for (; jb + VC(TB) <= NR && j0 + jb + VC(TB) <= nk; jb += VC(TB)) {
             const FA_T *src = k + (j0 + jb) * krs;
-            for (int64_t d = 0; d < Eb; d += V_TB) V_TRANSPOSE(src + d, krs, pan + d * NR + jb, NR);
+            for (int64_t d = 0; d < Eb; d += VC(TB)) V(transpose_block)(src + d, krs, pan + d * NR + jb, NR);
             for (int64_t d = Eb; d < E; d++)
-                for (int64_t i = 0; i < V_TB; i++) pan[d * NR + jb + i] = src[i * krs + d];
+                for (int64_t i = 0; i < VC(TB); i++) pan[d * NR + jb + i] = src[i * krs + d];
         }
         for (; jb < NR; jb++) { /* the last keys one at a time, zeros past nk */
             FA_T *dst = pan + jb;
@@ -291,7 +308,7 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
                       int64_t pstride)
 {
     const int64_t full = Ev / NR; /* panels with no padding */
-    VT bad = V_ZERO();
+    VT bad = V(zero)();
     FA_T sbad = 0;
     for (int64_t j = 0; j < nk; j++) {
         const FA_T *src = v + j * vrs;
@@ -299,9 +316,9 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
             FA_T *dst = vp + c * pstride + j * NR;
 #pragma GCC unroll 4
             for (int u = 0; u < NRV; u++) {
-                VT x = V_LOAD(src + c * NR + u * VW);
-                V_STORE(dst + u * VW, x);
-                bad = V_NANACC(bad, V_SUB(x, x));
+                VT x = V(load)(src + c * NR + u * VW);
+                V(store)(dst + u * VW, x);
+                bad = V(nan_acc)(bad, V(sub)(x, x));
             }
         }
         if (full * NR < ldv) {
@@ -314,7 +331,7 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
             for (int64_t c = w; c < NR; c++) dst[c] = 0;
         }
     }
-    FA_T hb = V_HSUM(bad);
+    FA_T hb = V(hsum)(bad);
     return hb != hb || sbad != sbad;
 }
 
@@ -323,19 +340,25 @@ static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_
 static FA_T FN(fma_probe)(int64_t n)
 {
     VT acc[FA_PROBE_CHAINS];
-    const VT x = V_SET1((FA_T)0.999), y = V_SET1((FA_T)0.001);
+    const VT x = V(set1)((FA_T)0.999), y = V(set1)((FA_T)0.001);
 #pragma GCC unroll 16
-    for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V_SET1((FA_T)c);
+    for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V(set1)((FA_T)c);
     for (int64_t i = 0; i < n; i++) {
 #pragma GCC unroll 16
-        for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V_FMA(acc[c], x, y);
+        for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V(fma)(acc[c], x, y);
     }
     VT s = acc[0];
 #pragma GCC unroll 16
-    for (int c = 1; c < FA_PROBE_CHAINS; c++) s = V_ADD(s, acc[c]);
-    return V_HSUM(s);
+    for (int c = 1; c < FA_PROBE_CHAINS; c++) s = V(add)(s, acc[c]);
+    return V(hsum)(s);
 }
 
-#undef FA_EXPSUM
-#undef NR
 #undef FN
+#undef V
+#undef VC
+#undef VT
+#undef VW
+#undef MR
+#undef NRV
+#undef NR
+#undef PV_MR
