@@ -39,37 +39,12 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
     }
 }
 
-#define FA_T float
-#define FA_T_MAX FLT_MAX
-#define FA_UINT uint32_t
-#define FA_EXP_MASK 0x7f800000u
 #define FA_SFX f32
-#define KT fa_kernels_f32
-#define KCUR fa_kernels_f32_current
 #include "driver/attention_tmpl.h" /* attention_f32 */
-#undef FA_T
-#undef FA_T_MAX
-#undef FA_UINT
-#undef FA_EXP_MASK
 #undef FA_SFX
-#undef KT
-#undef KCUR
-
-#define FA_T double
-#define FA_T_MAX DBL_MAX
-#define FA_UINT uint64_t
-#define FA_EXP_MASK 0x7ff0000000000000ull
 #define FA_SFX f64
-#define KT fa_kernels_f64
-#define KCUR fa_kernels_f64_current
 #include "driver/attention_tmpl.h" /* attention_f64 */
-#undef FA_T
-#undef FA_T_MAX
-#undef FA_UINT
-#undef FA_EXP_MASK
 #undef FA_SFX
-#undef KT
-#undef KCUR
 
 int fa_attention(const fa_attention_args *a)
 {

@@ -2,7 +2,7 @@
  * streaming loop: Q.K^T, the masks, the online softmax update, P.V.  Q.K^T
  * and P.V run on the packed K and V blocks, or, decoding (the direct path:
  * at most FA_DIRECT_MAX_ROWS query rows), straight from K and V in place.
- * Part of attention_tmpl.h (FA_T, FA_SFX, KT): FN(stream_band) ->
+ * Part of attention_tmpl.h (FA_SFX; FA_T, KT): FN(stream_band) ->
  * stream_band_f32, stream_band_f64; FN(fa_stream) -> fa_stream_f32, ... */
 
 /* One streaming call (batch b, query rows [r0, r1), a key range), and the

@@ -2,7 +2,7 @@
  * decoding step splits the keys into chunks (plan_tmpl.h), each chunk leaves
  * its rows' partial state {m, l, o[ldv]} in a buffer, and the rows are
  * merged in a fixed order (bitwise the same for any thread count).  Part of
- * attention_tmpl.h (FA_T, FA_SFX): FN(write_out) -> write_out_f32,
+ * attention_tmpl.h (FA_SFX; FA_T): FN(write_out) -> write_out_f32,
  * write_out_f64; likewise expb, store_partials, merge_row, merge_batch. */
 
 /* e^x, or 2^x with base2 (scalar: the key-split merge factors). */

@@ -1,7 +1,7 @@
 /* plan_tmpl.h -- one attention call: the plan (threads, query chunks, key
  * split, scratch), the allocation (all of it before any output is
  * touched), the work items on the threads, then the key-split merge.  Part
- * of attention_tmpl.h (FA_T, FA_SFX, KT, KCUR): FN(attention) ->
+ * of attention_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(attention) ->
  * attention_f32, attention_f64; likewise fa_plan, plan_make, plan_alloc,
  * plan_free, run_item, merge_item. */
 
@@ -70,7 +70,7 @@ static int FN(plan_make)(FN(fa_plan) *pl, const fa_attention_args *a, const KT *
     /* log2 units unless scale * log2(e) overflows, or an additive mask is
      * given: x * log2(e) would turn a mask of -FLT_MAX (a row of them gives
      * uniform weights) into -inf (a hidden row) */
-    pl->base2 = a->add_mask.data == NULL && fabs(a->scale * FA_LOG2E) <= (double)FA_T_MAX;
+    pl->base2 = a->add_mask.data == NULL && fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX);
     return 1;
 }
 

@@ -1,5 +1,5 @@
 /* scratch_tmpl.h -- one thread's scratch arrays, carved out of its buffer
- * by the layout of scratch.h.  Part of attention_tmpl.h (FA_T, FA_SFX):
+ * by the layout of scratch.h.  Part of attention_tmpl.h (FA_SFX; FA_T):
  * FN(fa_scratch) -> fa_scratch_f32, fa_scratch_f64. */
 
 typedef struct FN(fa_scratch) {

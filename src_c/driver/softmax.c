@@ -12,21 +12,12 @@
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
-#define FA_T float
 #define FA_SFX f32
-#define KCUR fa_kernels_f32_current
 #include "driver/softmax_tmpl.h" /* softmax_f32 */
-#undef FA_T
 #undef FA_SFX
-#undef KCUR
-
-#define FA_T double
 #define FA_SFX f64
-#define KCUR fa_kernels_f64_current
 #include "driver/softmax_tmpl.h" /* softmax_f64 */
-#undef FA_T
 #undef FA_SFX
-#undef KCUR
 
 int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                     int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,

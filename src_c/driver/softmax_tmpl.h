@@ -1,9 +1,11 @@
 /* softmax_tmpl.h -- masked, stable softmax over rows, written once over the
- * element type: included twice by softmax.c with FA_T (float/double) and
- * FA_SFX (f32/f64) defined.  FN(softmax) -> softmax_f32, softmax_f64;
- * likewise softmax_row, softmax_item, fa_softmax_job. */
+ * element type: included twice by softmax.c with FA_SFX (f32, f64) defined.
+ * FN(softmax) -> softmax_f32, softmax_f64; likewise softmax_row,
+ * softmax_item, fa_softmax_job. */
 #define FN(name) FA_CAT(name, FA_SFX)
-#define KT FA_CAT(fa_kernels, FA_SFX) /* fa_kernels_f32, fa_kernels_f64 */
+#define FA_T FA_TYPE(FA_SFX)                      /* float, double */
+#define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
+#define KCUR FA_CAT3(fa_kernels, FA_SFX, current) /* fa_kernels_f32_current */
 
 static void FN(softmax_row)(const KT *K, int64_t n, const FA_T *x, int64_t xcs, FA_T *y,
                             int64_t ycs, const uint8_t *keep, int64_t kcs, FA_T *buf)
@@ -80,4 +82,6 @@ static int FN(softmax)(int64_t nrows, int64_t n, const FA_T *x, int64_t xrs, int
 }
 
 #undef FN
+#undef FA_T
 #undef KT
+#undef KCUR

@@ -1,5 +1,5 @@
 /* stream_tmpl.h -- the streaming loop: online softmax over key blocks, no
- * L x S buffer.  Part of attention_tmpl.h (FA_T, FA_SFX, KT):
+ * L x S buffer.  Part of attention_tmpl.h (FA_SFX; FA_T, KT):
  * FN(stream_rows) -> stream_rows_f32, stream_rows_f64; likewise
  * stream_start, stream_block, stream_tile. */
 

@@ -2,7 +2,7 @@
  * Q, K and V for the micro-kernels (the kernels' own packing for a unit
  * column stride, element by element otherwise), the masks of a score tile,
  * the tests that skip a block (all padding, all hidden), and P.V that skips
- * zero weights.  Part of attention_tmpl.h (FA_T, FA_SFX, KT): FN(pack_q) ->
+ * zero weights.  Part of attention_tmpl.h (FA_SFX; FA_T, KT): FN(pack_q) ->
  * pack_q_f32, pack_q_f64; likewise pack_k, pack_v, apply_masks, pv_careful,
  * count_pad, bool_tile_hidden, any_nonfinite. */
 
@@ -10,12 +10,12 @@
  * bits, which the compiler vectorises. */
 static int FN(any_nonfinite)(const FA_T *x, int64_t n)
 {
-    const FA_UINT expo = FA_EXP_MASK;
-    FA_UINT acc = 0;
+    const FA_UINT(FA_SFX) expo = FA_EXP_MASK(FA_SFX);
+    FA_UINT(FA_SFX) acc = 0;
     for (int64_t i = 0; i < n; i++) {
-        FA_UINT u;
+        FA_UINT(FA_SFX) u;
         memcpy(&u, x + i, sizeof u);
-        acc |= (FA_UINT)((u & expo) == expo);
+        acc |= (FA_UINT(FA_SFX))((u & expo) == expo);
     }
     return acc != 0;
 }

@@ -1,6 +1,6 @@
 /* weights_tmpl.h -- the path that materialises the attention weights
  * (return_weights): the rows of the full L x S weight matrix, then
- * out = W . V.  Part of attention_tmpl.h (FA_T, FA_SFX, KT):
+ * out = W . V.  Part of attention_tmpl.h (FA_SFX; FA_T, KT):
  * FN(weights_rows) -> weights_rows_f32, weights_rows_f64; likewise
  * weights_scores, weights_softmax. */
 

@@ -29,15 +29,11 @@
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
  * struct at the end of this file, included here once per element type. */
 #define FA_KERNELS_TABLE 1
-#define FA_T float
 #define FA_SFX f32
 #include "kernels/kernels.h"
-#undef FA_T
 #undef FA_SFX
-#define FA_T double
 #define FA_SFX f64
 #include "kernels/kernels.h"
-#undef FA_T
 #undef FA_SFX
 #undef FA_KERNELS_TABLE
 
@@ -55,8 +51,9 @@ const fa_kernels_f64 *fa_kernels_f64_current(void);
 
 #endif /* FASTATTN_KERNELS_H */
 
-#else /* FA_KERNELS_TABLE: the table of element type FA_T, fa_kernels_<FA_SFX>:
+#else /* FA_KERNELS_TABLE: the table of element type FA_SFX:
        FA_CAT(fa_kernels, FA_SFX) -> fa_kernels_f32, fa_kernels_f64 */
+#define FA_T FA_TYPE(FA_SFX)
 typedef struct FA_CAT(fa_kernels, FA_SFX) {
     const char *isa;
     int64_t mr, nr, vw; /* register tile: mr query rows x nr keys; lanes */
@@ -104,4 +101,5 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* value that depends on every chain */
     FA_T (*fma_probe)(int64_t n);
 } FA_CAT(fa_kernels, FA_SFX);
+#undef FA_T
 #endif

@@ -11,25 +11,12 @@
 #include "kernels/kernels.h"
 #include "simd/simd.h"
 
-#define FA_T float
 #define FA_SFX f32
-#define FA_VP vf
-#define FA_VPU VF
 #include "kernels/kernels_tmpl.h" /* qk_f32_<name>, pv_f32_<name>, ... */
-#undef FA_T
 #undef FA_SFX
-#undef FA_VP
-#undef FA_VPU
-
-#define FA_T double
 #define FA_SFX f64
-#define FA_VP vd
-#define FA_VPU VD
 #include "kernels/kernels_tmpl.h" /* qk_f64_<name>, pv_f64_<name>, ... */
-#undef FA_T
 #undef FA_SFX
-#undef FA_VP
-#undef FA_VPU
 
 /* FA_TABLE(f32, VF) -> const fa_kernels_f32 fa_kernels_f32_<name> = {...} */
 #define FA_TABLE(SFX, VPU)                                                            \

@@ -1,52 +1,55 @@
 /* kernels_tmpl.h -- the micro-kernels, written once over simd/simd.h.
  *
- * Included by kernels_isa.c once per element type with FA_T (float/double),
- * FA_SFX (f32/f64), FA_VP (vf/vd: the mapping's operations and vector type)
- * and FA_VPU (VF/VD: the mapping's constants) defined; kernels_isa.c is
- * compiled with the ISA's flags (setup.py).  Every function is named
+ * Included by kernels_isa.c once per element type with FA_SFX (f32, f64)
+ * defined; kernels_isa.c is compiled with the ISA's flags (setup.py).  Every function is named
  * FN(name) -> name_<FA_SFX>_<FA_ISA_NAME>, e.g. FN(qk) -> qk_f32_avx2,
  * qk_f64_avx512, online_softmax_f32_generic, expsum2_f64_avx2, ...
  */
 #define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
-#define V(op) FA_CAT(FA_VP, op)      /* V(fma) -> vf_fma, vd_fma */
-#define VC(name) FA_CAT(FA_VPU, name) /* VC(MR) -> VF_MR, VD_MR */
-#define VT FA_VP                      /* the vector type */
+#define FA_T FA_TYPE(FA_SFX)                /* float, double */
+#define V(op) FA_CAT(FA_VEC(FA_SFX), op)     /* V(fma) -> vf_fma, vd_fma */
+#define VC(name) FA_CAT(FA_VECU(FA_SFX), name) /* VC(MR) -> VF_MR, VD_MR */
+#define VT FA_VEC(FA_SFX)                   /* the vector type: vf, vd */
 #define VW VC(W)                      /* its lanes */
 #define MR VC(MR)                     /* register tile: MR rows x NRV vectors */
 #define NRV VC(NRV)
 #define NR (NRV * VW)
 #define PV_MR VC(PV_MR)               /* rows of a P.V register tile */
 
-/* s[MR x NR] = q[MR x E] . kpanel[E x NR]; q row-major (ld E).  With vmax
- * (MR x VW), vmax[r] = lane-wise max(vmax[r], the row's NR scores), NaN
- * ignored: the row max comes out of the registers, not a pass over s. */
-static inline void FN(qk_tile)(int64_t E, const FA_T *restrict q, const FA_T *restrict kp,
-                               FA_T *restrict s, int64_t lds, FA_T *restrict vmax)
+/* The register tile of Q.K^T and P.V: c[R x NR] = (zero ? 0 : c) +
+ * a[R x K] . b[K x NR], a row-major (ld lda), b rows of NR (ld ldb), c
+ * row-major (ld ldc).  With vmax (R x VW), vmax[r] = lane-wise max(vmax[r],
+ * row r of c), NaN ignored: the row max comes out of the registers, not a
+ * pass over c.  Always inlined with a constant R <= max(MR, PV_MR) and
+ * zero, so acc is R x NRV registers. */
+static FA_ALWAYS_INLINE void FN(tile)(int R, int zero, int64_t K, const FA_T *restrict a,
+                                      int64_t lda, const FA_T *restrict b, int64_t ldb,
+                                      FA_T *restrict c, int64_t ldc, FA_T *restrict vmax)
 {
-    VT acc[MR][NRV];
+    VT acc[MR > PV_MR ? MR : PV_MR][NRV];
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) acc[r][v] = V(zero)();
+        for (int v = 0; v < NRV; v++) acc[r][v] = zero ? V(zero)() : V(load)(c + r * ldc + v * VW);
 #pragma GCC unroll 4
-    for (int64_t d = 0; d < E; d++) {
-        VT kv[NRV];
+    for (int64_t k = 0; k < K; k++) {
+        VT bv[NRV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) kv[v] = V(load)(kp + d * NR + v * VW);
+        for (int v = 0; v < NRV; v++) bv[v] = V(load)(b + k * ldb + v * VW);
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) {
-            VT qb = V(set1)(q[r * E + d]);
+        for (int r = 0; r < R; r++) {
+            VT ab = V(set1)(a[r * lda + k]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NRV; v++) acc[r][v] = V(fma)(qb, kv[v], acc[r][v]);
+            for (int v = 0; v < NRV; v++) acc[r][v] = V(fma)(ab, bv[v], acc[r][v]);
         }
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NRV; v++) V(store)(s + r * lds + v * VW, acc[r][v]);
+        for (int v = 0; v < NRV; v++) V(store)(c + r * ldc + v * VW, acc[r][v]);
     if (vmax) {
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) {
+        for (int r = 0; r < R; r++) {
             VT mx = V(load)(vmax + r * VW);
 #pragma GCC unroll 4
             for (int v = 0; v < NRV; v++) mx = V(max_acc)(mx, acc[r][v]);
@@ -63,38 +66,9 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
     for (int64_t p = 0; p < ncols / NR; p++) {
         const FA_T *panel = kp + p * E * NR;
         for (int64_t i = 0; i < rows; i += MR)
-            FN(qk_tile)(E, qp + i * E, panel, s + i * lds + p * NR, lds,
-                        vmax ? vmax + i * VW : NULL);
+            FN(tile)(MR, 1, E, qp + i * E, E, panel, NR, s + i * lds + p * NR, lds,
+                     vmax ? vmax + i * VW : NULL);
     }
-}
-
-/* o[R x NRV*VW] += p[R x nkeys] . vp[nkeys x NRV*VW], R <= PV_MR: always
- * inlined with a constant R, so acc is R x NRV registers. */
-static FA_ALWAYS_INLINE void FN(pv_tile)(int R, int64_t nkeys, const FA_T *restrict p,
-                                         int64_t ldp, const FA_T *restrict vp, int64_t ldvp,
-                                         FA_T *restrict o, int64_t ldo)
-{
-    VT acc[PV_MR][NRV];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NRV; c++) acc[r][c] = V(load)(o + r * ldo + c * VW);
-#pragma GCC unroll 4
-    for (int64_t k = 0; k < nkeys; k++) {
-        VT vv[NRV];
-#pragma GCC unroll 4
-        for (int c = 0; c < NRV; c++) vv[c] = V(load)(vp + k * ldvp + c * VW);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) {
-            VT pb = V(set1)(p[r * ldp + k]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NRV; c++) acc[r][c] = V(fma)(pb, vv[c], acc[r][c]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NRV; c++) V(store)(o + r * ldo + c * VW, acc[r][c]);
 }
 
 static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
@@ -106,11 +80,11 @@ static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, in
         const FA_T *pan = vp + (c / NR) * pstride;
         int64_t i = 0;
         for (; i + PV_MR <= rows; i += PV_MR)
-            FN(pv_tile)(PV_MR, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(tile)(PV_MR, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
         for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
-            FN(pv_tile)(PV_MR / 2, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(tile)(PV_MR / 2, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
         for (; i < rows; i++)
-            FN(pv_tile)(1, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo);
+            FN(tile)(1, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
     }
 }
 
@@ -354,6 +328,7 @@ static FA_T FN(fma_probe)(int64_t n)
 }
 
 #undef FN
+#undef FA_T
 #undef V
 #undef VC
 #undef VT

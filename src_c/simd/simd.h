@@ -29,24 +29,35 @@
 #ifndef FA_ISA_NAME
 #error "FA_ISA_NAME (an ISA of runtime/isa_list.h) must be defined: see setup.py"
 #endif
-/* simd_<name>.h, e.g. simd_avx2.h */
-#include FA_STR(FA_PASTE(simd_, FA_ISA_NAME).h)
+/* The mapping simd_<name>.h (e.g. simd_avx2.h): its types and constants,
+ * then its operations once per element type, each followed by the vector
+ * exp of vmath_tmpl.h.  In these per-type passes FA_SFX is f32 or f64 and
+ * FA_T, VT, V(op), VC(name) stand for float, vf, vf_op, VF_name (double,
+ * vd, vd_op, VD_name). */
+#define FA_SIMD_MAPPING FA_STR(FA_PASTE(simd_, FA_ISA_NAME).h)
+#include FA_SIMD_MAPPING
+#define FA_T FA_TYPE(FA_SFX)
+#define VT FA_VEC(FA_SFX)
+#define V(op) FA_CAT(VT, op)
+#define VC(name) FA_CAT(FA_VECU(FA_SFX), name)
 
+#define FA_SFX f32
+#include FA_SIMD_MAPPING /* vf_load, vf_fma, ... */
 #ifndef FA_SIMD_LIBM_EXP
-#define FA_T float
-#define FA_VP vf
-#define FA_VPU VF
 #include "simd/vmath_tmpl.h" /* vf_exp, vf_exp2 */
-#undef FA_T
-#undef FA_VP
-#undef FA_VPU
-#define FA_T double
-#define FA_VP vd
-#define FA_VPU VD
-#include "simd/vmath_tmpl.h" /* vd_exp, vd_exp2 */
-#undef FA_T
-#undef FA_VP
-#undef FA_VPU
 #endif
+#undef FA_SFX
+
+#define FA_SFX f64
+#include FA_SIMD_MAPPING /* vd_load, vd_fma, ... */
+#ifndef FA_SIMD_LIBM_EXP
+#include "simd/vmath_tmpl.h" /* vd_exp, vd_exp2 */
+#endif
+#undef FA_SFX
+
+#undef FA_T
+#undef VT
+#undef V
+#undef VC
 
 #endif

@@ -1,6 +1,9 @@
 /* simd_generic.h -- portable C: one-lane "vectors"; the compiler may
  * auto-vectorise the loops (see simd.h for the contract).  Its exp and exp2
- * are the C library's (FA_SIMD_LIBM_EXP: vmath_tmpl.h is not used). */
+ * are the C library's (FA_SIMD_LIBM_EXP: vmath_tmpl.h is not used).
+ * Included by simd.h once for the types and constants, then once per
+ * element type (FA_SFX f32, f64) for the operations: V(op) -> vf_op, vd_op. */
+#ifndef FA_SFX
 typedef float vf;
 typedef double vd;
 #define VF_W 1
@@ -14,41 +17,30 @@ typedef double vd;
 #define VF_TB 4
 #define VD_TB 4
 #define FA_SIMD_LIBM_EXP 1
-static inline vf vf_load(const float *p) { return *p; }
-static inline void vf_store(float *p, vf a) { *p = a; }
-static inline vf vf_set1(float a) { return a; }
-static inline vf vf_zero(void) { return 0.0f; }
-static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
-static inline vf vf_add(vf a, vf b) { return a + b; }
-static inline vf vf_sub(vf a, vf b) { return a - b; }
-static inline vf vf_mul(vf a, vf b) { return a * b; }
-static inline vf vf_max_acc(vf acc, vf x) { return x > acc ? x : acc; }
-static inline vf vf_nan_acc(vf acc, vf x) { return x != x ? x : acc; }
-static inline float vf_hmax(vf a) { return a; }
-static inline float vf_hsum(vf a) { return a; }
+
+#else /* the operations of element type FA_SFX */
+static inline VT V(load)(const FA_T *p) { return *p; }
+static inline void V(store)(FA_T *p, VT a) { *p = a; }
+static inline VT V(set1)(FA_T a) { return a; }
+static inline VT V(zero)(void) { return 0; }
+static inline VT V(fma)(VT a, VT b, VT c) { return a * b + c; }
+static inline VT V(add)(VT a, VT b) { return a + b; }
+static inline VT V(sub)(VT a, VT b) { return a - b; }
+static inline VT V(mul)(VT a, VT b) { return a * b; }
+static inline VT V(max_acc)(VT acc, VT x) { return x > acc ? x : acc; }
+static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
+static inline FA_T V(hmax)(VT a) { return a; }
+static inline FA_T V(hsum)(VT a) { return a; }
+#if !FA_IS_F64(FA_SFX)
 static inline vf vf_exp(vf x) { return x < VF_EXP_LO ? 0.0f : expf(x); }
 static inline vf vf_exp2(vf x) { return x < -126.0f ? 0.0f : exp2f(x); }
-static inline vd vd_load(const double *p) { return *p; }
-static inline void vd_store(double *p, vd a) { *p = a; }
-static inline vd vd_set1(double a) { return a; }
-static inline vd vd_zero(void) { return 0.0; }
-static inline vd vd_fma(vd a, vd b, vd c) { return a * b + c; }
-static inline vd vd_add(vd a, vd b) { return a + b; }
-static inline vd vd_sub(vd a, vd b) { return a - b; }
-static inline vd vd_mul(vd a, vd b) { return a * b; }
-static inline vd vd_max_acc(vd acc, vd x) { return x > acc ? x : acc; }
-static inline vd vd_nan_acc(vd acc, vd x) { return x != x ? x : acc; }
-static inline double vd_hmax(vd a) { return a; }
-static inline double vd_hsum(vd a) { return a; }
+#else
 static inline vd vd_exp(vd x) { return x < VD_EXP_LO ? 0.0 : exp(x); }
 static inline vd vd_exp2(vd x) { return x < -1022.0 ? 0.0 : exp2(x); }
-static inline void vf_transpose_block(const float *src, int64_t srs, float *dst, int64_t drs)
+#endif
+static inline void V(transpose_block)(const FA_T *src, int64_t srs, FA_T *dst, int64_t drs)
 {
-    for (int r = 0; r < VF_TB; r++)
-        for (int i = 0; i < VF_TB; i++) dst[i * drs + r] = src[r * srs + i];
+    for (int r = 0; r < VC(TB); r++)
+        for (int i = 0; i < VC(TB); i++) dst[i * drs + r] = src[r * srs + i];
 }
-static inline void vd_transpose_block(const double *src, int64_t srs, double *dst, int64_t drs)
-{
-    for (int r = 0; r < VD_TB; r++)
-        for (int i = 0; i < VD_TB; i++) dst[i * drs + r] = src[r * srs + i];
-}
+#endif
