@@ -1,7 +1,8 @@
 /* kernels_tmpl.h -- the micro-kernels, written once over simd/simd.h.
  *
  * Included by kernels_isa.c once per element type with FA_SFX (f32, f64)
- * defined; kernels_isa.c is compiled with the ISA's flags (setup.py).  Every function is named
+ * defined; kernels_isa.c is compiled with the ISA's flags (setup.py).  Ends
+ * with the table fa_kernels_<FA_SFX>_<FA_ISA_NAME>.  Every function is named
  * FN(name) -> name_<FA_SFX>_<FA_ISA_NAME>, e.g. FN(qk) -> qk_f32_avx2,
  * qk_f64_avx512, online_softmax_f32_generic, expsum2_f64_avx2, ...
  */
@@ -326,6 +327,13 @@ static FA_T FN(fma_probe)(int64_t n)
     for (int c = 1; c < FA_PROBE_CHAINS; c++) s = V(add)(s, acc[c]);
     return V(hsum)(s);
 }
+
+/* The table of this ISA and element type (kernels.h):
+ * FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) -> fa_kernels_f32_avx2, ... */
+const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
+    FA_STR(FA_ISA_NAME), MR, NR, VW,
+    FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
+    FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe)};
 
 #undef FN
 #undef FA_T
