@@ -7,15 +7,15 @@
  * qk_f64_avx512, online_softmax_f32_generic, expsum2_f64_avx2, ...
  */
 #define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
-#define FA_T FA_TYPE(FA_SFX)                /* float, double */
-#define V(op) FA_CAT(FA_VEC(FA_SFX), op)     /* V(fma) -> vf_fma, vd_fma */
+#define FA_T FA_TYPE(FA_SFX)                   /* float, double */
+#define V(op) FA_CAT(FA_VEC(FA_SFX), op)       /* V(fma) -> vf_fma, vd_fma */
 #define VC(name) FA_CAT(FA_VECU(FA_SFX), name) /* VC(MR) -> VF_MR, VD_MR */
-#define VT FA_VEC(FA_SFX)                   /* the vector type: vf, vd */
-#define VW VC(W)                      /* its lanes */
-#define MR VC(MR)                     /* register tile: MR rows x NRV vectors */
+#define VT FA_VEC(FA_SFX)                      /* the vector type: vf, vd */
+#define VW VC(W)                               /* its lanes */
+#define MR VC(MR)                              /* register tile: MR rows x NRV vectors */
 #define NRV VC(NRV)
-#define NR (NRV * VW)
-#define PV_MR VC(PV_MR)               /* rows of a P.V register tile */
+#define NR (NRV * VW)                          /* keys of a register tile */
+#define PV_MR VC(PV_MR)                        /* rows of a P.V register tile */
 
 /* The register tile of Q.K^T and P.V: c[R x NR] = (zero ? 0 : c) +
  * a[R x K] . b[K x NR], a row-major (ld lda), b rows of NR (ld ldb), c
