@@ -14,9 +14,11 @@
 * FASTATTN_AVX512_EMULATION=simde makes a test build (CI's sanitizer step):
   the avx512 kernels are compiled for AVX2 (the `simde:` line of avx512.flags)
   with SIMDe (Debian: libsimde-dev) implementing their _mm512 intrinsics, and
-  runtime/dispatch.c offers the avx512 path
-  wherever AVX2 runs, so the AVX-512 kernels are executed and tested on a
-  CPU without AVX-512.  Slow, and never for a wheel: show_config() says so.
+  runtime/dispatch.c offers the avx512 path wherever AVX2 runs, so the AVX-512
+  kernels are executed and tested on a CPU without AVX-512.  Slow, and never
+  for a wheel: show_config() says so.
+* An extension with no source under src_c/ (e.g. a test-hook module) gets no
+  kernels; fastattn/_build_config.py records each ISA's flags by ISA name.
 """
 import os
 import platform
