@@ -85,8 +85,8 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
                             int base2, FN(fa_scratch) *sc)
 {
     const int64_t mcp = fa_round_up(FA_MC, K->mr); /* the ISA's tile height */
-    FN(fa_stream) st = {a, K, off, sc, r0, r1, ldv, mcp, fa_div_up(r1 - r0, mcp), base2, 0,
-                        0, 0, 0, 0};
+    FN(fa_stream) st = {.a = a, .K = K, .off = off, .sc = sc, .r0 = r0, .r1 = r1, .ldv = ldv,
+                        .mcp = mcp, .ntiles = fa_div_up(r1 - r0, mcp), .base2 = base2};
     /* Decoding (a few query rows): dot products straight from K and V, no
      * packing.  Decided by the problem, not the chunk, so every row takes
      * the same path whatever the thread count (bitwise reproducibility). */
