@@ -53,7 +53,7 @@ for f in $(git ls-files src_c fastattn/_core.pyx setup.py pyproject.toml MANIFES
     [ -e "$f" ] || continue                      # tracked but deleted in this checkout
     grep -qx "$f" "$WORK/sdist.txt" || { echo "sdist lacks $f"; missing=1; }
 done
-for f in src_c/dispatch.c src_c/fastattn.h src_c/kernels_avx2.c fastattn/_core.pyx; do
+for f in src_c/runtime/dispatch.c src_c/runtime/isa_list.h src_c/fastattn.h src_c/kernels/kernels_isa.c src_c/simd/simd_avx2.h src_c/simd/avx2.flags fastattn/_core.pyx; do
     grep -qx "$f" "$WORK/sdist.txt" || { echo "sdist lacks $f"; missing=1; }
 done
 if grep -E '\.(so|pyd|o|dylib|dll)$|^fastattn/_core\.c$|^fastattn/_build_config\.py$|^build/|^dist/|__pycache__' "$WORK/sdist.txt"; then

@@ -14,7 +14,14 @@ extern "C" {
 
 enum { FA_OK = 0, FA_ENOMEM = 1, FA_EINVAL = 2 };
 enum { FA_FLOAT32 = 0, FA_FLOAT64 = 1 };
-enum { FA_ISA_GENERIC = 0, FA_ISA_AVX2 = 1, FA_ISA_AVX512 = 2, FA_ISA_COUNT = 3 };
+/* FA_ISA_GENERIC = 0, FA_ISA_AVX2, FA_ISA_AVX512, ..., FA_ISA_COUNT: one per
+ * line of runtime/isa_list.h, in its order (lowest path first). */
+#define FA_ISA(name, NAME, arch, required) FA_ISA_##NAME,
+enum {
+#include "runtime/isa_list.h"
+    FA_ISA_COUNT
+};
+#undef FA_ISA
 #define FA_MAX_BATCH_DIMS 32
 
 /* One operand: base pointer, strides of the broadcast batch dimensions, and
@@ -55,10 +62,10 @@ int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t 
 
 /* y[i] = exp(x[i]) (base2: 2^x[i]) for i < n, by the vectorised exp of the
  * ISA in use, as the kernels evaluate it: accurate on x <= 0 (the softmax
- * domain; see simd.h).  For the accuracy tests.  y may equal x. */
+ * domain; see simd/vmath.h).  For the accuracy tests.  y may equal x. */
 int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
 
-/* ISA selection (dispatch.c). */
+/* ISA selection (runtime/dispatch.c). */
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
 int fa_get_isa(void);
 int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
@@ -68,7 +75,7 @@ const char *fa_isa_name(int isa);
  * returns FA_EINVAL with a message in msg. */
 int fa_init_dispatch(char *msg, size_t msg_len);
 
-/* Threads (attention.c).  fa_init_threads() registers the fork handler. */
+/* Threads (runtime/parallel.c).  fa_init_threads() registers the fork handler. */
 void fa_init_threads(void);
 void fa_set_default_threads(int n); /* omp_set_num_threads, if OpenMP */
 int fa_openmp_enabled(void);

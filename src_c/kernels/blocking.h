@@ -1,9 +1,10 @@
 /* blocking.h -- every block size of fastattn, with the cache level it targets.
  *
  * Names follow BLIS: MR x NR is the register tile of a micro-kernel (defined
- * per ISA in simd.h, because it depends on the vector width and register
- * count); MC and KC are the cache blocks of the drivers (here, shared by all
- * ISAs so that every path walks the keys in the same order).
+ * per ISA in its mapping header simd/simd_<isa>.h, because it depends on the
+ * vector width and register count); MC and KC are the cache blocks of the
+ * drivers (here, shared by all ISAs so that every path walks the keys in the
+ * same order).
  *
  *   FA_MC  query rows per score tile, rounded up by the drivers to a
  *          multiple of the ISA's MR (66 rows for AVX2's MR = 6).  The score

@@ -1,0 +1,204 @@
+"""A fixed, seeded corpus of fastattn results, to prove a refactoring bitwise neutral.
+
+    python bench/bitwise_corpus.py save OUT.npz       # run the corpus, store every result
+    python bench/bitwise_corpus.py compare A.npz B.npz
+
+`save` runs every case on every ISA path `fastattn.available_isas()` gives:
+attention in float32/float64 (and float16 input) with upper-left/lower-right
+causal, bool/additive/key-padding masks, grouped-query heads, decoding
+(L = 1..8 against long S: the key-split path), L and S off the tile sizes, the
+weights path, out=, 1 and 2 threads, non-finite values in hidden positions;
+softmax; multi_head_attention and KVCache decoding.  Each result is stored
+under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
+any difference (np.array_equal with equal_nan=True, same dtype and shape) or
+on a case missing from either file.
+
+Only the public API is used, so the script runs against any build: to compare
+against another checkout's build, run it from that checkout (cwd) calling this
+file by its absolute path.
+"""
+import sys
+
+import numpy as np
+
+
+def _qkv(rng, dt, shape_q, shape_k, ev=None):
+    q = rng.standard_normal(shape_q).astype(dt)
+    k = rng.standard_normal(shape_k).astype(dt)
+    vs = shape_k[:-1] + ((ev if ev is not None else shape_k[-1]),)
+    v = rng.standard_normal(vs).astype(dt)
+    return q, k, v
+
+
+def attention_cases(fa):
+    """(name, thunk) pairs; every thunk returns an array or a tuple of arrays."""
+    cases = []
+    for dt in (np.float32, np.float64, np.float16):
+        dn = np.dtype(dt).name
+        for (B, H, L, S, E, Ev) in [(1, 2, 64, 64, 64, 64), (2, 3, 37, 53, 24, 40),
+                                    (1, 2, 200, 300, 64, 64), (1, 1, 67, 129, 33, 17),
+                                    (1, 2, 130, 130, 128, 128)]:
+            for causal in (False, True, "lower_right"):
+                for nt in (1, 2):
+                    def run(B=B, H=H, L=L, S=S, E=E, Ev=Ev, causal=causal, nt=nt, dt=dt):
+                        rng = np.random.default_rng(hash((B, H, L, S, E, Ev)) % 2**32)
+                        q, k, v = _qkv(rng, dt, (B, H, L, E), (B, H, S, E), Ev)
+                        return fa.attention(q, k, v, is_causal=causal, num_threads=nt)
+                    cases.append((f"attn/{dn}/{B}x{H}x{L}x{S}x{E}x{Ev}/c={causal}/nt={nt}", run))
+        for L in range(1, 9):  # decoding against long S: the key-split and direct paths
+            for S in (1500, 4133):
+                for nt in (1, 2):
+                    def run(L=L, S=S, nt=nt, dt=dt):
+                        rng = np.random.default_rng(1000 + L * 7 + S)
+                        q, k, v = _qkv(rng, dt, (1, 4, L, 64), (1, 4, S, 64))
+                        return fa.attention(q, k, v, is_causal="lower_right", num_threads=nt)
+                    cases.append((f"decode/{dn}/L={L}/S={S}/nt={nt}", run))
+
+        def masks(dt=dt):
+            rng = np.random.default_rng(7)
+            q, k, v = _qkv(rng, dt, (2, 2, 70, 32), (2, 2, 150, 32))
+            bm = rng.random((2, 2, 70, 150)) < 0.7
+            bm[:, :, 5] = False  # a row with nothing visible
+            am = rng.standard_normal((70, 150)).astype(dt)
+            am[3, :40] = -np.inf
+            pad = rng.random((2, 150)) < 0.2
+            pad[1, :130] = True
+            k2, v2 = k.copy(), v.copy()
+            k2[0, 0, 10] = np.nan  # hidden by the bool mask below
+            v2[0, 0, 10] = np.inf
+            bm2 = bm.copy()
+            bm2[0, 0, :, 10] = False
+            out = np.full((2, 2, 70, 32), 7, dt)
+            res = {
+                "bool": fa.attention(q, k, v, attn_mask=bm),
+                "add": fa.attention(q, k, v, attn_mask=am),
+                "pad": fa.attention(q, k, v, key_padding_mask=pad),
+                "pad_causal": fa.attention(q, k, v, key_padding_mask=pad, is_causal=True),
+                "bool_lr": fa.attention(q, k, v, attn_mask=bm, is_causal="lower_right"),
+                "hidden_nonfinite": fa.attention(q, k2, v2, attn_mask=bm2),
+                "out=": fa.attention(q, k, v, is_causal=True, out=out),
+                "strided": fa.attention(q[..., ::-1, :], np.swapaxes(np.swapaxes(k, -1, -2).copy(),
+                                                                     -1, -2), v[..., ::2]),
+                "nan_visible": fa.attention(q, np.where(np.arange(150)[:, None] == 20, np.nan,
+                                                        k).astype(dt), v),
+                "scale": fa.attention(q, k, v, scale=0.37),
+            }
+            for nt in (1, 2):
+                res[f"weights/nt={nt}"] = fa.attention(q, k, v, attn_mask=bm, is_causal=True,
+                                                       key_padding_mask=pad, return_weights=True,
+                                                       num_threads=nt)
+                res[f"weights_add/nt={nt}"] = fa.attention(q, k, v, attn_mask=am,
+                                                           return_weights=True, num_threads=nt)
+            return res
+        cases.append((f"masks/{dn}", masks))
+
+        def gqa(dt=dt):
+            rng = np.random.default_rng(11)
+            res = {}
+            for L in (1, 5, 90):
+                q, k, v = _qkv(rng, dt, (2, 8, L, 64), (2, 2, 700, 64))
+                for c in (False, "lower_right"):
+                    res[f"L={L}/c={c}"] = fa.attention(q, k, v, enable_gqa=True, is_causal=c)
+            return res
+        cases.append((f"gqa/{dn}", gqa))
+
+        def softmax(dt=dt):
+            rng = np.random.default_rng(13)
+            x = (rng.standard_normal((33, 257)) * 20).astype(dt)
+            x[2, 5] = -np.inf
+            x[4] = -np.inf
+            x[6, 7] = np.nan
+            mask = rng.random((33, 257)) < 0.8
+            mask[9] = False
+            big = rng.standard_normal((600, 800)).astype(dt)
+            return {"rows": fa.softmax(x, axis=-1), "cols": fa.softmax(x, axis=0),
+                    "all": fa.softmax(x), "masked": fa.softmax(x, axis=-1, mask=mask),
+                    "big": fa.softmax(big, axis=-1), "tail": fa.softmax(x[:, :13], axis=1)}
+        cases.append((f"softmax/{dn}", softmax))
+
+        def mha(dt=dt):
+            rng = np.random.default_rng(17)
+            d, h, hkv = 64, 8, 2
+            x = rng.standard_normal((2, 40, d)).astype(dt)
+            wq = (rng.standard_normal((d, d)) / 8).astype(dt)
+            wk = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
+            wv = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
+            wo = (rng.standard_normal((d, d)) / 8).astype(dt)
+            res = {"prefill": fa.multi_head_attention(x, wq, wq, wq, wo, h, is_causal=True),
+                   "gqa_w": fa.multi_head_attention(x, wq, wk, wv, wo, h, num_kv_heads=hkv,
+                                                    return_weights=True)}
+            cache = fa.KVCache(2, hkv, d // h, max_len=700, dtype=dt)
+            res["cache_prefill"] = fa.multi_head_attention(
+                x, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache, is_causal="lower_right")
+            for t in range(3):
+                xt = rng.standard_normal((2, 1, d)).astype(dt)
+                res[f"cache_step{t}"] = fa.multi_head_attention(
+                    xt, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache,
+                    is_causal="lower_right")
+            big = rng.standard_normal((2, 600, d)).astype(dt)
+            cache.append(np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, :d // h] * 0.1,
+                         np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, d // h:2 * d // h])
+            res["cache_long"] = fa.multi_head_attention(xt, wq, wk, wv, wo, h, num_kv_heads=hkv,
+                                                        kv_cache=cache, is_causal="lower_right")
+            return res
+        cases.append((f"mha/{dn}", mha))
+    return cases
+
+
+def flatten(name, r, out):
+    if isinstance(r, dict):
+        for k, v in r.items():
+            flatten(f"{name}/{k}", v, out)
+    elif isinstance(r, tuple):
+        for i, v in enumerate(r):
+            flatten(f"{name}/{i}", v, out)
+    else:
+        out[name] = np.asarray(r)
+
+
+def save(path):
+    import fastattn as fa
+    res = {}
+    old = fa.get_isa()
+    isas = fa.available_isas()
+    try:
+        for isa in isas:
+            fa.set_isa(isa)
+            for name, thunk in attention_cases(fa):
+                flatten(f"{isa}/{name}", thunk(), res)
+    finally:
+        fa.set_isa(old)
+    np.savez_compressed(path, **res)
+    print(f"saved {len(res)} arrays ({', '.join(isas)}; fastattn from {fa.__file__}) to {path}")
+
+
+def compare(pa, pb):
+    a, b = np.load(pa), np.load(pb)
+    ka, kb = set(a.files), set(b.files)
+    bad = 0
+    for k in sorted(ka ^ kb):
+        print(f"only in {'A' if k in ka else 'B'}: {k}")
+        bad += 1
+    same = 0
+    for k in sorted(ka & kb):
+        x, y = a[k], b[k]
+        if x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True):
+            same += 1
+        else:
+            print(f"DIFFERS: {k} ({x.dtype}{x.shape} vs {y.dtype}{y.shape})")
+            bad += 1
+    per_isa = {}
+    for k in ka & kb:
+        per_isa[k.split("/")[0]] = per_isa.get(k.split("/")[0], 0) + 1
+    print(f"{len(ka & kb)} common cases {per_isa}, {same} bitwise identical, {bad} differing "
+          f"or missing")
+    return 1 if bad or not same else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "save":
+        save(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
+        sys.exit(compare(sys.argv[2], sys.argv[3]))
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,84 @@
+/* attention.c -- the attention entry points: fa_attention (the drivers of
+ * attention_tmpl.h, once per element type: work split over the threads,
+ * per-thread scratch, the streaming loop and the weights path) and the FMA
+ * probe's thread team.  The arithmetic goes through the micro-kernel table
+ * of the ISA in use. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/scratch.h"
+#include "fastattn.h"
+#include "kernels/blocking.h"
+#include "kernels/kernels.h"
+#include "runtime/alloc.h"
+#include "runtime/parallel.h"
+#include "runtime/util.h"
+
+#define FA_LOG2E 1.44269504088896340735992468100189214
+
+/* Element offsets of one batch index in every operand. */
+typedef struct fa_offsets {
+    int64_t q, k, v, o, bm, am, pad;
+} fa_offsets;
+
+static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
+{
+    memset(off, 0, sizeof(*off));
+    for (int d = a->nbatch_dims - 1; d >= 0; d--) {
+        int64_t n = a->batch_shape[d], i = b % n;
+        b /= n;
+        off->q += i * a->q.bstride[d];
+        off->k += i * a->k.bstride[d];
+        off->v += i * a->v.bstride[d];
+        off->o += i * a->out.bstride[d];
+        off->bm += i * a->bool_mask.bstride[d];
+        off->am += i * a->add_mask.bstride[d];
+        off->pad += i * a->pad.bstride[d];
+    }
+}
+
+#define FA_SFX f32
+#include "driver/attention_tmpl.h" /* attention_f32 */
+#undef FA_SFX
+#define FA_SFX f64
+#include "driver/attention_tmpl.h" /* attention_f64 */
+#undef FA_SFX
+
+int fa_attention(const fa_attention_args *a)
+{
+    if (a->nbatch_dims < 0 || a->nbatch_dims > FA_MAX_BATCH_DIMS || a->L < 0 || a->S < 0 ||
+        a->E < 0 || a->Ev < 0)
+        return FA_EINVAL;
+    if (a->dtype == FA_FLOAT32) return attention_f32(a);
+    if (a->dtype == FA_FLOAT64) return attention_f64(a);
+    return FA_EINVAL;
+}
+
+typedef struct fa_probe_job {
+    int dtype;
+    int64_t n;
+} fa_probe_job;
+
+static void fa_probe_thread(void *ctx)
+{
+    const fa_probe_job *j = (const fa_probe_job *)ctx;
+    if (j->dtype == FA_FLOAT32)
+        (void)fa_kernels_f32_current()->fma_probe(j->n);
+    else
+        (void)fa_kernels_f64_current()->fma_probe(j->n);
+}
+
+int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
+{
+    if (n < 0 || (dtype != FA_FLOAT32 && dtype != FA_FLOAT64)) return FA_EINVAL;
+    const int nt = fa_resolve_threads(num_threads);
+    const int64_t per = dtype == FA_FLOAT32
+                            ? 2 * fa_kernels_f32_current()->vw * FA_PROBE_CHAINS
+                            : 2 * fa_kernels_f64_current()->vw * FA_PROBE_CHAINS;
+    fa_probe_job job = {dtype, n};
+    const int team = fa_parallel_team(nt, fa_probe_thread, &job); /* the threads it got */
+    *flops = (double)team * (double)n * (double)per;
+    return FA_OK;
+}

@@ -1,0 +1,82 @@
+/* band_tmpl.h -- one band of query rows against one key block of the
+ * streaming loop: Q.K^T, the masks, the online softmax update, P.V.  Q.K^T
+ * and P.V run on the packed K and V blocks, or, decoding (the direct path:
+ * at most FA_DIRECT_MAX_ROWS query rows), straight from K and V in place.
+ * Part of attention_tmpl.h (FA_SFX; FA_T, KT): FN(stream_band) ->
+ * stream_band_f32, stream_band_f64; FN(fa_stream) -> fa_stream_f32, ... */
+
+/* One streaming call (batch b, query rows [r0, r1), a key range), and the
+ * key block [kb, kb + nk) in progress: what every tile and band reads. */
+typedef struct FN(fa_stream) {
+    const fa_attention_args *a;
+    const KT *K;
+    const fa_offsets *off;
+    FN(fa_scratch) *sc;
+    int64_t r0, r1, ldv, mcp, ntiles;
+    int base2;     /* scores in log2 units, exp2 (see stream_rows) */
+    int direct;    /* decoding: no packing (see stream_rows) */
+    int64_t kb, nk; /* the key block */
+    int pad_some;  /* some key of the block is padding */
+    int v_bad;     /* its packed values hold NaN/Inf */
+} FN(fa_stream);
+
+/* s[nb x nk_b] = the scores of rows ib.. (tile t, row g of it), from the
+ * packed K block or (direct) K in place; with vmax, their row maxima. */
+static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64_t nb,
+                            int64_t nk_b, FA_T *s, FA_T *vmax)
+{
+    const fa_attention_args *a = st->a;
+    const KT *K = st->K;
+    const int64_t E = a->E;
+    const FA_T *qp = st->sc->qp + (t * st->mcp + g) * E;
+    if (st->direct) {
+        const FA_T *kbase = (const FA_T *)a->k.data + st->off->k;
+        K->qk_direct(nb, nk_b, E, qp, kbase + st->kb * a->k.rs, a->k.rs, s, FA_KC);
+    } else {
+        K->qk(fa_round_up(nb, K->mr), fa_round_up(nk_b, K->nr), E, qp, st->sc->kp, s, FA_KC,
+              vmax);
+    }
+}
+
+/* o[nb x ldv] += p[nb x nk_b] . V: packed, packed skipping zero weights
+ * (the block holds NaN/Inf), or (direct) V in place skipping them. */
+static void FN(band_values)(const FN(fa_stream) *st, int64_t nb, int64_t nk_b, const FA_T *p,
+                            FA_T *o)
+{
+    const fa_attention_args *a = st->a;
+    const KT *K = st->K;
+    const int64_t ldv = st->ldv;
+    if (st->direct) {
+        const FA_T *vbase = (const FA_T *)a->v.data + st->off->v;
+        K->pv_direct(nb, nk_b, a->Ev, p, FA_KC, vbase + st->kb * a->v.rs, a->v.rs, o, ldv);
+    } else if (st->v_bad) {
+        FN(pv_careful)(K, nb, nk_b, ldv, p, FA_KC, st->sc->vp, o, ldv);
+    } else {
+        K->pv(nb, nk_b, ldv, p, FA_KC, st->sc->vp, FA_KC * K->nr, o, ldv);
+    }
+}
+
+/* Rows ib .. ib + nb (row g of tile t) against the first nk_b keys of the
+ * block; diag: the tile is crossed by the causal diagonal. */
+static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64_t ib,
+                            int64_t nb, int64_t nk_b, int diag)
+{
+    const fa_attention_args *a = st->a;
+    FN(fa_scratch) *sc = st->sc;
+    const int64_t kb = st->kb, ldv = st->ldv, row = ib - st->r0;
+    const int causal_diag = diag && kb + nk_b - 1 > ib + a->causal_offset;
+    const int masked = causal_diag || st->pad_some || a->bool_mask.data || a->add_mask.data;
+    /* Q.K^T's row maxima (from its register tiles) stand for the band's
+     * only when every score it computes is one the softmax sees: no mask,
+     * no padded key column */
+    FA_T *s = sc->st;
+    FA_T *vmax = !st->direct && !masked && fa_round_up(nk_b, st->K->nr) == nk_b ? sc->vmax : NULL;
+    FN(band_scores)(st, t, g, nb, nk_b, s, vmax);
+    if (masked)
+        FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, nk_b, causal_diag, st->pad_some);
+    FA_T *o = sc->o + row * ldv;
+    /* A visible NaN score poisons its row: through the sum (exp of NaN is
+     * NaN) unless no key of the row is visible yet. */
+    st->K->online_softmax(nb, nk_b, s, FA_KC, sc->m + row, sc->l + row, o, ldv, st->base2, vmax);
+    FN(band_values)(st, nb, nk_b, s, o);
+}

@@ -1,0 +1,102 @@
+/* stream_tmpl.h -- the streaming loop: online softmax over key blocks, no
+ * L x S buffer.  Part of attention_tmpl.h (FA_SFX; FA_T, KT):
+ * FN(stream_rows) -> stream_rows_f32, stream_rows_f64; likewise
+ * stream_start, stream_block, stream_tile. */
+
+/* Q packed (scaled) tile by tile, and every row's state reset: m = -inf,
+ * l = 0, o = 0. */
+static void FN(stream_start)(const FN(fa_stream) *st)
+{
+    const fa_attention_args *a = st->a;
+    FN(fa_scratch) *sc = st->sc;
+    const int64_t E = a->E, mcp = st->mcp, nrows = st->r1 - st->r0;
+    const FA_T qscale = (FA_T)(st->base2 ? a->scale * FA_LOG2E : a->scale);
+    for (int64_t t = 0; t < st->ntiles; t++) {
+        int64_t i0 = st->r0 + t * mcp, ni = fa_min64(st->r1 - i0, mcp);
+        FN(pack_q)(a, st->off->q, i0, ni, st->direct ? ni : fa_round_up(ni, st->K->mr),
+                   sc->qp + t * mcp * E, qscale);
+    }
+    for (int64_t i = 0; i < nrows; i++) { sc->m[i] = (FA_T)-INFINITY; sc->l[i] = 0; }
+    memset(sc->o, 0, (size_t)(nrows * st->ldv) * sizeof(FA_T));
+}
+
+/* Tile t (rows i0 .. i0 + ni) against the key block.  A tile that the
+ * causal diagonal crosses is cut into bands of mr rows (one register tile
+ * high), each computing only the keys its last row sees: the tile's hidden
+ * triangle is not computed, exponentiated or multiplied by V.  The keys left
+ * out are hidden from every row of the band, so they would add exact
+ * zeros. */
+static void FN(stream_tile)(const FN(fa_stream) *st, int64_t t)
+{
+    const fa_attention_args *a = st->a;
+    const int64_t kb = st->kb, i0 = st->r0 + t * st->mcp, ni = fa_min64(st->r1 - i0, st->mcp);
+    int64_t nk_t = st->nk; /* keys of this block that some row of the tile sees */
+    if (a->causal) {
+        int64_t lim = i0 + ni + a->causal_offset - kb;
+        if (lim <= 0) return; /* tile wholly in the future of the block */
+        if (lim < nk_t) nk_t = lim;
+    }
+    if (a->bool_mask.data && FN(bool_tile_hidden)(a, st->off, i0, ni, kb, nk_t)) return;
+    const int diag = a->causal && kb + nk_t - 1 > i0 + a->causal_offset;
+    const int64_t band = diag && !st->direct ? st->K->mr : ni;
+    for (int64_t g = 0; g < ni; g += band) {
+        const int64_t ib = i0 + g, nb = fa_min64(ni - g, band);
+        int64_t nk_b = nk_t;
+        if (diag) {
+            int64_t lim = ib + nb + a->causal_offset - kb;
+            if (lim <= 0) continue; /* no key of the block is visible yet */
+            if (lim < nk_b) nk_b = lim;
+        }
+        FN(stream_band)(st, t, g, ib, nb, nk_b, diag);
+    }
+}
+
+/* The key block [kb, kb + nk): skipped if all padding; K and V packed
+ * (unless direct), then every tile. */
+static void FN(stream_block)(FN(fa_stream) *st, int64_t kb, int64_t nk)
+{
+    const fa_attention_args *a = st->a;
+    st->kb = kb;
+    st->nk = nk;
+    st->pad_some = 0;
+    st->v_bad = 0;
+    if (a->pad.data) {
+        int64_t np = FN(count_pad)(a, st->off->pad, kb, nk);
+        if (np == nk) return; /* every key of the block is padding */
+        st->pad_some = np > 0;
+    }
+    if (!st->direct) {
+        const int64_t nr = st->K->nr;
+        FN(pack_k)(a, st->K, st->off->k, kb, nk, fa_round_up(nk, nr), nr, st->sc->kp);
+        st->v_bad = FN(pack_v)(a, st->K, st->off->v, kb, nk, st->ldv, nr, st->sc->vp);
+    }
+    for (int64_t t = 0; t < st->ntiles; t++) FN(stream_tile)(st, t);
+}
+
+/* Streaming attention for batch offsets off, query rows [r0, r1), keys
+ * [k0, k1): online softmax over key blocks; the state (m, l, o) of each row
+ * is left in the scratch (unnormalised).  With base2, the scores are in
+ * log2 units (Q scaled by scale * log2(e)) and exponentiated by exp2: one
+ * multiplication less per score; without it (scale * log2(e) would
+ * overflow the type, or an additive mask is given: see plan_tmpl.h),
+ * natural units and exp. */
+static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
+                            int64_t r0, int64_t r1, int64_t k0, int64_t k1, int64_t ldv,
+                            int base2, FN(fa_scratch) *sc)
+{
+    const int64_t mcp = fa_round_up(FA_MC, K->mr); /* the ISA's tile height */
+    FN(fa_stream) st = {.a = a, .K = K, .off = off, .sc = sc, .r0 = r0, .r1 = r1, .ldv = ldv,
+                        .mcp = mcp, .ntiles = fa_div_up(r1 - r0, mcp), .base2 = base2};
+    /* Decoding (a few query rows): dot products straight from K and V, no
+     * packing.  Decided by the problem, not the chunk, so every row takes
+     * the same path whatever the thread count (bitwise reproducibility). */
+    st.direct = a->L <= FA_DIRECT_MAX_ROWS && (a->k.cs == 1 || a->E <= 1) &&
+                (a->v.cs == 1 || a->Ev <= 1);
+    FN(stream_start)(&st);
+    int64_t kend = k1;
+    if (a->causal) {
+        int64_t lim = r1 - 1 + a->causal_offset + 1; /* keys < lim visible to some row */
+        if (lim < kend) kend = lim;
+    }
+    for (int64_t kb = k0; kb < kend; kb += FA_KC) FN(stream_block)(&st, kb, fa_min64(kend - kb, FA_KC));
+}

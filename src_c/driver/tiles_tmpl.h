@@ -1,0 +1,168 @@
+/* tiles_tmpl.h -- the pieces the streaming and weights paths share: packing
+ * Q, K and V for the micro-kernels (the kernels' own packing for a unit
+ * column stride, element by element otherwise), the masks of a score tile,
+ * the tests that skip a block (all padding, all hidden), and P.V that skips
+ * zero weights.  Part of attention_tmpl.h (FA_SFX; FA_T, KT): FN(pack_q) ->
+ * pack_q_f32, pack_q_f64; likewise pack_k, pack_v, apply_masks, pv_careful,
+ * count_pad, bool_tile_hidden, any_nonfinite. */
+
+/* 1 if any of x[0..n) is NaN or +-Inf: an integer test of the exponent
+ * bits, which the compiler vectorises. */
+static int FN(any_nonfinite)(const FA_T *x, int64_t n)
+{
+    const FA_UINT(FA_SFX) expo = FA_EXP_MASK(FA_SFX);
+    FA_UINT(FA_SFX) acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        FA_UINT(FA_SFX) u;
+        memcpy(&u, x + i, sizeof u);
+        acc |= (FA_UINT(FA_SFX))((u & expo) == expo);
+    }
+    return acc != 0;
+}
+
+/* Qp[r x E] = sc * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
+static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int64_t n,
+                       int64_t rpad, FA_T *qp, FA_T sc)
+{
+    const FA_T *q = (const FA_T *)a->q.data + qoff;
+    const int64_t E = a->E, rs = a->q.rs, cs = a->q.cs;
+    for (int64_t r = 0; r < n; r++) {
+        const FA_T *src = q + (i0 + r) * rs;
+        FA_T *dst = qp + r * E;
+        if (cs == 1)
+            for (int64_t d = 0; d < E; d++) dst[d] = src[d] * sc;
+        else
+            for (int64_t d = 0; d < E; d++) dst[d] = src[d * cs] * sc;
+    }
+    memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
+}
+
+/* Kp panel-major [ncols/nr][E][nr] from keys kb .. kb+nk of batch koff:
+ * the ISA's kernel for unit column stride, else element by element. */
+static void FN(pack_k)(const fa_attention_args *a, const KT *K, int64_t koff, int64_t kb,
+                       int64_t nk, int64_t ncols, int64_t nr, FA_T *kp)
+{
+    const FA_T *k = (const FA_T *)a->k.data + koff;
+    const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
+    if (cs == 1 || E <= 1) {
+        K->pack_k(nk, ncols, E, k + kb * rs, rs, kp);
+        return;
+    }
+    for (int64_t j = 0; j < ncols; j++) {
+        FA_T *dst = kp + (j / nr) * E * nr + (j % nr);
+        if (j < nk) {
+            const FA_T *src = k + (kb + j) * rs;
+            for (int64_t d = 0; d < E; d++) dst[d * nr] = src[d * cs];
+        } else {
+            for (int64_t d = 0; d < E; d++) dst[d * nr] = 0;
+        }
+    }
+}
+
+/* Vp from values kb .. kb+nk, panel-major: panel p holds columns p*nr ..
+ * p*nr+nr-1 as [nk x nr] at vp + p*FA_KC*nr (columns past Ev zero), so the
+ * P.V micro-kernel streams each panel sequentially.  ldv (a multiple of nr)
+ * is the padded row length.  Returns 1 if any entry is NaN/Inf.  The ISA's
+ * kernel for unit column stride, else element by element. */
+static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int64_t kb,
+                      int64_t nk, int64_t ldv, int64_t nr, FA_T *vp)
+{
+    const FA_T *v = (const FA_T *)a->v.data + voff;
+    const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
+    if (cs == 1 || Ev <= 1) return K->pack_v(nk, Ev, ldv, v + kb * rs, rs, vp, FA_KC * nr);
+    const int64_t npan = ldv / nr;
+    for (int64_t j = 0; j < nk; j++) { /* each value row is read once, front to back */
+        const FA_T *src = v + (kb + j) * rs;
+        for (int64_t p = 0; p < npan; p++) {
+            FA_T *dst = vp + p * FA_KC * nr + j * nr;
+            const int64_t c0 = p * nr, w = Ev - c0 < nr ? Ev - c0 : nr;
+            if (cs == 1)
+                for (int64_t c = 0; c < w; c++) dst[c] = src[c0 + c];
+            else
+                for (int64_t c = 0; c < w; c++) dst[c] = src[(c0 + c) * cs];
+            for (int64_t c = w; c < nr; c++) dst[c] = 0;
+        }
+    }
+    int bad = 0;
+    for (int64_t p = 0; p < npan; p++) bad |= FN(any_nonfinite)(vp + p * FA_KC * nr, nk * nr);
+    return bad;
+}
+
+/* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
+ * by every mask; returns nothing: hidden entries are exactly -inf.  Scores
+ * are in natural units whenever there is an additive mask (FN(attention)). */
+static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, FA_T *s,
+                            int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk,
+                            int causal_diag, int pad_some)
+{
+    const FA_T NEG = (FA_T)-INFINITY;
+    for (int64_t i = 0; i < ni; i++) {
+        FA_T *row = s + i * lds;
+        /* the additive mask first: the hiding masks then override whatever it
+         * gave (a NaN or +inf mask entry at a hidden position is harmless) */
+        if (a->add_mask.data) {
+            const FA_T *m = (const FA_T *)a->add_mask.data + off->am +
+                            (i0 + i) * a->add_mask.rs + kb * a->add_mask.cs;
+            const int64_t cs = a->add_mask.cs;
+            for (int64_t j = 0; j < nk; j++) {
+                FA_T x = m[j * cs];
+                row[j] = (x == NEG) ? NEG : row[j] + x;
+            }
+        }
+        if (causal_diag) {
+            int64_t lim = i0 + i + a->causal_offset - kb + 1; /* keys j < lim visible */
+            if (lim < 0) lim = 0;
+            for (int64_t j = lim; j < nk; j++) row[j] = NEG;
+        }
+        if (pad_some) {
+            const uint8_t *p = (const uint8_t *)a->pad.data + off->pad + kb * a->pad.cs;
+            const int64_t cs = a->pad.cs;
+            for (int64_t j = 0; j < nk; j++) row[j] = p[j * cs] ? NEG : row[j];
+        }
+        if (a->bool_mask.data) {
+            const uint8_t *m = (const uint8_t *)a->bool_mask.data + off->bm +
+                               (i0 + i) * a->bool_mask.rs + kb * a->bool_mask.cs;
+            const int64_t cs = a->bool_mask.cs;
+            if (cs == 1)
+                for (int64_t j = 0; j < nk; j++) row[j] = m[j] ? row[j] : NEG;
+            else
+                for (int64_t j = 0; j < nk; j++) row[j] = m[j * cs] ? row[j] : NEG;
+        }
+    }
+}
+
+/* o[ni x ncols] += p . vp (panel-major, see pack_v), skipping exact-zero
+ * weights: used when the value block holds NaN/Inf, so that a hidden (or
+ * zero-weight) key cannot leak 0 * Inf = NaN into the output.  It runs the
+ * ISA's own fused multiply-add in the same key order as K->pv, so the
+ * visible keys give bitwise the same sums as the fast kernel. */
+static void FN(pv_careful)(const KT *K, int64_t ni, int64_t nk, int64_t ncols, const FA_T *p,
+                           int64_t ldp, const FA_T *vp, FA_T *o, int64_t ldo)
+{
+    const int64_t nr = K->nr;
+    for (int64_t c = 0; c < ncols; c += nr)
+        K->pv_direct(ni, nk, nr, p, ldp, vp + (c / nr) * FA_KC * nr, nr, o + c, ldo);
+}
+
+/* Number of padded keys in [kb, kb + nk) for batch offset poff. */
+static int64_t FN(count_pad)(const fa_attention_args *a, int64_t poff, int64_t kb, int64_t nk)
+{
+    const uint8_t *p = (const uint8_t *)a->pad.data + poff;
+    int64_t c = 0;
+    for (int64_t j = kb; j < kb + nk; j++) c += p[j * a->pad.cs] != 0;
+    return c;
+}
+
+/* Is the bool-mask tile rows i0.., keys kb.. wholly hidden? */
+static int FN(bool_tile_hidden)(const fa_attention_args *a, const fa_offsets *off, int64_t i0,
+                                int64_t ni, int64_t kb, int64_t nk)
+{
+    const uint8_t *m = (const uint8_t *)a->bool_mask.data + off->bm;
+    for (int64_t i = 0; i < ni; i++) {
+        const uint8_t *row = m + (i0 + i) * a->bool_mask.rs + kb * a->bool_mask.cs;
+        for (int64_t j = 0; j < nk; j++)
+            if (row[j * a->bool_mask.cs]) return 0;
+        if (a->bool_mask.rs == 0) break; /* every row is the same row */
+    }
+    return 1;
+}

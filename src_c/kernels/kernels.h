@@ -1,0 +1,105 @@
+/* kernels.h -- the micro-kernel contract, one table per element type.
+ *
+ * Each ISA of runtime/isa_list.h (kernels_isa.c, compiled once per ISA with
+ * its own flags, instantiating kernels_tmpl.h) fills one fa_kernels_f32 and
+ * one fa_kernels_f64 with the same functions: fa_kernels_f32_generic,
+ * fa_kernels_f32_avx2, fa_kernels_f32_avx512, fa_kernels_f64_generic, ...
+ * runtime/dispatch.c picks the table once (cpuid + xgetbv, or FASTATTN_ISA)
+ * and the drivers (driver/) call through it.  Nothing here allocates.
+ *
+ * Layouts (all sizes and leading dimensions in elements, 64-bit):
+ *   qp  packed queries, row-major [rows x E], rows a multiple of mr, already
+ *       multiplied by the softmax scale;
+ *   kp  packed keys, panel-major: panel p holds keys p*nr .. p*nr+nr-1 as
+ *       [E x nr] (key index fastest), zero-padded past the last key;
+ *   vp  packed values, panel-major: panel c holds columns c*nr .. c*nr+nr-1
+ *       as [keys x nr] at vp + c*pstride, zero-padded past the last column;
+ *   s   score tile, row-major with leading dimension lds;
+ *   p   probabilities, row-major with leading dimension ldp;
+ *   o   output accumulator, row-major with leading dimension ldo.
+ */
+#ifndef FA_KERNELS_TABLE /* the header proper */
+#ifndef FASTATTN_KERNELS_H
+#define FASTATTN_KERNELS_H
+
+#include <stdint.h>
+
+#include "runtime/util.h"
+
+/* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
+ * struct at the end of this file, included here once per element type. */
+#define FA_KERNELS_TABLE 1
+#define FA_SFX f32
+#include "kernels/kernels.h"
+#undef FA_SFX
+#define FA_SFX f64
+#include "kernels/kernels.h"
+#undef FA_SFX
+#undef FA_KERNELS_TABLE
+
+/* fa_kernels_f32_<name>, fa_kernels_f64_<name> for every ISA of the list
+ * (defined by kernels_isa.c where the ISA is built for the target) */
+#define FA_ISA(name, NAME, arch, required)                                          \
+    extern const fa_kernels_f32 fa_kernels_f32_##name;                               \
+    extern const fa_kernels_f64 fa_kernels_f64_##name;
+#include "runtime/isa_list.h"
+#undef FA_ISA
+
+/* The tables in use, chosen by runtime/dispatch.c. */
+const fa_kernels_f32 *fa_kernels_f32_current(void);
+const fa_kernels_f64 *fa_kernels_f64_current(void);
+
+#endif /* FASTATTN_KERNELS_H */
+
+#else /* FA_KERNELS_TABLE: the table of element type FA_SFX:
+       FA_CAT(fa_kernels, FA_SFX) -> fa_kernels_f32, fa_kernels_f64 */
+#define FA_T FA_TYPE(FA_SFX)
+typedef struct FA_CAT(fa_kernels, FA_SFX) {
+    const char *isa;
+    int64_t mr, nr, vw; /* register tile: mr query rows x nr keys; lanes */
+    /* s[rows x ncols] = qp[rows x E] . kp^T; rows % mr == 0, ncols % nr == 0; */
+    /* vmax NULL or [rows x vw]: each row's lane-wise max over its ncols */
+    /* scores (NaN ignored), so max_j s[i][j] = max of vmax[i][0..vw) */
+    void (*qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp,
+               const FA_T *kp, FA_T *s, int64_t lds, FA_T *vmax);
+    /* o[rows x ncols] += p[rows x nkeys] . vp[nkeys x ncols]; ncols % nr == 0 */
+    void (*pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p,
+               int64_t ldp, const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo);
+    /* decoding (few rows, no packing): s[rows x nkeys] = qp . k^T, key j at */
+    /* k + j*krs; o[rows x Ev] += p . v, value j at v + j*vrs, 0 weights skipped */
+    void (*qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *qp,
+                      const FA_T *k, int64_t krs, FA_T *s, int64_t lds);
+    void (*pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p,
+                      int64_t ldp, const FA_T *v, int64_t vrs, FA_T *o, int64_t ldo);
+    /* max of x[0..n) ignoring NaN (-inf if none); *has_nan |= any NaN */
+    /* (has_nan may be NULL: no NaN detection) */
+    FA_T (*rowmax)(const FA_T *x, int64_t n, int *has_nan);
+    /* y[i] = exp(x[i] - m) for i < n (y may equal x); returns the sum */
+    FA_T (*expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m);
+    /* the same with y[i] = 2^(x[i] - m) (the streaming path's exp2) */
+    FA_T (*expsum2)(const FA_T *x, FA_T *y, int64_t n, FA_T m);
+    /* x[i] *= a for i < n */
+    void (*scal)(FA_T *x, int64_t n, FA_T a);
+    /* one key block of the streaming softmax, rows i < rows of s[rows x n]: */
+    /* mn = max(m[i], max_j s[i][j]), a = E(m[i] - mn), s[i][j] = E(s[i][j] - mn),*/
+    /* l[i] = l[i]*a + sum_j s[i][j], o[i][0..ldo) *= a, m[i] = mn; E = 2^x if */
+    /* base2 (scores pre-multiplied by log2(e)), else e^x; mn = -inf: row 0, */
+    /* l[i] = NaN if it holds a NaN; vmax NULL or qk's row maxima of s */
+    void (*online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m,
+                           FA_T *l, FA_T *o, int64_t ldo, int base2, const FA_T *vmax);
+    /* kp[ncols/nr][E][nr] = keys j < nk at k + j*krs (unit column stride), */
+    /* zero for nk <= j < ncols; ncols % nr == 0 */
+    void (*pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,
+                   FA_T *kp);
+    /* vp panel c (at vp + c*pstride) = [nk x nr] columns c*nr.. of the values */
+    /* j < nk at v + j*vrs (unit column stride), zero past Ev, for the ldv/nr */
+    /* panels; returns 1 if any value is NaN or +-Inf */
+    int (*pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_t vrs,
+                  FA_T *vp, int64_t pstride);
+    /* the FMA peak probe: n steps of FA_PROBE_CHAINS independent vector FMA */
+    /* chains in registers (2 * vw * FA_PROBE_CHAINS * n flops); returns a */
+    /* value that depends on every chain */
+    FA_T (*fma_probe)(int64_t n);
+} FA_CAT(fa_kernels, FA_SFX);
+#undef FA_T
+#endif

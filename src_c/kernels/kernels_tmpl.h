@@ -1,0 +1,347 @@
+/* kernels_tmpl.h -- the micro-kernels, written once over simd/simd.h.
+ *
+ * Included by kernels_isa.c once per element type with FA_SFX (f32, f64)
+ * defined; kernels_isa.c is compiled with the ISA's flags (setup.py).  Ends
+ * with the table fa_kernels_<FA_SFX>_<FA_ISA_NAME>.  Every function is named
+ * FN(name) -> name_<FA_SFX>_<FA_ISA_NAME>, e.g. FN(qk) -> qk_f32_avx2,
+ * qk_f64_avx512, online_softmax_f32_generic, expsum2_f64_avx2, ...
+ */
+#define FN(name) FA_CAT3(name, FA_SFX, FA_ISA_NAME)
+#define FA_T FA_TYPE(FA_SFX)                   /* float, double */
+#define V(op) FA_CAT(FA_VEC(FA_SFX), op)       /* V(fma) -> vf_fma, vd_fma */
+#define VC(name) FA_CAT(FA_VECU(FA_SFX), name) /* VC(MR) -> VF_MR, VD_MR */
+#define VT FA_VEC(FA_SFX)                      /* the vector type: vf, vd */
+#define VW VC(W)                               /* its lanes */
+#define MR VC(MR)                              /* register tile: MR rows x NRV vectors */
+#define NRV VC(NRV)
+#define NR (NRV * VW)                          /* keys of a register tile */
+#define PV_MR VC(PV_MR)                        /* rows of a P.V register tile */
+
+/* The register tile of Q.K^T and P.V: c[R x NR] = (zero ? 0 : c) +
+ * a[R x K] . b[K x NR], a row-major (ld lda), b rows of NR (ld ldb), c
+ * row-major (ld ldc).  With vmax (R x VW), vmax[r] = lane-wise max(vmax[r],
+ * row r of c), NaN ignored: the row max comes out of the registers, not a
+ * pass over c.  Always inlined with a constant R <= max(MR, PV_MR) and
+ * zero, so acc is R x NRV registers. */
+static FA_ALWAYS_INLINE void FN(tile)(int R, int zero, int64_t K, const FA_T *restrict a,
+                                      int64_t lda, const FA_T *restrict b, int64_t ldb,
+                                      FA_T *restrict c, int64_t ldc, FA_T *restrict vmax)
+{
+    VT acc[MR > PV_MR ? MR : PV_MR][NRV];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) acc[r][v] = zero ? V(zero)() : V(load)(c + r * ldc + v * VW);
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < K; k++) {
+        VT bv[NRV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) bv[v] = V(load)(b + k * ldb + v * VW);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            VT ab = V(set1)(a[r * lda + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) acc[r][v] = V(fma)(ab, bv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) V(store)(c + r * ldc + v * VW, acc[r][v]);
+    if (vmax) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            VT mx = V(load)(vmax + r * VW);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) mx = V(max_acc)(mx, acc[r][v]);
+            V(store)(vmax + r * VW, mx);
+        }
+    }
+}
+
+static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const FA_T *kp,
+                   FA_T *s, int64_t lds, FA_T *vmax)
+{
+    if (vmax)
+        for (int64_t i = 0; i < rows * VW; i++) vmax[i] = (FA_T)-INFINITY;
+    for (int64_t p = 0; p < ncols / NR; p++) {
+        const FA_T *panel = kp + p * E * NR;
+        for (int64_t i = 0; i < rows; i += MR)
+            FN(tile)(MR, 1, E, qp + i * E, E, panel, NR, s + i * lds + p * NR, lds,
+                     vmax ? vmax + i * VW : NULL);
+    }
+}
+
+static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
+                   const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo)
+{
+    /* One panel (nkeys x NR, contiguous) at a time: it stays in L1 while every
+     * row group streams its probabilities past it. */
+    for (int64_t c = 0; c < ncols; c += NR) {
+        const FA_T *pan = vp + (c / NR) * pstride;
+        int64_t i = 0;
+        for (; i + PV_MR <= rows; i += PV_MR)
+            FN(tile)(PV_MR, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
+        for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
+            FN(tile)(PV_MR / 2, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
+        for (; i < rows; i++)
+            FN(tile)(1, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
+    }
+}
+
+/* Few query rows (decoding): no packing.  s[i][j] = q[i] . k[j] for i < rows,
+ * j < nkeys; q packed [rows x E], key j at k + j*krs (unit column stride). */
+static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
+                          const FA_T *k, int64_t krs, FA_T *s, int64_t lds)
+{
+    for (int64_t j = 0; j < nkeys; j++) {
+        const FA_T *kj = k + j * krs;
+        for (int64_t i = 0; i < rows; i++) {
+            const FA_T *qi = q + i * E;
+            VT a0 = V(zero)(), a1 = V(zero)();
+            int64_t d = 0;
+            for (; d + 2 * VW <= E; d += 2 * VW) {
+                a0 = V(fma)(V(load)(qi + d), V(load)(kj + d), a0);
+                a1 = V(fma)(V(load)(qi + d + VW), V(load)(kj + d + VW), a1);
+            }
+            FA_T t = V(hsum)(V(add)(a0, a1));
+            for (; d < E; d++) t += qi[d] * kj[d];
+            s[i * lds + j] = t;
+        }
+    }
+}
+
+/* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] for i < rows; value j at v + j*vrs
+ * (unit column stride); zero weights are skipped (so a NaN/Inf value behind
+ * a zero weight never reaches o). */
+static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p, int64_t ldp,
+                          const FA_T *v, int64_t vrs, FA_T *o, int64_t ldo)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        FA_T *oi = o + i * ldo;
+        for (int64_t j = 0; j < nkeys; j++) {
+            const FA_T w = p[i * ldp + j];
+            if (w == 0) continue;
+            const FA_T *vj = v + j * vrs;
+            const VT vw = V(set1)(w);
+            int64_t c = 0;
+            for (; c + VW <= Ev; c += VW) V(store)(oi + c, V(fma)(vw, V(load)(vj + c), V(load)(oi + c)));
+            for (; c < Ev; c++) oi[c] += w * vj[c];
+        }
+    }
+}
+
+/* has_nan NULL: no NaN detection (the streaming path finds NaN in the sum). */
+static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
+{
+    VT m0 = V(set1)(-INFINITY), m1 = m0;
+    VT bad = V(zero)(); /* NaN (or all-ones bits, on AVX2) in the lanes that saw a NaN */
+    int64_t i = 0;
+    if (has_nan) {
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            VT a = V(load)(x + i), b = V(load)(x + i + VW);
+            m0 = V(max_acc)(m0, a);
+            m1 = V(max_acc)(m1, b);
+            bad = V(nan_acc)(V(nan_acc)(bad, a), b);
+        }
+    } else {
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            m0 = V(max_acc)(m0, V(load)(x + i));
+            m1 = V(max_acc)(m1, V(load)(x + i + VW));
+        }
+    }
+    FA_T m = V(hmax)(V(max_acc)(m0, m1));
+    FA_T sbad = V(hsum)(bad);
+    for (; i < n; i++) {
+        if (x[i] > m) m = x[i];
+        if (x[i] != x[i]) sbad = x[i];
+    }
+    if (has_nan && sbad != sbad) *has_nan = 1;
+    return m;
+}
+
+/* y[i] = E(x[i] - m), returning the sum: E = exp for softmax and the
+ * weights, exp2 (base2) for the streaming attention (scores in log2 units).
+ * Inlined, base2 a constant, into expsum and expsum2, and these into
+ * online_softmax, though the table holds their addresses. */
+static FA_ALWAYS_INLINE VT FN(exp_any)(VT x, int base2) { return base2 ? V(exp2)(x) : V(exp)(x); }
+
+static FA_ALWAYS_INLINE FA_T FN(expsum_any)(const FA_T *x, FA_T *y, int64_t n, FA_T m,
+                                            int base2)
+{
+    VT vm = V(set1)(m), s0 = V(zero)(), s1 = V(zero)();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        VT a = FN(exp_any)(V(sub)(V(load)(x + i), vm), base2);
+        VT b = FN(exp_any)(V(sub)(V(load)(x + i + VW), vm), base2);
+        V(store)(y + i, a);
+        V(store)(y + i + VW, b);
+        s0 = V(add)(s0, a);
+        s1 = V(add)(s1, b);
+    }
+    if (i < n) { /* tail through a padded vector: every element sees the same exp */
+        FA_T buf[2 * VW];
+        int64_t t = n - i;
+        for (int64_t j = 0; j < 2 * VW; j++) buf[j] = j < t ? x[i + j] : (FA_T)-INFINITY;
+        VT a = FN(exp_any)(V(sub)(V(load)(buf), vm), base2);
+        VT b = FN(exp_any)(V(sub)(V(load)(buf + VW), vm), base2);
+        V(store)(buf, a);
+        V(store)(buf + VW, b);
+        for (int64_t j = 0; j < t; j++) y[i + j] = buf[j];
+        s0 = V(add)(s0, a);
+        s1 = V(add)(s1, b);
+    }
+    return V(hsum)(V(add)(s0, s1));
+}
+
+static FA_ALWAYS_INLINE FA_T FN(expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
+{
+    return FN(expsum_any)(x, y, n, m, 0);
+}
+
+static FA_ALWAYS_INLINE FA_T FN(expsum2)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
+{
+    return FN(expsum_any)(x, y, n, m, 1);
+}
+
+static void FN(scal)(FA_T *x, int64_t n, FA_T a)
+{
+    VT va = V(set1)(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(V(load)(x + i), va));
+    for (; i < n; i++) x[i] *= a;
+}
+
+/* One key block of the streaming (online) softmax, over the rows of a score
+ * tile s[rows x n] (ld lds) and their running max m, sum l and output o:
+ * per row i, mn = max(m[i], max_j s[i][j]) (NaN ignored), a = E(m[i] - mn),
+ * s[i][j] = E(s[i][j] - mn), l[i] = l[i] * a + sum_j s[i][j], o[i][0 .. ldo)
+ * *= a, m[i] = mn; E = 2^x (base2: scores in log2 units) or e^x.  A row with
+ * no visible key yet (mn = -inf) is zeroed instead, l[i] = NaN if it holds a
+ * NaN.  The rescaling factors of VW rows are one vector exp.  vmax: NULL, or
+ * the rows' lane-wise maxima from qk (then max_j s[i][j] = hmax(vmax[i])). */
+static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m, FA_T *l,
+                               FA_T *o, int64_t ldo, int base2, const FA_T *vmax)
+{
+    for (int64_t g = 0; g < rows; g += VW) {
+        const int64_t ng = rows - g < VW ? rows - g : VW;
+        FA_T mn[VW], d[VW], a[VW];
+        for (int64_t r = 0; r < VW; r++) d[r] = 0;
+        for (int64_t r = 0; r < ng; r++) {
+            const FA_T mx = vmax ? V(hmax)(V(load)(vmax + (g + r) * VW))
+                                 : FN(rowmax)(s + (g + r) * lds, n, NULL);
+            const FA_T mo = m[g + r];
+            mn[r] = mx > mo ? mx : mo;
+            if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
+        }
+        V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
+        for (int64_t r = 0; r < ng; r++) {
+            const int64_t i = g + r;
+            FA_T *row = s + i * lds;
+            if (mn[r] == (FA_T)-INFINITY) {
+                for (int64_t j = 0; j < n; j++)
+                    if (row[j] != row[j]) { l[i] = (FA_T)NAN; break; }
+                memset(row, 0, (size_t)n * sizeof(FA_T));
+                continue;
+            }
+            const FA_T sum = base2 ? FN(expsum2)(row, row, n, mn[r]) : FN(expsum)(row, row, n, mn[r]);
+            if (d[r] != 0) FN(scal)(o + i * ldo, ldo, a[r]);
+            l[i] = d[r] != 0 ? l[i] * a[r] + sum : l[i] + sum;
+            m[i] = mn[r];
+        }
+    }
+}
+
+/* Packing (see kernels.h): K panels by TB x TB block transposes, V panels by
+ * whole-vector copies that also watch for NaN/Inf (x - x is NaN only then). */
+static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,
+                       FA_T *kp)
+{
+    const int64_t Eb = E / VC(TB) * VC(TB);
+    for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
+        FA_T *pan = kp + (j0 / NR) * E * NR;
+        int64_t jb = 0;
+        for (; jb + VC(TB) <= NR && j0 + jb + VC(TB) <= nk; jb += VC(TB)) {
+            const FA_T *src = k + (j0 + jb) * krs;
+            for (int64_t d = 0; d < Eb; d += VC(TB)) V(transpose_block)(src + d, krs, pan + d * NR + jb, NR);
+            for (int64_t d = Eb; d < E; d++)
+                for (int64_t i = 0; i < VC(TB); i++) pan[d * NR + jb + i] = src[i * krs + d];
+        }
+        for (; jb < NR; jb++) { /* the last keys one at a time, zeros past nk */
+            FA_T *dst = pan + jb;
+            if (j0 + jb < nk) {
+                const FA_T *src = k + (j0 + jb) * krs;
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = src[d];
+            } else {
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = 0;
+            }
+        }
+    }
+}
+
+static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_t vrs, FA_T *vp,
+                      int64_t pstride)
+{
+    const int64_t full = Ev / NR; /* panels with no padding */
+    VT bad = V(zero)();
+    FA_T sbad = 0;
+    for (int64_t j = 0; j < nk; j++) {
+        const FA_T *src = v + j * vrs;
+        for (int64_t c = 0; c < full; c++) {
+            FA_T *dst = vp + c * pstride + j * NR;
+#pragma GCC unroll 4
+            for (int u = 0; u < NRV; u++) {
+                VT x = V(load)(src + c * NR + u * VW);
+                V(store)(dst + u * VW, x);
+                bad = V(nan_acc)(bad, V(sub)(x, x));
+            }
+        }
+        if (full * NR < ldv) {
+            FA_T *dst = vp + full * pstride + j * NR;
+            const int64_t w = Ev - full * NR;
+            for (int64_t c = 0; c < w; c++) {
+                dst[c] = src[full * NR + c];
+                sbad += dst[c] - dst[c];
+            }
+            for (int64_t c = w; c < NR; c++) dst[c] = 0;
+        }
+    }
+    FA_T hb = V(hsum)(bad);
+    return hb != hb || sbad != sbad;
+}
+
+/* acc[c] = acc[c] * x + y, n times per chain: a contraction towards
+ * y / (1 - x), so the values stay finite for any n. */
+static FA_T FN(fma_probe)(int64_t n)
+{
+    VT acc[FA_PROBE_CHAINS];
+    const VT x = V(set1)((FA_T)0.999), y = V(set1)((FA_T)0.001);
+#pragma GCC unroll 16
+    for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V(set1)((FA_T)c);
+    for (int64_t i = 0; i < n; i++) {
+#pragma GCC unroll 16
+        for (int c = 0; c < FA_PROBE_CHAINS; c++) acc[c] = V(fma)(acc[c], x, y);
+    }
+    VT s = acc[0];
+#pragma GCC unroll 16
+    for (int c = 1; c < FA_PROBE_CHAINS; c++) s = V(add)(s, acc[c]);
+    return V(hsum)(s);
+}
+
+/* The table of this ISA and element type (kernels.h):
+ * FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) -> fa_kernels_f32_avx2, ... */
+const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
+    FA_STR(FA_ISA_NAME), MR, NR, VW,
+    FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
+    FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe)};
+
+#undef FN
+#undef FA_T
+#undef V
+#undef VC
+#undef VT
+#undef VW
+#undef MR
+#undef NRV
+#undef NR
+#undef PV_MR

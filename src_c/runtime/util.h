@@ -1,0 +1,59 @@
+/* util.h -- preprocessor and integer helpers shared by every layer. */
+#ifndef FASTATTN_UTIL_H
+#define FASTATTN_UTIL_H
+
+#include <stdint.h>
+
+/* Token pasting and stringizing after macro expansion. */
+#define FA_PASTE_(a, b) a##b
+#define FA_PASTE(a, b) FA_PASTE_(a, b)
+#define FA_CAT_(a, b) a##_##b
+#define FA_CAT(a, b) FA_CAT_(a, b)                 /* FA_CAT(qk, f32) -> qk_f32 */
+#define FA_CAT3_(a, b, c) a##_##b##_##c
+#define FA_CAT3(a, b, c) FA_CAT3_(a, b, c)         /* -> qk_f32_avx2 */
+#define FA_STR_(x) #x
+#define FA_STR(x) FA_STR_(x)
+
+/* The element types.  Every template (a *_tmpl.h file, included once per
+ * element type: the one templating idiom of src_c/) takes a single parameter,
+ * FA_SFX = f32 or f64, and derives the rest from it here, e.g.
+ * FA_TYPE(f32) -> float, FA_VEC(f64) -> vd (the simd/ mapping's prefix). */
+#define FA_TYPE(sfx) FA_PASTE(FA_TYPE_, sfx)       /* float, double */
+#define FA_TYPE_MAX(sfx) FA_PASTE(FA_TYPE_MAX_, sfx) /* FLT_MAX, DBL_MAX (<float.h>) */
+#define FA_UINT(sfx) FA_PASTE(FA_UINT_, sfx)       /* unsigned of the same size */
+#define FA_EXP_MASK(sfx) FA_PASTE(FA_EXP_MASK_, sfx) /* its exponent bits */
+#define FA_VEC(sfx) FA_PASTE(FA_VEC_, sfx)         /* vf, vd: simd/ operations, types */
+#define FA_VECU(sfx) FA_PASTE(FA_VECU_, sfx)       /* VF, VD: simd/ constants */
+#define FA_IS_F64(sfx) FA_PASTE(FA_IS_F64_, sfx)   /* 0, 1: for #if */
+#define FA_TYPE_f32 float
+#define FA_TYPE_f64 double
+#define FA_TYPE_MAX_f32 FLT_MAX
+#define FA_TYPE_MAX_f64 DBL_MAX
+#define FA_UINT_f32 uint32_t
+#define FA_UINT_f64 uint64_t
+#define FA_EXP_MASK_f32 0x7f800000u
+#define FA_EXP_MASK_f64 0x7ff0000000000000ull
+#define FA_VEC_f32 vf
+#define FA_VEC_f64 vd
+#define FA_VECU_f32 VF
+#define FA_VECU_f64 VD
+#define FA_IS_F64_f32 0
+#define FA_IS_F64_f64 1
+
+/* For a hot helper that is also in the kernel table (its address taken):
+ * inlined where called directly all the same. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_ALWAYS_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define FA_ALWAYS_INLINE __forceinline
+#else
+#define FA_ALWAYS_INLINE inline
+#endif
+
+/* n rounded up to a multiple of m (n >= 0, m > 0). */
+static inline int64_t fa_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+/* ceil(n / m) (n >= 0, m > 0). */
+static inline int64_t fa_div_up(int64_t n, int64_t m) { return (n + m - 1) / m; }
+static inline int64_t fa_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+#endif

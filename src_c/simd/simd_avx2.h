@@ -1,0 +1,50 @@
+/* simd_avx2.h -- the AVX2 + FMA mapping (see simd.h for the contract).
+ * Included by simd.h once for the types and constants, then once per
+ * element type (FA_SFX f32, f64) for the operations: V(op) -> vf_op, vd_op
+ * on _mm256_op_ps, _mm256_op_pd. */
+#ifndef FA_SFX
+#include <immintrin.h>
+#include "simd/x86.h"
+typedef __m256 vf;
+typedef __m256d vd;
+#define VF_W 8
+#define VD_W 4
+#define VF_MR 6
+#define VF_NRV 2
+#define VD_MR 6
+#define VD_NRV 2
+#define VF_PV_MR 6
+#define VD_PV_MR 6
+#include "simd/transpose_x86.h"
+
+#else /* the operations of element type FA_SFX */
+#define FA_MM _mm256 /* MM(add) -> _mm256_add_ps, _mm256_add_pd (x86.h) */
+#define FA_MMSI si256
+#include "simd/x86_ops_tmpl.h"
+static inline VT V(round)(VT x) { return MM(round)(x, FA_RN); }
+static inline VT V(zero_below)(VT p, VT x, FA_T lo) { return MM(andnot)(MM(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), p); }
+/* lanes of acc become all-ones bits (a NaN) where x is NaN */
+static inline VT V(nan_acc)(VT acc, VT x) { return MM(or)(acc, MM(cmp)(x, x, _CMP_UNORD_Q)); }
+#if !FA_IS_F64(FA_SFX)
+/* p * 2^n by the exponent bits of 2^n: normal for n in [-126, 0] */
+static inline vf vf_ldexp(vf p, vf n)
+{
+    __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
+    e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#else
+/* p * 2^n by the exponent bits of 2^n: normal for n in [-1022, 0] */
+static inline vd vd_ldexp(vd p, vd n)
+{
+    __m128i n32 = _mm256_cvtpd_epi32(_mm256_max_pd(n, _mm256_set1_pd(-1022.0)));
+    __m256i e = _mm256_cvtepi32_epi64(n32);
+    e = _mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+}
+#endif
+static inline FA_T V(hmax)(VT a) { return FA_CAT(fa_hmax256, FA_PASTE(FA_PS_, FA_SFX))(a); }
+static inline FA_T V(hsum)(VT a) { return FA_CAT(fa_hsum256, FA_PASTE(FA_PS_, FA_SFX))(a); }
+#undef FA_MM
+#undef FA_MMSI
+#endif

@@ -1,0 +1,55 @@
+/* simd_avx512.h -- the AVX-512F mapping (see simd.h for the contract).
+ * Included by simd.h once for the types and constants, then once per
+ * element type (FA_SFX f32, f64) for the operations: V(op) -> vf_op, vd_op
+ * on _mm512_op_ps, _mm512_op_pd. */
+#ifndef FA_SFX
+#if defined(FA_AVX512_SIMDE)
+/* Test builds only (setup.py, FASTATTN_AVX512_EMULATION=simde): the same
+ * AVX-512 source, its _mm512 intrinsics implemented by SIMDe on AVX2, so the
+ * AVX-512 kernels can be executed and checked on a CPU without AVX-512. */
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#else
+#include <immintrin.h>
+#endif
+#include "simd/x86.h"
+typedef __m512 vf;
+typedef __m512d vd;
+#define VF_W 16
+#define VD_W 8
+#define VF_MR 8
+#define VF_NRV 2
+#define VD_MR 8
+#define VD_NRV 2
+#define VF_PV_MR 8
+#define VD_PV_MR 8
+#include "simd/transpose_x86.h"
+
+#else /* the operations of element type FA_SFX */
+#define FA_MM _mm512 /* MM(add) -> _mm512_add_ps, _mm512_add_pd (x86.h) */
+#define FA_MMSI si512
+#define MMASK(op) FA_CAT(MM(op), mask) /* MMASK(cmp) -> _mm512_cmp_ps_mask */
+#include "simd/x86_ops_tmpl.h"
+static inline VT V(round)(VT x) { return MM(roundscale)(x, FA_RN); }
+static inline VT V(ldexp)(VT p, VT n) { return MM(scalef)(p, n); }
+static inline VT V(zero_below)(VT p, VT x, FA_T lo)
+{
+    return MM(mask_mov)(p, MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), MM(setzero)());
+}
+/* lanes of acc become NaN where x is NaN (sticky NaN detector) */
+static inline VT V(nan_acc)(VT acc, VT x) { return MM(mask_mov)(acc, MMASK(cmp)(x, x, _CMP_UNORD_Q), x); }
+/* Horizontal max / sum: the two 256-bit halves combined, then within 256
+ * bits (x86.h; AVX-512F only: no AVX512DQ extract). */
+#if !FA_IS_F64(FA_SFX)
+static inline __m256 vf_hi256(vf a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+static inline float vf_hmax(vf a) { return fa_hmax256_ps(_mm256_max_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
+static inline float vf_hsum(vf a) { return fa_hsum256_ps(_mm256_add_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
+#else
+static inline __m256d vd_hi256(vd a) { return _mm512_extractf64x4_pd(a, 1); }
+static inline double vd_hmax(vd a) { return fa_hmax256_pd(_mm256_max_pd(_mm512_castpd512_pd256(a), vd_hi256(a))); }
+static inline double vd_hsum(vd a) { return fa_hsum256_pd(_mm256_add_pd(_mm512_castpd512_pd256(a), vd_hi256(a))); }
+#endif
+#undef FA_MM
+#undef FA_MMSI
+#undef MMASK
+#endif
