@@ -166,13 +166,16 @@ def test_sdist_contents(tmp_path) -> None:
     (sdist,) = tmp_path.glob("fastattn-*.tar.gz")
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    need = {"setup.py", "pyproject.toml", "fastattn/_core.pyx", "fastattn/py.typed",
-            "fastattn/_core.pyi", "fastattn/__init__.py"}
-    need |= {f"src_c/{f}" for f in os.listdir(os.path.join(REPO, "src_c"))
-             if f.endswith((".c", ".h"))}
+    need = {"setup.py", "pyproject.toml", "fastattn/_core.pyx", "fastattn/_core.pxd",
+            "fastattn/_testing.pyx", "fastattn/py.typed", "fastattn/_core.pyi",
+            "fastattn/__init__.py"}
+    src_c = os.path.join(REPO, "src_c")
+    need |= {os.path.relpath(os.path.join(d, f), REPO).replace(os.sep, "/")
+             for d, _, files in os.walk(src_c) for f in files
+             if f.endswith((".c", ".h", ".flags"))}
     assert need <= names, f"missing from the sdist: {sorted(need - names)}"
     bad = sorted(n for n in names if n.endswith((".so", ".pyd", ".o", ".dylib", ".dll"))
-                 or n in ("fastattn/_core.c", "fastattn/_build_config.py")
+                 or n in ("fastattn/_core.c", "fastattn/_testing.c", "fastattn/_build_config.py")
                  or n.startswith(("build/", "dist/")) or "__pycache__" in n)
     assert not bad, f"build output in the sdist: {bad}"
 

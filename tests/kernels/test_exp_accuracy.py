@@ -1,4 +1,4 @@
-"""The kernels' vectorised exp and exp2 (src_c/simd.h), on every ISA path.
+"""The kernels' vectorised exp and exp2 (src_c/simd/vmath_tmpl.h), on every ISA path.
 
 The softmax (``exp``) and the streaming attention (``exp2``, scores in log2
 units) exponentiate ``x = score - row max <= 0``.  ``fastattn._testing.exp``
