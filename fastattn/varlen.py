@@ -1,0 +1,192 @@
+"""attention_varlen(): attention over packed sequences of different lengths.
+
+flash-attn's varlen layout on NumPy arrays.  Each sequence is one call of
+:func:`fastattn.attention` on zero-copy views of the packed arrays (heads
+moved first by a stride swap, never a copy), writing straight into the
+matching rows of the packed output: the work of a sequence is its own
+``L x S``, never padded to the longest sequence.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
+
+import numpy as np
+
+from ._api import _check_out, _dtypes, attention
+from ._varlen_checks import check_cu_seqlens, per_head
+
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from numpy.typing import ArrayLike, NDArray
+
+    _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+    _Window: TypeAlias = "int | tuple[int | None, int | None] | None"
+
+__all__ = ["attention_varlen"]
+
+
+def _packed_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[int, int]:
+    """(H, H_kv) of packed query (total_q, H, D), key (total_k, H_kv, D) and
+    value (total_k, H_kv, Dv), after checking that the shapes fit."""
+    for name, a in (("query", q), ("key", k), ("value", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must have shape (total, heads, dim), got shape {a.shape}")
+    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
+                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if H_kv == 0 or H % H_kv:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv}): "
+                         f"query {q.shape}, key {k.shape}")
+    return H, H_kv
+
+
+def _heads_first(a: np.ndarray) -> np.ndarray:
+    """(rows, H, C) viewed as (H, rows, C), never a copy."""
+    return np.moveaxis(a, 1, 0)
+
+
+def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+                     cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, *,
+                     is_causal: _Causal = False, scale: SupportsFloat | None = None,
+                     window: _Window = None, alibi_slopes: ArrayLike | None = None,
+                     softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                     return_lse: bool = False, out: NDArray[Any] | None = None,
+                     num_threads: SupportsIndex | None = None
+                     ) -> _Float | tuple[_Float, _Float]:
+    """Attention over a packed batch of sequences of different lengths.
+
+    flash-attn's varlen layout: sequence ``b`` owns query rows
+    ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and key/value rows
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``; its queries attend to its keys
+    only, exactly as one :func:`fastattn.attention` call on that sequence
+    (the causal mask, the window and ALiBi counted within the sequence).
+    Each sequence costs its own length: nothing is padded.
+
+    Parameters
+    ----------
+    query : array_like, shape (total_q, H, D)
+    key : array_like, shape (total_k, H_kv, D)
+    value : array_like, shape (total_k, H_kv, Dv)
+        ``H`` a multiple of ``H_kv`` (grouped-query attention: query head
+        ``h`` uses key/value head ``h // (H // H_kv)``, as
+        ``attention(..., enable_gqa=True)``).  Any strides; never copied
+        unless a dtype conversion needs it.
+    cu_seqlens_q, cu_seqlens_k : array_like of int32 or int64, shape (n + 1,)
+        Cumulative sequence lengths: non-decreasing, starting at 0 and
+        ending at ``total_q`` and ``total_k``; both describe the same ``n``
+        sequences.  Empty sequences are allowed (queries with no key get a
+        zero output and an lse of ``-inf``).
+    is_causal : bool or {'upper_left', 'lower_right'}, optional
+        As in :func:`fastattn.attention`, within each sequence.
+    scale : float, optional
+        Multiplies ``Q Kᵀ``; default ``1 / sqrt(D)``.
+    window : int or (left, right), optional
+        Sliding window, as in :func:`fastattn.attention`, within each sequence.
+    alibi_slopes : array_like, optional
+        Broadcastable to ``(n, H)``: one slope per head, or per sequence
+        and head.
+    softcap : float, optional
+        Soft-capping of the scores, as in :func:`fastattn.attention`.
+    sinks : array_like, optional
+        Broadcastable to ``(n, H)``: one sink logit per head, or per
+        sequence and head.
+    return_lse : bool, optional
+        Also return the log-sum-exp of each row, heads first.
+    out : ndarray, optional
+        Array of shape ``(total_q, H, Dv)`` and the result dtype (any
+        strides), filled and returned.  Left untouched when an error is
+        raised: everything is checked before anything is computed.
+    num_threads : int, optional
+        OpenMP threads of each sequence's call; None = the OpenMP default.
+        The result is bitwise the same for every thread count.
+
+    Returns
+    -------
+    output : ndarray, shape (total_q, H, Dv)
+        The dtype follows :func:`fastattn.attention`.
+    lse : ndarray, shape (H, total_q)
+        Only with ``return_lse=True``, in the compute dtype (float32 for
+        float16/float32 inputs); heads first, as flash-attn's varlen
+        functions return it.
+
+    Raises
+    ------
+    ValueError
+        On shapes that do not fit the layout (naming the arguments and their
+        shapes), or bad ``cu_seqlens_*`` (not int32/int64, not 1-D, wrong
+        ends, decreasing, or of different lengths), naming the array.
+    TypeError
+        As :func:`fastattn.attention` for bad dtypes and option types.
+
+    See Also
+    --------
+    fastattn.reference.attention_varlen : the plain NumPy definition.
+
+    Examples
+    --------
+    Two sequences, of 1 and 2 tokens, packed into 3 rows (one head of two
+    dimensions); the second one causal within itself:
+
+    >>> import numpy as np, fastattn
+    >>> x = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]])
+    >>> cu = np.array([0, 1, 3], dtype=np.int32)
+    >>> out = fastattn.attention_varlen(x, x, x, cu, cu, is_causal=True)
+    >>> out.shape
+    (3, 1, 2)
+    >>> np.round(out[:, 0], 3)
+    array([[1.  , 0.  ],
+           [0.  , 1.  ],
+           [0.67, 1.  ]])
+    """
+    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
+    H, H_kv = _packed_shapes(q, k, v)
+    cdt, odt = _dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    cq = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
+    ck = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
+    if cq.shape != ck.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
+                         f"got {cq.shape} and {ck.shape}")
+    n = cq.size - 1
+    slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
+    sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)
+    shape = (q.shape[0], H, v.shape[2])
+    if out is not None:
+        _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v)))
+    # Only the options given: attention() learns some of them separately.
+    options: dict[str, Any] = {}
+    if window is not None:
+        options["window"] = window
+    if softcap is not None:
+        options["softcap"] = softcap
+    if return_lse:
+        options["return_lse"] = True
+
+    def call(rows: slice, keys: slice, target, b: int | None):
+        extra = dict(options)
+        if slopes is not None and b is not None:
+            extra["alibi_slopes"] = slopes[b]
+        if sink is not None and b is not None:
+            extra["sinks"] = sink[b]
+        return attention(_heads_first(q[rows]), _heads_first(k[keys]), _heads_first(v[keys]),
+                         is_causal=is_causal, scale=scale, enable_gqa=H != H_kv,
+                         out=target, num_threads=num_threads, **extra)
+
+    # The other arguments (is_causal, scale, window, softcap, num_threads...)
+    # are checked by attention() itself, on a problem with no rows, before
+    # any row of the result is written.
+    call(slice(0, 0), slice(0, 0), None, 0 if n else None)
+    result = np.empty(shape, dtype=odt) if out is None else out
+    lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt) if return_lse else None
+    for b in range(n):
+        rows = slice(int(cq[b]), int(cq[b + 1]))
+        if rows.start == rows.stop:
+            continue
+        keys = slice(int(ck[b]), int(ck[b + 1]))
+        r = call(rows, keys, _heads_first(result[rows]), b)
+        if lse is not None:
+            lse[:, rows] = r[1]
+    return (result, lse) if lse is not None else result
