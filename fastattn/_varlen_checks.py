@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_cu_seqlens", "per_head"]
+__all__ = ["check_cu_seqlens", "check_packed", "per_head"]
 
 
 def check_cu_seqlens(name: str, cu_seqlens, total: int, what: str) -> np.ndarray:
@@ -22,6 +22,29 @@ def check_cu_seqlens(name: str, cu_seqlens, total: int, what: str) -> np.ndarray
     if np.any(np.diff(a) < 0):
         raise ValueError(f"{name} must be non-decreasing, got {a}")
     return a.astype(np.int64)
+
+
+def check_packed(q: np.ndarray, k: np.ndarray, v: np.ndarray, cu_seqlens_q, cu_seqlens_k
+                 ) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(H, H_kv, cu_seqlens_q, cu_seqlens_k as int64) of a packed batch:
+    query (total_q, H, D), key (total_k, H_kv, D), value (total_k, H_kv, Dv),
+    after checking that the shapes and both cu_seqlens fit."""
+    for name, a in (("query", q), ("key", k), ("value", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must have shape (total, heads, dim), got shape {a.shape}")
+    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
+                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
+    H, H_kv = q.shape[1], k.shape[1]
+    if H_kv == 0 or H % H_kv:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv}): "
+                         f"query {q.shape}, key {k.shape}")
+    cq = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
+    ck = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
+    if cq.shape != ck.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
+                         f"got {cq.shape} and {ck.shape}")
+    return H, H_kv, cq, ck
 
 
 def per_head(name: str, values, heads_shape: tuple, dtype, *, neg_inf_ok: bool = False):

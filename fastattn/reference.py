@@ -71,7 +71,7 @@ import operator
 import numpy as np
 import scipy.special
 
-from ._varlen_checks import check_cu_seqlens as _check_cu_seqlens
+from ._varlen_checks import check_packed as _check_packed
 from ._varlen_checks import per_head as _per_head
 
 __all__ = ["attention", "attention_varlen", "softmax"]
@@ -261,20 +261,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal
         lengths), naming the array.
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
-    for name, a in (("query", q), ("key", k), ("value", v)):
-        if a.ndim != 3:
-            raise ValueError(f"{name} must have shape (total, heads, dim), got {a.shape}")
-    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
-                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
-    H, H_kv = q.shape[1], k.shape[1]
-    if H_kv == 0 or H % H_kv:
-        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
-    cq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
-    ck = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
-    if cq.shape != ck.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
-                         f"got {cq.shape} and {ck.shape}")
+    H, _, cq, ck = _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     n = cq.size - 1
     slopes = _per_head("alibi_slopes", alibi_slopes, (n, H), np.float64)
     sink = _per_head("sinks", sinks, (n, H), np.float64, neg_inf_ok=True)

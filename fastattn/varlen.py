@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 import numpy as np
 
 from ._api import _check_out, _dtypes, attention
-from ._varlen_checks import check_cu_seqlens, per_head
+from ._varlen_checks import check_packed, per_head
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -26,22 +26,6 @@ if TYPE_CHECKING:
     _Window: TypeAlias = "int | tuple[int | None, int | None] | None"
 
 __all__ = ["attention_varlen"]
-
-
-def _packed_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[int, int]:
-    """(H, H_kv) of packed query (total_q, H, D), key (total_k, H_kv, D) and
-    value (total_k, H_kv, Dv), after checking that the shapes fit."""
-    for name, a in (("query", q), ("key", k), ("value", v)):
-        if a.ndim != 3:
-            raise ValueError(f"{name} must have shape (total, heads, dim), got shape {a.shape}")
-    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
-                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
-    H, H_kv = q.shape[1], k.shape[1]
-    if H_kv == 0 or H % H_kv:
-        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv}): "
-                         f"query {q.shape}, key {k.shape}")
-    return H, H_kv
 
 
 def _heads_first(a: np.ndarray) -> np.ndarray:
@@ -69,12 +53,13 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     Parameters
     ----------
     query : array_like, shape (total_q, H, D)
-    key : array_like, shape (total_k, H_kv, D)
-    value : array_like, shape (total_k, H_kv, Dv)
-        ``H`` a multiple of ``H_kv`` (grouped-query attention: query head
-        ``h`` uses key/value head ``h // (H // H_kv)``, as
-        ``attention(..., enable_gqa=True)``).  Any strides; never copied
-        unless a dtype conversion needs it.
+        The queries of all sequences, one after the other.
+    key, value : array_like, shapes (total_k, H_kv, D) and (total_k, H_kv, Dv)
+        The keys and values, packed the same way.  ``H`` is a multiple of
+        ``H_kv``: grouped-query attention as ``attention(...,
+        enable_gqa=True)``, query head ``h`` on key/value head
+        ``h // (H // H_kv)``.  Any strides; never copied unless a dtype
+        conversion needs it.
     cu_seqlens_q, cu_seqlens_k : array_like of int32 or int64, shape (n + 1,)
         Cumulative sequence lengths: non-decreasing, starting at 0 and
         ending at ``total_q`` and ``total_k``; both describe the same ``n``
@@ -143,13 +128,8 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
            [0.67, 1.  ]])
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
-    H, H_kv = _packed_shapes(q, k, v)
+    H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     cdt, odt = _dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
-    cq = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
-    ck = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
-    if cq.shape != ck.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
-                         f"got {cq.shape} and {ck.shape}")
     n = cq.size - 1
     slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
     sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)

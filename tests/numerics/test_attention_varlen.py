@@ -145,21 +145,24 @@ def test_docstring_example_runs():
     assert result.attempted > 0 and result.failed == 0
 
 
-@st.composite
-def packed(draw):
-    n = draw(st.integers(0, 5))
-    Hkv = draw(st.integers(1, 2))
-    H = Hkv * draw(st.integers(1, 3))
-    lq = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
-    lk = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
-    dtype = draw(st.sampled_from([np.float32, np.float64]))
-    cu_dtype = draw(st.sampled_from([np.int32, np.int64]))
-    return _packed(lq, lk, H=H, Hkv=Hkv, D=draw(st.integers(1, 9)), Dv=draw(st.integers(1, 5)),
-                   dtype=dtype, cu_dtype=cu_dtype, seed=draw(st.integers(0, 2**32 - 1)))
+def _packed_from(lengths, heads, dims, **kwargs):
+    """_packed from hypothesis' draws: (len_q, len_k) pairs, (H_kv, groups), (D, Dv)."""
+    lq, lk = ([a for a, _ in lengths], [b for _, b in lengths])
+    return _packed(lq, lk, H=heads[0] * heads[1], Hkv=heads[0], D=dims[0], Dv=dims[1], **kwargs)
+
+
+# Up to 5 sequences of 0..20 queries and 0..20 keys, GQA or not, odd sizes.
+packed = st.builds(_packed_from,
+                   st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=5),
+                   st.tuples(st.integers(1, 2), st.integers(1, 3)),
+                   st.tuples(st.integers(1, 9), st.integers(1, 5)),
+                   dtype=st.sampled_from([np.float32, np.float64]),
+                   cu_dtype=st.sampled_from([np.int32, np.int64]),
+                   seed=st.integers(0, 2**32 - 1))
 
 
 @settings(max_examples=examples(80))
-@given(packed(), st.sampled_from([False, True, "lower_right"]))
+@given(packed, st.sampled_from([False, True, "lower_right"]))
 def test_property_random_lengths(pk, causal):
     _check(*pk, is_causal=causal)
 
@@ -205,7 +208,7 @@ def test_return_lse(dtype):
 
 @_needs("window", "alibi_slopes", "softcap", "sinks", "return_lse")
 @settings(max_examples=examples(40))
-@given(packed(), st.sampled_from([None, 1, (2, 0), (None, 3)]), st.booleans(), st.booleans())
+@given(packed, st.sampled_from([None, 1, (2, 0), (None, 3)]), st.booleans(), st.booleans())
 def test_property_all_options(pk, window, use_cap, use_sinks):
     q, k, v, cq, ck = pk
     n, H = len(cq) - 1, q.shape[1]
