@@ -9,7 +9,7 @@ matching rows of the packed output: the work of a sequence is its own
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
@@ -33,6 +33,33 @@ def _heads_first(a: np.ndarray) -> np.ndarray:
     return np.moveaxis(a, 1, 0)
 
 
+@overload
+def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+                     cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, *,
+                     is_causal: _Causal = False, scale: SupportsFloat | None = None,
+                     window: _Window = None, alibi_slopes: ArrayLike | None = None,
+                     softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                     return_lse: Literal[False] = False, out: NDArray[Any] | None = None,
+                     num_threads: SupportsIndex | None = None
+                     ) -> _Float: ...
+@overload
+def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+                     cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, *,
+                     is_causal: _Causal = False, scale: SupportsFloat | None = None,
+                     window: _Window = None, alibi_slopes: ArrayLike | None = None,
+                     softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                     return_lse: Literal[True], out: NDArray[Any] | None = None,
+                     num_threads: SupportsIndex | None = None
+                     ) -> tuple[_Float, _Float]: ...
+@overload
+def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+                     cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, *,
+                     is_causal: _Causal = False, scale: SupportsFloat | None = None,
+                     window: _Window = None, alibi_slopes: ArrayLike | None = None,
+                     softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                     return_lse: bool = False, out: NDArray[Any] | None = None,
+                     num_threads: SupportsIndex | None = None
+                     ) -> _Float | tuple[_Float, _Float]: ...
 def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
                      cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, *,
                      is_causal: _Causal = False, scale: SupportsFloat | None = None,
