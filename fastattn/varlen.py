@@ -5,15 +5,23 @@ flash-attn's varlen layout on NumPy arrays.  Each sequence is one call of
 moved first by a stride swap, never a copy), writing straight into the
 matching rows of the packed output: the work of a sequence is its own
 ``L x S``, never padded to the longest sequence.
+
+With several threads and many sequences, none longer than a thread's share
+of the work, the sequences run side by side, one thread each, longest first
+(the kernels release the GIL); otherwise one after the other, each on all
+the threads.  The results are the same bitwise either way.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
-from ._api import _check_out, _dtypes, attention
+from . import _core
+from ._api import _check_out, _dtypes, _threads, attention
 from ._varlen_checks import check_packed, per_head
 
 if TYPE_CHECKING:
@@ -27,10 +35,27 @@ if TYPE_CHECKING:
 
 __all__ = ["attention_varlen"]
 
+# Below this many query-key pairs x heads x (D + Dv) in all, the sequences run
+# one after the other: threads of their own would cost more than they save.
+_POOL_MIN_WORK = 1 << 24
+
 
 def _heads_first(a: np.ndarray) -> np.ndarray:
     """(rows, H, C) viewed as (H, rows, C), never a copy."""
     return np.moveaxis(a, 1, 0)
+
+
+def _side_by_side(costs: list[int], num_threads, per_pair: int) -> int:
+    """How many sequences of these costs (query-key pairs) to run at once, one
+    thread each: the thread count, or 1 (one after the other, each on all the
+    threads) when they are too few or too small, or one of them is longer than
+    a thread's share of the work (it would finish last, alone)."""
+    nt = _core.openmp_max_threads() if num_threads is None else _threads(num_threads)
+    total = sum(costs)
+    if (nt <= 1 or len(costs) < 2 * nt or total * per_pair < _POOL_MIN_WORK
+            or max(costs) * nt > total):
+        return 1
+    return nt
 
 
 @overload
@@ -172,7 +197,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     if return_lse:
         options["return_lse"] = True
 
-    def call(rows: slice, keys: slice, target, b: int | None):
+    def call(rows: slice, keys: slice, target, b: int | None, nt=num_threads):
         extra = dict(options)
         if slopes is not None and b is not None:
             extra["alibi_slopes"] = slopes[b]
@@ -180,7 +205,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
             extra["sinks"] = sink[b]
         return attention(_heads_first(q[rows]), _heads_first(k[keys]), _heads_first(v[keys]),
                          is_causal=is_causal, scale=scale, enable_gqa=H != H_kv,
-                         out=target, num_threads=num_threads, **extra)
+                         out=target, num_threads=nt, **extra)
 
     # The other arguments (is_causal, scale, window, softcap, num_threads...)
     # are checked by attention() itself, on a problem with no rows, before
@@ -188,12 +213,24 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     call(slice(0, 0), slice(0, 0), None, 0 if n else None)
     result = np.empty(shape, dtype=odt) if out is None else out
     lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt) if return_lse else None
-    for b in range(n):
-        rows = slice(int(cq[b]), int(cq[b + 1]))
-        if rows.start == rows.stop:
-            continue
-        keys = slice(int(ck[b]), int(ck[b + 1]))
-        r = call(rows, keys, _heads_first(result[rows]), b)
+    # (sequence, its query rows, its keys), for the sequences with queries.
+    work = [(b, slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1])))
+            for b in range(n) if cq[b + 1] > cq[b]]
+
+    def run(item, nt=num_threads) -> None:
+        b, rows, keys = item
+        r = call(rows, keys, _heads_first(result[rows]), b, nt)
         if lse is not None:
             lse[:, rows] = r[1]
+
+    costs = [(rows.stop - rows.start) * max(keys.stop - keys.start, 1) for _, rows, keys in work]
+    at_once = _side_by_side(costs, num_threads, H * (q.shape[2] + v.shape[2]))
+    if at_once == 1:
+        for item in work:
+            run(item)
+    else:
+        longest_first = [work[i] for i in sorted(range(len(work)), key=lambda i: -costs[i])]
+        with ThreadPoolExecutor(at_once, thread_name_prefix="fastattn-varlen") as pool:
+            for done in [pool.submit(run, item, 1) for item in longest_first]:
+                done.result()
     return (result, lse) if lse is not None else result
