@@ -14,9 +14,8 @@ the threads.  The results are the same bitwise either way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
-
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
@@ -188,7 +187,8 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     shape = (q.shape[0], H, v.shape[2])
     if out is not None:
         _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v)))
-    # Only the options given: attention() learns some of them separately.
+    # Only the options given are passed on, so that a call without them works
+    # whatever keywords this build's attention() has.
     options: dict[str, Any] = {}
     if window is not None:
         options["window"] = window
