@@ -71,6 +71,9 @@ import operator
 import numpy as np
 import scipy.special
 
+from ._varlen_checks import check_packed as _check_packed
+from ._varlen_checks import per_head as _per_head
+
 __all__ = ["attention", "attention_varlen", "softmax"]
 
 
@@ -126,31 +129,6 @@ def _check_softcap(softcap):
     if not (math.isfinite(c) and c > 0):
         raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
     return c
-
-
-def _per_head(name, values, heads_shape, dtype, *, neg_inf_ok=False):
-    """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``."""
-    if values is None:
-        return None
-    a = np.asarray(values)
-    if a.dtype == bool or a.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
-    if len(heads_shape) == 0:
-        raise ValueError(f"{name} needs a head axis: the inputs have no batch "
-                         f"dimensions (..., H), {name} has shape {a.shape}")
-    try:
-        fits = np.broadcast_shapes(a.shape, heads_shape) == tuple(heads_shape)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(f"{name} of shape {a.shape} is not broadcastable to "
-                         f"(..., H) = {tuple(heads_shape)}")
-    a64 = a.astype(np.float64)
-    bad = np.isnan(a64) | (a64 == np.inf) if neg_inf_ok else ~np.isfinite(a64)
-    if bad.any():
-        what = "NaN or +inf" if neg_inf_ok else "non-finite"
-        raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
-    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
@@ -239,21 +217,6 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     return result if len(result) > 1 else output
 
 
-def _check_cu_seqlens(name, cu_seqlens, total, what):
-    """``cu_seqlens`` as int64, after checking flash-attn's conventions."""
-    a = np.asarray(cu_seqlens)
-    if a.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise ValueError(f"{name} must be int32 or int64, got dtype {a.dtype}")
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"{name} must be 1-D with n + 1 >= 1 entries, got shape {a.shape}")
-    if a[0] != 0 or a[-1] != total:
-        raise ValueError(f"{name} must start at 0 and end at {total} (the rows of {what}), "
-                         f"got {a[0]} ... {a[-1]}")
-    if np.any(np.diff(a) < 0):
-        raise ValueError(f"{name} must be non-decreasing, got {a}")
-    return a.astype(np.int64)
-
-
 def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal=False,
                      scale=None, window=None, alibi_slopes=None, softcap=None, sinks=None,
                      return_lse=False):
@@ -298,20 +261,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal
         lengths), naming the array.
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
-    for name, a in (("query", q), ("key", k), ("value", v)):
-        if a.ndim != 3:
-            raise ValueError(f"{name} must have shape (total, heads, dim), got {a.shape}")
-    if k.shape[:2] != v.shape[:2] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"shapes do not fit (total_q, H, D), (total_k, H_kv, D), "
-                         f"(total_k, H_kv, Dv): query {q.shape}, key {k.shape}, value {v.shape}")
-    H, H_kv = q.shape[1], k.shape[1]
-    if H_kv == 0 or H % H_kv:
-        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({H_kv})")
-    cq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query")
-    ck = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key")
-    if cq.shape != ck.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
-                         f"got {cq.shape} and {ck.shape}")
+    H, _, cq, ck = _check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     n = cq.size - 1
     slopes = _per_head("alibi_slopes", alibi_slopes, (n, H), np.float64)
     sink = _per_head("sinks", sinks, (n, H), np.float64, neg_inf_ok=True)

@@ -3,7 +3,9 @@
 :func:`trace` returns every intermediate of one attention head (X, the
 projections, Q, K, V, the raw and scaled scores, the mask, the softmax weights
 and the output) for the walkthrough's 3-token, 2-dimension example or for
-your own numbers.  :func:`main` is ``python -m fastattn trace``, which prints
+your own numbers; with the variants (soft-capping, ALiBi, a sliding window,
+an attention sink) also their steps: the capped scores, the ALiBi bias and
+the biased scores, the window in the mask, the sink's share of each row.  :func:`main` is ``python -m fastattn trace``, which prints
 those steps in the walkthrough's order so that it can be followed line by
 line, including its drills::
 
@@ -11,6 +13,7 @@ line, including its drills::
     python -m fastattn trace --causal               # with the causal mask
     python -m fastattn trace --x "1,0;1,1;1,1"      # drill: token B = (1, 1)
     python -m fastattn trace --random 3,8 --scale 1 # drill: grow d_k, no scaling
+    python -m fastattn trace --window 1,0 --alibi 0.5 --softcap 2 --sink 0
     python -m fastattn trace --json                 # machine-readable
     python -m fastattn trace --plot weights.png     # heatmap (needs matplotlib)
 """
@@ -37,6 +40,16 @@ WALKTHROUGH_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 KEYS = ("X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scale", "scaled", "mask",
         "weights", "output")
 
+#: The keys of the variants' steps, each pair or triple present only when its
+#: option is given, in the order of the steps (after "scaled", before "mask",
+#: and between "mask" and "weights" for the sink).
+VARIANT_KEYS = {
+    "softcap": ("softcap", "capped"),
+    "alibi": ("alibi_slope", "alibi_bias", "biased"),
+    "window": ("window",),
+    "sink": ("sink", "sink_weight"),
+}
+
 PROG = "python -m fastattn trace"
 
 
@@ -51,7 +64,10 @@ def _matrix(a, name):
 
 def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
           w_k: ArrayLike | None = None, w_v: ArrayLike | None = None, *,
-          is_causal: bool = False, scale: SupportsFloat | None = None) -> dict[str, Any]:
+          is_causal: bool = False, scale: SupportsFloat | None = None,
+          window: int | tuple[int | None, int | None] | None = None,
+          alibi: SupportsFloat | None = None, softcap: SupportsFloat | None = None,
+          sink: SupportsFloat | None = None) -> dict[str, Any]:
     """Every intermediate of one attention head, as in the walkthrough.
 
     Parameters
@@ -68,6 +84,17 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
     scale : float, optional
         Factor applied to the raw scores (default ``1/sqrt(d_k)``);
         ``scale=1`` removes the scaling.
+    window : int or (left, right), optional
+        Sliding window: token ``i`` sees tokens ``i - left <= j <= i + right``
+        (an int ``w`` means ``(w, w)``, None on a side means unbounded);
+        combines with ``is_causal``.
+    alibi : float, optional
+        ALiBi slope ``m``: the bias ``-m * |i - j|`` is added to the scores.
+    softcap : float, optional
+        Soft-capping ``c > 0``: the scaled scores become ``c * tanh(s / c)``.
+    sink : float, optional
+        Attention-sink logit ``t``: it joins every row's softmax denominator
+        and contributes no value, so a row's weights sum to less than 1.
 
     Returns
     -------
@@ -79,6 +106,18 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
         ``is_causal``), ``weights`` (row-wise softmax of ``scaled + mask``)
         and ``output`` (``weights @ V``).  ``weights`` and ``output`` come
         from :func:`fastattn.attention` with ``return_weights=True``.
+
+        The variants add their steps, in order, only when given:
+        ``softcap`` (0-d) and ``capped`` (``softcap * tanh(scaled /
+        softcap)``); ``alibi_slope`` (0-d), ``alibi_bias`` (``-slope * |i -
+        j|``) and ``biased`` (the scores so far plus the bias); ``window``
+        (``[left, right]``, ``inf`` for an unbounded side), whose hidden
+        positions are ``-inf`` in ``mask``; ``sink`` (0-d) and
+        ``sink_weight`` (per row, the sink's share of the denominator).
+        With any of them, ``weights`` (over the final scores plus ``mask``,
+        with the sink's term in the denominator) and ``output`` are computed
+        here in NumPy, step by step, as :mod:`fastattn.reference` defines
+        them.
 
     Examples
     --------
@@ -97,6 +136,15 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
     [[1.   0.   0.  ]
      [0.33 0.67 0.  ]
      [0.25 0.25 0.5 ]]
+    >>> t = trace(window=(1, 0), alibi=0.5, sink=0.0)
+    >>> print(np.round(t["alibi_bias"], 2))
+    [[ 0.  -0.5 -1. ]
+     [-0.5  0.  -0.5]
+     [-1.  -0.5  0. ]]
+    >>> print(np.round(t["weights"], 2), np.round(t["sink_weight"], 2))
+    [[0.67 0.   0.  ]
+     [0.17 0.56 0.  ]
+     [0.   0.19 0.65]] [0.33 0.28 0.16]
     """
     x = WALKTHROUGH_X.copy() if x is None else _matrix(x, "x")
     d_model = x.shape[1]
@@ -118,6 +166,7 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
         scale = float(scale)
         if not math.isfinite(scale):
             raise ValueError(f"scale must be a finite number, got {scale}")
+    variants = _check_variants(window, alibi, softcap, sink)
 
     q = x @ w_q
     k = x @ w_k
@@ -129,6 +178,10 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
     if is_causal:
         mask = np.where(np.triu(np.ones((n, n), dtype=bool), k=1), -np.inf, 0.0)
 
+    if variants:
+        return _trace_variants(x, w_q, w_k, w_v, q, k, v, scores, scale, scaled,
+                               bool(is_causal), **variants)
+
     from ._api import attention
     output, weights = attention(q, k, v, is_causal=bool(is_causal), scale=scale,
                                 return_weights=True)
@@ -138,6 +191,80 @@ def trace(x: ArrayLike | None = None, w_q: ArrayLike | None = None,
         "scores": scores, "scale": np.float64(scale), "scaled": scaled,
         "mask": mask, "weights": np.asarray(weights), "output": np.asarray(output),
     }
+
+
+def _real(name, value, *, neg_inf_ok=False):
+    """A finite float (or ``-inf`` when ``neg_inf_ok``); bool and non-reals are TypeErrors."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    f = float(value)
+    if not (math.isfinite(f) or (neg_inf_ok and f == -np.inf)):
+        allowed = "finite or -inf" if neg_inf_ok else "finite"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return f
+
+
+def _check_variants(window, alibi, softcap, sink) -> dict[str, Any]:
+    """The variants given, checked as :mod:`fastattn.reference` checks them."""
+    variants: dict[str, Any] = {}
+    if softcap is not None:
+        from .reference import _check_softcap
+        variants["softcap"] = _check_softcap(softcap)
+    if alibi is not None:
+        variants["alibi"] = _real("alibi", alibi)
+    if window is not None:
+        from .reference import _check_window
+        variants["window"] = _check_window(window)
+    if sink is not None:
+        variants["sink"] = _real("sink", sink, neg_inf_ok=True)
+    return variants
+
+
+def _trace_variants(x, w_q, w_k, w_v, q, k, v, scores, scale, scaled, is_causal, *,
+                    softcap=None, alibi=None, window=None, sink=None) -> dict[str, Any]:
+    """trace() with the variants: every step in NumPy, in the reference's order
+    (scale, soft-cap, ALiBi, the masks, the softmax with the sink)."""
+    n = x.shape[0]
+    t: dict[str, Any] = {"X": x, "W_Q": w_q, "W_K": w_k, "W_V": w_v, "Q": q, "K": k, "V": v,
+                         "scores": scores, "scale": np.float64(scale), "scaled": scaled}
+    logits = scaled
+    if softcap is not None:
+        logits = softcap * np.tanh(logits / softcap)
+        t["softcap"], t["capped"] = np.float64(softcap), logits
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    if alibi is not None:
+        bias = -alibi * np.abs(i - j).astype(np.float64) + 0.0     # + 0.0: no "-0.00"
+        logits = logits + bias
+        t["alibi_slope"], t["alibi_bias"], t["biased"] = np.float64(alibi), bias, logits
+    hidden = np.zeros((n, n), dtype=bool)
+    if is_causal:
+        hidden |= j > i
+    if window is not None:
+        left, right = window
+        if left is not None:
+            hidden |= j < i - left
+        if right is not None:
+            hidden |= j > i + right
+        t["window"] = np.array([np.inf if s is None else s for s in window], dtype=np.float64)
+    t["mask"] = np.where(hidden, -np.inf, 0.0) if hidden.any() or window is not None else None
+    hidden |= logits == -np.inf
+    masked = np.where(hidden, -np.inf, logits)
+    dead = hidden.all(axis=1, keepdims=True)
+    top = np.where(dead, 0.0, masked.max(axis=1, keepdims=True))
+    if sink is not None:
+        top = np.maximum(top, sink)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(hidden, 0.0, np.exp(masked - top))
+        sink_term = np.exp(sink - top) if sink is not None else 0.0
+        denominator = e.sum(axis=1, keepdims=True) + sink_term
+        weights = np.where(dead, 0.0, e / np.where(dead, 1.0, denominator))
+    if sink is not None:
+        t["sink"] = np.float64(sink)
+        t["sink_weight"] = np.where(dead, 0.0, sink_term / np.where(dead, 1.0, denominator))[:, 0]
+    t["weights"] = weights
+    t["output"] = weights @ v
+    return t
 
 
 # ---------------------------------------------------------------------------
@@ -181,6 +308,50 @@ def _parse_random(text):
     return n, d
 
 
+def _parse_number(text, option):
+    try:
+        return float(text)
+    except ValueError:
+        raise _UsageError(f"argument {option}: not a number: {text!r}") from None
+
+
+def _parse_window(text):
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise _UsageError(f"argument --window: expected W or LEFT,RIGHT, got {text!r}")
+    sides = []
+    for part in parts:
+        part = part.strip()
+        if part.lower() == "none":
+            sides.append(None)
+            continue
+        try:
+            sides.append(int(part))
+        except ValueError:
+            raise _UsageError(f"argument --window: expected W or LEFT,RIGHT (integers >= 0 "
+                              f"or 'none'), got {text!r}") from None
+    return sides[0] if len(sides) == 1 else tuple(sides)
+
+
+def _parse_variants(args):
+    """trace()'s keyword arguments for --window, --alibi, --softcap and --sink,
+    checked as trace() checks them."""
+    given = {}
+    if args.window is not None:
+        given["window"] = ("--window", _parse_window(args.window))
+    for option, key in (("--alibi", "alibi"), ("--softcap", "softcap"), ("--sink", "sink")):
+        text = getattr(args, key)
+        if text is not None:
+            given[key] = (option, _parse_number(text, option))
+    for key, (option, value) in given.items():
+        try:
+            _check_variants(**{k: value if k == key else None
+                               for k in ("window", "alibi", "softcap", "sink")})
+        except (TypeError, ValueError) as exc:
+            raise _UsageError(f"argument {option}: {exc}") from None
+    return {key: value for key, (_, value) in given.items()}
+
+
 def _token_names(n):
     if n <= 26:
         return [chr(ord("A") + i) for i in range(n)]
@@ -211,6 +382,13 @@ def _print_matrix(title, a, row_names=None, col_names=None, row_sums=False, inde
         print(line)
 
 
+def _window_text(window):
+    left, right = (None if math.isinf(w) else int(w) for w in window)
+    sees = (f"i - {left} <= " if left is not None else "") + "j" + (
+        f" <= i + {right}" if right is not None else "")
+    return f"{_window_pair(window)}: token i sees the keys j with {sees}"
+
+
 def _print_text(t, *, causal, scale_given):
     x = t["X"]
     n, d_model = x.shape
@@ -219,8 +397,13 @@ def _print_text(t, *, causal, scale_given):
     dims = [f"d{j}" for j in range(max(d_model, d_k, t["V"].shape[1]))]
     step = iter(range(1, 100))
 
+    variants = [what for what, present in (
+        ("causal", causal), (f"softcap {_num(t.get('softcap'))}", "softcap" in t),
+        (f"ALiBi slope {_num(t.get('alibi_slope'))}", "alibi_slope" in t),
+        (f"window {_window_pair(t.get('window'))}", "window" in t),
+        (f"sink {_num(t.get('sink'))}", "sink" in t)) if present]
     print(f"Attention, one head: {n} tokens, d_model = {d_model}, d_k = {d_k}, "
-          f"d_v = {t['V'].shape[1]}{', causal' if causal else ''}")
+          f"d_v = {t['V'].shape[1]}{''.join(', ' + v for v in variants)}")
     print()
     _print_matrix(f"{next(step)}. X (input tokens, one row per token)", x, names,
                   dims[:d_model])
@@ -250,21 +433,70 @@ def _print_text(t, *, causal, scale_given):
     _print_matrix(f"{next(step)}. scaled scores S_scaled = S_raw * scale", t["scaled"],
                   names, names)
     print()
+    logits = "S_scaled"
+    if "capped" in t:
+        c = float(t["softcap"])
+        _print_matrix(f"{next(step)}. soft-capped scores S_cap = c * tanh({logits} / c), "
+                      f"c = {c:.4g}  (every score pulled into (-c, c))", t["capped"],
+                      names, names)
+        print(f"    largest |score|: {np.abs(t['scaled']).max():.2f} before, "
+              f"{np.abs(t['capped']).max():.2f} after capping")
+        print()
+        logits = "S_cap"
+    if "alibi_bias" in t:
+        _print_matrix(f"{next(step)}. ALiBi bias B = -m * |i - j|, slope m = "
+                      f"{float(t['alibi_slope']):.4g}  (the farther the key, the lower)",
+                      t["alibi_bias"], names, names)
+        print()
+        _print_matrix(f"{next(step)}. biased scores S_bias = {logits} + B", t["biased"],
+                      names, names)
+        print()
+        logits = "S_bias"
     if t["mask"] is None:
         print(f"{next(step)}. mask: none (no causal mask; every token sees every token)")
     else:
-        _print_matrix(f"{next(step)}. mask M (causal: -inf above the diagonal, added before "
+        why = (["causal: -inf above the diagonal"] if causal else []) + (
+            [f"window {_window_text(t['window'])}"] if "window" in t else [])
+        _print_matrix(f"{next(step)}. mask M ({'; '.join(why)}; -inf = hidden, added before "
                       f"softmax)", t["mask"], names, names)
     print()
     w = t["weights"]
-    _print_matrix(f"{next(step)}. softmax weights = softmax(S_scaled"
-                  f"{' + M' if t['mask'] is not None else ''}), row by row",
-                  w, names, names, row_sums=True)
+    plus_m = " + M" if t["mask"] is not None else ""
+    if "sink_weight" in t:
+        sw = t["sink_weight"]
+        tl = float(t["sink"])
+        print(f"{next(step)}. the sink: logit t = {_num(tl)} joins each row's softmax "
+              f"denominator and brings no value:")
+        print(f"    w_ij = exp(s_ij - m_i) / (sum_k exp(s_ik - m_i) + exp(t - m_i)),  "
+              f"m_i = max(max_k s_ik, t)")
+        print("    the sink's share of each row: " + ", ".join(
+            f"{names[i]} {sw[i]:.2f}" for i in range(n)))
+        print()
+        _print_matrix(f"{next(step)}. softmax weights = softmax({logits}{plus_m}) with the "
+                      f"sink, row by row (sum + the sink's share = 1)",
+                      w, names, names, row_sums=True)
+    else:
+        _print_matrix(f"{next(step)}. softmax weights = softmax({logits}{plus_m}), row by row",
+                      w, names, names, row_sums=True)
     print(f"    largest weight per row: " + ", ".join(
         f"{names[i]} {w[i].max():.2f}" for i in range(n)))
     print()
-    _print_matrix(f"{next(step)}. output = weights V  (each row: weighted average of the value "
-                  f"rows)", t["output"], names, dims[:t["output"].shape[1]])
+    what = ("weighted sum of the value rows, the weights summing to less than 1"
+            if "sink_weight" in t else "weighted average of the value rows")
+    _print_matrix(f"{next(step)}. output = weights V  (each row: {what})", t["output"], names,
+                  dims[:t["output"].shape[1]])
+
+
+def _num(value):
+    """A number as the text shows a given option: 4 significant digits, or inf."""
+    return "None" if value is None else ("-inf" if value == -np.inf else f"{float(value):.4g}")
+
+
+def _window_pair(window):
+    if window is None:
+        return "None"
+    left, right = ("None" if math.isinf(w) else str(int(w)) for w in window)
+    return f"({left}, {right})"
 
 
 def _jsonable(value):
@@ -288,11 +520,12 @@ def to_json(t):
     """The dict of :func:`trace` as a JSON string.
 
     Arrays become lists of lists, ``None`` becomes ``null``, ``scale`` a
-    number.  JSON has no infinities, so every non-finite number (the
-    ``-inf`` entries of the causal mask) is written as the string ``"-inf"``
-    (``"inf"``, ``"nan"``); ``float(s)`` reads them back.
+    number, and the variants' steps appear under their keys when present.
+    JSON has no infinities, so every non-finite number (the ``-inf`` entries
+    of the causal mask, an unbounded side of ``window``) is written as the
+    string ``"-inf"`` (``"inf"``, ``"nan"``); ``float(s)`` reads them back.
     """
-    return json.dumps({key: _jsonable(t[key]) for key in KEYS}, allow_nan=False)
+    return json.dumps({key: _jsonable(value) for key, value in t.items()}, allow_nan=False)
 
 
 def _build_parser():
@@ -310,6 +543,13 @@ def _build_parser():
     p.add_argument("--causal", action="store_true", help="apply the causal mask")
     p.add_argument("--scale", metavar="VALUE", type=str,
                    help="replace 1/sqrt(d_k) (--scale 1 removes the scaling)")
+    p.add_argument("--window", metavar="W|LEFT,RIGHT", help="sliding window: token i sees "
+                   "i-LEFT..i+RIGHT (W = W,W; 'none' for an unbounded side)")
+    p.add_argument("--alibi", metavar="SLOPE", help="ALiBi: add -SLOPE*|i-j| to the scores")
+    p.add_argument("--softcap", metavar="CAP", help="soft-cap the scaled scores: "
+                   "CAP*tanh(s/CAP), CAP > 0")
+    p.add_argument("--sink", metavar="LOGIT", help="attention sink: one more logit in each "
+                   "row's softmax denominator, with no value")
     p.add_argument("--random", metavar="N,D", help="N random tokens of D dimensions "
                    "(standard normal; projections identity of size D unless given)")
     p.add_argument("--seed", metavar="S", type=str, default="0",
@@ -322,25 +562,41 @@ def _build_parser():
     return p
 
 
-def _save_plot(t, path, names):
+def _save_plot(t, path, names, causal=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     w = t["weights"]
     n = w.shape[0]
+    cols = list(names) if n <= 26 else None
+    if "sink_weight" in t:            # the sink's share, as one more column
+        w = np.concatenate([w, t["sink_weight"][:, None]], axis=1)
+        cols = None if cols is None else cols + ["sink"]
+    # With soft-capping or ALiBi, the final scores (masked) in a panel of their own.
+    final = t.get("biased", t.get("capped"))
+    panels = 1 if final is None else 2
     size = max(3.0, 0.5 * n + 2.0)
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    fig, axes = plt.subplots(1, panels, figsize=(panels * (size + 1.0), size), squeeze=False)
     try:
+        if final is not None:
+            shown = final if t["mask"] is None else np.where(t["mask"] == 0, final, np.nan)
+            ax = axes[0, 0]
+            im = ax.imshow(shown, cmap="magma")
+            what = " + ".join(w for w, k in (("softcap", "capped"), ("ALiBi", "biased"))
+                              if k in t)
+            ax.set_title(f"scores after {what}" + (", masked" if t["mask"] is not None else ""))
+            _label_axes(ax, n, names if n <= 26 else None, names if n <= 26 else None)
+            fig.colorbar(im, ax=ax)
+        ax = axes[0, panels - 1]
         im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_xticks(range(n), names if n <= 26 else None)
-        ax.set_yticks(range(n), names if n <= 26 else None)
-        ax.set_xlabel("key")
-        ax.set_ylabel("query")
-        ax.set_title("attention weights" + (" (causal)" if t["mask"] is not None else ""))
+        _label_axes(ax, n, names if n <= 26 else None, cols)
+        if causal is None:            # the mask without a window is the causal one
+            causal = t["mask"] is not None and "window" not in t
+        ax.set_title("attention weights" + _plot_options(t, causal))
         if n <= 12:
-            for i in range(n):
-                for j in range(n):
+            for i in range(w.shape[0]):
+                for j in range(w.shape[1]):
                     ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
                             color="white" if w[i, j] < 0.6 else "black")
         fig.colorbar(im, ax=ax)
@@ -348,6 +604,24 @@ def _save_plot(t, path, names):
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+def _label_axes(ax, n, rows, cols):
+    ax.set_xticks(range(n if cols is None else len(cols)), cols)
+    ax.set_yticks(range(n), rows)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+
+
+def _plot_options(t, causal):
+    """The plot title's note: "(causal)", "(window (1, 0), sink 0)", ..."""
+    parts = ["causal"] if causal else []
+    if "window" in t:
+        parts.append(f"window {_window_pair(t['window'])}")
+    if "sink" in t:
+        parts.append(f"sink {_num(t['sink'])}")
+    sep = "\n" if len(parts) > 1 else " "        # a long note on a line of its own
+    return f"{sep}({', '.join(parts)})" if parts else ""
 
 
 def main(argv=None):
@@ -382,6 +656,7 @@ def main(argv=None):
                 raise _UsageError(f"argument --scale: not a number: {args.scale!r}") from None
             if not math.isfinite(scale):
                 raise _UsageError(f"argument --scale: must be finite, got {args.scale!r}")
+        variants = _parse_variants(args)
         try:
             seed = int(args.seed)
         except ValueError:
@@ -417,7 +692,7 @@ def main(argv=None):
                         "(pip install 'fastattn[plot]')", status=1)
 
     t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
-              is_causal=args.causal, scale=scale)
+              is_causal=args.causal, scale=scale, **variants)
     try:
         if args.json:
             print(to_json(t))
@@ -433,7 +708,7 @@ def main(argv=None):
         return 1
     if args.plot is not None:
         try:
-            _save_plot(t, args.plot, _token_names(t["X"].shape[0]))
+            _save_plot(t, args.plot, _token_names(t["X"].shape[0]), causal=args.causal)
         except (OSError, ValueError) as exc:
             return fail(f"--plot: cannot write {args.plot!r}: {exc}".replace("\n", " "),
                         status=1)

@@ -10,6 +10,8 @@ does not start with ``test_``).
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import numpy.typing as npt
 
@@ -41,6 +43,18 @@ def softmax() -> npt.NDArray[np.floating]:
     fastattn.softmax(y, axis=(0,), out=np.empty(3))
     assert y2.shape == (1, 2)
     return y
+
+
+def varlen() -> npt.NDArray[np.floating]:
+    rng = np.random.default_rng(0)
+    cu = np.array([0, 2, 5], dtype=np.int32)
+    q, kv = rng.standard_normal((5, 4, 8)), rng.standard_normal((5, 2, 8))
+    out = fastattn.attention_varlen(q, kv, kv, cu, cu, is_causal=True, scale=0.5,
+                                    out=np.empty((5, 4, 8)), num_threads=1)
+    if "return_lse" in inspect.signature(fastattn.attention).parameters:   # once it has it
+        out2, lse = fastattn.attention_varlen(q, kv, kv, cu, cu, return_lse=True)
+        print(out2.shape, lse.shape)
+    return out
 
 
 def config() -> None:
@@ -86,6 +100,7 @@ def trace() -> None:
 if __name__ == "__main__":
     walkthrough()
     softmax()
+    varlen()
     config()
     multi_head()
     trace()

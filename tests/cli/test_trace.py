@@ -335,3 +335,233 @@ def test_cli_plot(tmp_path):
     r = cli("--plot", str(path))
     assert r.returncode == 0, r.stderr
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------
+# the variants: soft-capping, ALiBi, windows and sinks
+# ---------------------------------------------------------------------------
+
+from fastattn import reference  # noqa: E402
+
+
+def reference_trace(t, is_causal=False, window=None, alibi=None, softcap=None, sink=None):
+    """fastattn.reference.attention on the trace's Q, K, V with the same options
+    (one head, so that slopes and sinks have their head axis)."""
+    q, k, v = (t[key][None] for key in ("Q", "K", "V"))
+    out, w = reference.attention(q, k, v, is_causal=is_causal, scale=float(t["scale"]),
+                                 window=window, softcap=softcap,
+                                 alibi_slopes=None if alibi is None else [alibi],
+                                 sinks=None if sink is None else [sink], return_weights=True)
+    return out[0], w[0]
+
+
+VARIANTS = [
+    dict(softcap=0.5),
+    dict(alibi=0.5),
+    dict(alibi=-0.25, is_causal=True),
+    dict(window=1),
+    dict(window=(1, 0)),
+    dict(window=(None, 0)),
+    dict(window=(0, None), is_causal=True),
+    dict(sink=0.0),
+    dict(sink=-np.inf),
+    dict(sink=2.0, is_causal=True),
+    dict(window=(1, 0), alibi=0.5, softcap=2.0, sink=0.0, is_causal=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", VARIANTS, ids=str)
+@pytest.mark.parametrize("x", ["walkthrough", "random"])
+def test_variants_match_the_reference(kwargs, x):
+    x = None if x == "walkthrough" else np.random.default_rng(2).standard_normal((7, 4))
+    t = trace(x, **kwargs)
+    out, w = reference_trace(t, **kwargs)
+    np.testing.assert_allclose(t["weights"], w, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(t["output"], out, rtol=1e-12, atol=1e-15)
+
+
+def test_variant_keys_appear_in_step_order():
+    t = trace(window=(1, 0), alibi=0.5, softcap=2.0, sink=0.0)
+    assert list(t) == ["X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scale", "scaled",
+                       "softcap", "capped", "alibi_slope", "alibi_bias", "biased", "window",
+                       "mask", "sink", "sink_weight", "weights", "output"]
+    assert list(trace(sink=1.0)) == KEYS[:-2] + ["sink", "sink_weight", "weights", "output"]
+    assert list(trace(softcap=1.0))[10:12] == ["softcap", "capped"]
+
+
+def test_softcap_step():
+    t = trace(softcap=0.5)
+    assert t["softcap"] == 0.5
+    np.testing.assert_allclose(t["capped"], 0.5 * np.tanh(t["scaled"] / 0.5), rtol=1e-15)
+    assert np.abs(t["capped"]).max() < 0.5
+    np.testing.assert_allclose(t["weights"], softmax_rows(t["capped"]), rtol=1e-12)
+    assert t["mask"] is None
+
+
+def test_alibi_steps():
+    t = trace(alibi=0.5, softcap=1.0)
+    assert t["alibi_slope"] == 0.5
+    np.testing.assert_array_equal(t["alibi_bias"], [[0, -0.5, -1], [-0.5, 0, -0.5],
+                                                    [-1, -0.5, 0]])
+    assert not np.signbit(np.diag(t["alibi_bias"])).any()     # 0, not -0 ("-0.00")
+    np.testing.assert_allclose(t["biased"], t["capped"] + t["alibi_bias"], rtol=1e-15)
+    np.testing.assert_allclose(t["weights"], softmax_rows(t["biased"]), rtol=1e-12)
+
+
+def test_window_step_is_in_the_mask():
+    inf = -np.inf
+    t = trace(window=(1, 0))
+    np.testing.assert_array_equal(t["window"], [1.0, 0.0])
+    np.testing.assert_array_equal(t["mask"], [[0, inf, inf], [0, 0, inf], [inf, 0, 0]])
+    np.testing.assert_array_equal(trace(window=(None, 0))["mask"], trace(is_causal=True)["mask"])
+    np.testing.assert_array_equal(trace(window=(None, 0))["window"], [np.inf, 0.0])
+    wide = trace(window=5)
+    np.testing.assert_array_equal(wide["mask"], np.zeros((3, 3)))    # nothing hidden
+    np.testing.assert_allclose(wide["weights"], trace()["weights"], rtol=1e-12)
+    assert np.all(t["weights"][2, :1] == 0)
+
+
+def test_sink_takes_its_share():
+    t = trace(sink=0.0)
+    assert t["sink"] == 0.0
+    s = t["scaled"]
+    expected = np.exp(0.0) / (np.exp(s).sum(axis=1) + np.exp(0.0))
+    np.testing.assert_allclose(t["sink_weight"], expected, rtol=1e-12)
+    np.testing.assert_allclose(t["weights"].sum(axis=1) + t["sink_weight"], 1.0, rtol=1e-12)
+    assert np.all(t["weights"].sum(axis=1) < 1)
+    none = trace(sink=-np.inf)                       # a sink of -inf is no sink
+    np.testing.assert_array_equal(none["sink_weight"], 0.0)
+    np.testing.assert_allclose(none["weights"], trace()["weights"], rtol=1e-12)
+
+
+def test_variants_do_not_call_the_library(monkeypatch):
+    import fastattn._api as api
+
+    def fail(*args, **kwargs):
+        raise AssertionError("trace computes the variants in its own NumPy")
+
+    monkeypatch.setattr(api, "attention", fail)
+    trace(alibi=0.5)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(window=-1), ValueError, "window"),
+    (dict(window=(1, 2, 3)), ValueError, "window"),
+    (dict(window=True), TypeError, "window"),
+    (dict(window=1.5), TypeError, "window"),
+    (dict(softcap=0.0), ValueError, "softcap"),
+    (dict(softcap=-1.0), ValueError, "softcap"),
+    (dict(softcap=np.inf), ValueError, "softcap"),
+    (dict(softcap="1"), TypeError, "softcap"),
+    (dict(alibi=np.nan), ValueError, "alibi"),
+    (dict(alibi=np.inf), ValueError, "alibi"),
+    (dict(alibi=True), TypeError, "alibi"),
+    (dict(sink=np.nan), ValueError, "sink"),
+    (dict(sink=np.inf), ValueError, "sink"),
+    (dict(sink="0"), TypeError, "sink"),
+])
+def test_variant_errors(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        trace(**kwargs)
+
+
+def test_main_variants_text(capsys):
+    code, out, err = run_main(capsys, "--causal", "--window", "1,0", "--alibi", "0.5",
+                              "--softcap", "2", "--sink", "0")
+    assert code == 0 and err == ""
+    assert "causal, softcap 2, ALiBi slope 0.5, window (1, 0), sink 0" in out
+    steps = ["scaled scores", "soft-capped scores S_cap = c * tanh(S_scaled / c)",
+             "ALiBi bias B = -m * |i - j|", "biased scores S_bias = S_cap + B",
+             "mask M (causal", "window (1, 0): token i sees the keys j with i - 1 <= j <= i + 0",
+             "the sink: logit t = 0", "the sink's share of each row: A 0.34",
+             "softmax weights = softmax(S_bias + M) with the sink", "output = weights V"]
+    positions = [out.index(s) for s in steps]
+    assert positions == sorted(positions)
+    assert "0.00 -0.50 -1.00" in out                 # the bias of row A
+    assert "| sum = 0.66" in out and "sum = 1.00" not in out
+
+
+def test_main_window_forms(capsys):
+    for argv, shown in ((["--window", "1"], "window (1, 1)"),
+                        (["--window", "none,0"], "window (None, 0)"),
+                        (["--window", "2,None"], "window (2, None)")):
+        code, out, _ = run_main(capsys, *argv)
+        assert code == 0 and shown in out, (argv, out[:200])
+
+
+def test_main_variants_json(capsys):
+    code, out, err = run_main(capsys, "--json", "--window", "0,none", "--alibi", "0.25",
+                              "--sink=-inf", "--softcap", "1")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert list(data)[10:19] == ["softcap", "capped", "alibi_slope", "alibi_bias", "biased",
+                                 "window", "mask", "sink", "sink_weight"]
+    assert data["window"] == [0.0, "inf"] and data["sink"] == "-inf"
+    assert data["mask"][1] == ["-inf", 0.0, 0.0]
+    t = trace(window=(0, None), alibi=0.25, sink=-np.inf, softcap=1.0)
+    np.testing.assert_allclose(data["weights"], t["weights"], rtol=1e-15)
+    np.testing.assert_allclose(data["alibi_bias"], t["alibi_bias"])
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--window", "x"], "--window"),
+    (["--window", "-1"], "--window"),
+    (["--window", "1,2,3"], "--window"),
+    (["--window", "1.5"], "--window"),
+    (["--alibi", "abc"], "--alibi"),
+    (["--alibi", "inf"], "--alibi"),
+    (["--softcap", "0"], "--softcap"),
+    (["--softcap", "-2"], "--softcap"),
+    (["--softcap", "nan"], "--softcap"),
+    (["--sink", "nan"], "--sink"),
+    (["--sink", "inf"], "--sink"),
+    (["--sink", "x"], "--sink"),
+])
+def test_main_malformed_variant_arguments(capsys, argv, option):
+    test_main_malformed_arguments(capsys, argv, option)     # status 2, one line on stderr
+
+
+def test_main_help_lists_the_variants(capsys):
+    code, out, _ = run_main(capsys, "--help")
+    assert code == 0
+    for flag in ("--window", "--alibi SLOPE", "--softcap CAP", "--sink LOGIT"):
+        assert flag in out
+
+
+def test_main_plot_variants(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "variants.png"
+    code, out, _ = run_main(capsys, "--causal", "--window", "1,0", "--alibi", "0.5",
+                            "--softcap", "2", "--sink", "0", "--plot", str(path))
+    assert code == 0 and str(path) in out
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_shows_the_variants(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+    from fastattn.trace import _save_plot
+
+    titles, images = [], []
+    real_title, real_imshow = matplotlib.axes.Axes.set_title, matplotlib.axes.Axes.imshow
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda self, s, *a, **k: (titles.append(s), real_title(self, s, *a, **k))[1])
+    monkeypatch.setattr(matplotlib.axes.Axes, "imshow",
+                        lambda self, a, *r, **k: (images.append(np.asarray(a)),
+                                                  real_imshow(self, a, *r, **k))[1])
+    t = trace(window=(1, 0), alibi=0.5, sink=0.0)
+    _save_plot(t, str(tmp_path / "p.png"), ["A", "B", "C"], causal=False)
+    assert titles[0] == "scores after ALiBi, masked"
+    assert titles[1] == "attention weights\n(window (1, 0), sink 0)"
+    assert images[1].shape == (3, 4)                         # the sink's column
+    np.testing.assert_allclose(images[1][:, 3], t["sink_weight"])
+
+
+def test_cli_variants():
+    r = cli("--window", "1,0", "--sink", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert "sink_weight" in data and data["window"] == [1.0, 0.0]
+    r = cli("--softcap", "0")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "--softcap" in r.stderr
