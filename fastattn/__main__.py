@@ -34,7 +34,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def _trace(argv: list[str]) -> int:
-    from fastattn.trace import main
+    from fastattn._trace_cli import main
     return main(argv)
 
 

@@ -540,7 +540,7 @@ def test_main_plot_variants(tmp_path, capsys):
 def test_plot_shows_the_variants(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.axes
-    from fastattn.trace import _save_plot
+    from fastattn._trace_show import _save_plot
 
     titles, images = [], []
     real_title, real_imshow = matplotlib.axes.Axes.set_title, matplotlib.axes.Axes.imshow

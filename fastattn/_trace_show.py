@@ -1,0 +1,253 @@
+"""How a trace is shown: the walkthrough's text, its JSON and the heatmap.
+
+The renderings of :func:`fastattn.trace.trace`'s result for ``python -m
+fastattn trace`` (:mod:`fastattn._trace_cli`): the steps printed in the
+walkthrough's order, the JSON with non-finite numbers as strings, and the
+weights heatmap (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+
+
+def _token_names(n):
+    if n <= 26:
+        return [chr(ord("A") + i) for i in range(n)]
+    return [f"t{i}" for i in range(n)]
+
+
+def _fmt(value):
+    if value == -np.inf:
+        return "-inf"
+    return f"{value:.2f}"
+
+
+def _print_matrix(title, a, row_names=None, col_names=None, row_sums=False, indent="    "):
+    print(f"{title}  shape {a.shape}")
+    cells = [[_fmt(v) for v in row] for row in a]
+    width = max([len(c) for row in cells for c in row] + [len(c) for c in (col_names or [])]
+                + [4])
+    name_w = max((len(r) for r in row_names), default=0) if row_names else 0
+    if col_names:
+        head = (" " * (name_w + 2) if row_names else "") + " ".join(
+            c.rjust(width) for c in col_names)
+        print(indent + head.rstrip())
+    for i, row in enumerate(cells):
+        label = (row_names[i].ljust(name_w) + "  ") if row_names else ""
+        line = indent + label + " ".join(c.rjust(width) for c in row)
+        if row_sums:
+            line += f"   | sum = {a[i].sum():.2f}"
+        print(line)
+
+
+def _window_text(window):
+    left, right = (None if math.isinf(w) else int(w) for w in window)
+    sees = (f"i - {left} <= " if left is not None else "") + "j" + (
+        f" <= i + {right}" if right is not None else "")
+    return f"{_window_pair(window)}: token i sees the keys j with {sees}"
+
+
+def _print_text(t, *, causal, scale_given):
+    x = t["X"]
+    n, d_model = x.shape
+    d_k = t["Q"].shape[1]
+    names = _token_names(n)
+    dims = [f"d{j}" for j in range(max(d_model, d_k, t["V"].shape[1]))]
+    step = iter(range(1, 100))
+
+    variants = [what for what, present in (
+        ("causal", causal), (f"softcap {_num(t.get('softcap'))}", "softcap" in t),
+        (f"ALiBi slope {_num(t.get('alibi_slope'))}", "alibi_slope" in t),
+        (f"window {_window_pair(t.get('window'))}", "window" in t),
+        (f"sink {_num(t.get('sink'))}", "sink" in t)) if present]
+    print(f"Attention, one head: {n} tokens, d_model = {d_model}, d_k = {d_k}, "
+          f"d_v = {t['V'].shape[1]}{''.join(', ' + v for v in variants)}")
+    print()
+    _print_matrix(f"{next(step)}. X (input tokens, one row per token)", x, names,
+                  dims[:d_model])
+    print()
+    print(f"{next(step)}. Projections W_Q, W_K (d_model x d_k), W_V (d_model x d_v)")
+    for key in ("W_Q", "W_K", "W_V"):
+        _print_matrix(f"  {key}", t[key], dims[:d_model], dims[:t[key].shape[1]],
+                      indent="      ")
+    print()
+    for key, formula in (("Q", "X W_Q"), ("K", "X W_K"), ("V", "X W_V")):
+        _print_matrix(f"{next(step)}. {key} = {formula}", t[key], names,
+                      dims[:t[key].shape[1]])
+        print()
+    s = t["scores"]
+    _print_matrix(f"{next(step)}. scores S_raw = Q K^T  (row i: query i against every key)",
+                  s, names, names)
+    print(f"    largest |raw score| = {np.abs(s).max():.2f}")
+    print()
+    scale = float(t["scale"])
+    if scale_given:
+        how = "given with --scale" if scale != 1 else "given with --scale: no scaling"
+        print(f"{next(step)}. scale = {scale:.4g}  ({how}; 1/sqrt(d_k) would be "
+              f"{1 / math.sqrt(d_k):.4f})")
+    else:
+        print(f"{next(step)}. scale = 1/sqrt(d_k) = 1/sqrt({d_k}) = {scale:.4f}  (~{scale:.2f})")
+    print()
+    _print_matrix(f"{next(step)}. scaled scores S_scaled = S_raw * scale", t["scaled"],
+                  names, names)
+    print()
+    logits = "S_scaled"
+    if "capped" in t:
+        c = float(t["softcap"])
+        _print_matrix(f"{next(step)}. soft-capped scores S_cap = c * tanh({logits} / c), "
+                      f"c = {c:.4g}  (every score pulled into (-c, c))", t["capped"],
+                      names, names)
+        print(f"    largest |score|: {np.abs(t['scaled']).max():.2f} before, "
+              f"{np.abs(t['capped']).max():.2f} after capping")
+        print()
+        logits = "S_cap"
+    if "alibi_bias" in t:
+        _print_matrix(f"{next(step)}. ALiBi bias B = -m * |i - j|, slope m = "
+                      f"{float(t['alibi_slope']):.4g}  (the farther the key, the lower)",
+                      t["alibi_bias"], names, names)
+        print()
+        _print_matrix(f"{next(step)}. biased scores S_bias = {logits} + B", t["biased"],
+                      names, names)
+        print()
+        logits = "S_bias"
+    if t["mask"] is None:
+        print(f"{next(step)}. mask: none (no causal mask; every token sees every token)")
+    else:
+        why = (["causal: -inf above the diagonal"] if causal else []) + (
+            [f"window {_window_text(t['window'])}"] if "window" in t else [])
+        _print_matrix(f"{next(step)}. mask M ({'; '.join(why)}; -inf = hidden, added before "
+                      f"softmax)", t["mask"], names, names)
+    print()
+    w = t["weights"]
+    plus_m = " + M" if t["mask"] is not None else ""
+    if "sink_weight" in t:
+        sw = t["sink_weight"]
+        tl = float(t["sink"])
+        print(f"{next(step)}. the sink: logit t = {_num(tl)} joins each row's softmax "
+              f"denominator and brings no value:")
+        print(f"    w_ij = exp(s_ij - m_i) / (sum_k exp(s_ik - m_i) + exp(t - m_i)),  "
+              f"m_i = max(max_k s_ik, t)")
+        print("    the sink's share of each row: " + ", ".join(
+            f"{names[i]} {sw[i]:.2f}" for i in range(n)))
+        print()
+        _print_matrix(f"{next(step)}. softmax weights = softmax({logits}{plus_m}) with the "
+                      f"sink, row by row (sum + the sink's share = 1)",
+                      w, names, names, row_sums=True)
+    else:
+        _print_matrix(f"{next(step)}. softmax weights = softmax({logits}{plus_m}), row by row",
+                      w, names, names, row_sums=True)
+    print(f"    largest weight per row: " + ", ".join(
+        f"{names[i]} {w[i].max():.2f}" for i in range(n)))
+    print()
+    what = ("weighted sum of the value rows, the weights summing to less than 1"
+            if "sink_weight" in t else "weighted average of the value rows")
+    _print_matrix(f"{next(step)}. output = weights V  (each row: {what})", t["output"], names,
+                  dims[:t["output"].shape[1]])
+
+
+def _num(value):
+    """A number as the text shows a given option: 4 significant digits, or inf."""
+    return "None" if value is None else ("-inf" if value == -np.inf else f"{float(value):.4g}")
+
+
+def _window_pair(window):
+    if window is None:
+        return "None"
+    left, right = ("None" if math.isinf(w) else str(int(w)) for w in window)
+    return f"({left}, {right})"
+
+
+def _jsonable(value):
+    """float64 arrays -> nested lists; non-finite numbers -> "inf"/"-inf"/"nan"."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float64)
+
+    def conv(v):
+        v = float(v)
+        if math.isfinite(v):
+            return v
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+    if arr.ndim == 0:
+        return conv(arr)
+    return np.vectorize(conv, otypes=[object])(arr).tolist()
+
+
+def to_json(t):
+    """The dict of :func:`trace` as a JSON string.
+
+    Arrays become lists of lists, ``None`` becomes ``null``, ``scale`` a
+    number, and the variants' steps appear under their keys when present.
+    JSON has no infinities, so every non-finite number (the ``-inf`` entries
+    of the causal mask, an unbounded side of ``window``) is written as the
+    string ``"-inf"`` (``"inf"``, ``"nan"``); ``float(s)`` reads them back.
+    """
+    return json.dumps({key: _jsonable(value) for key, value in t.items()}, allow_nan=False)
+
+
+def _save_plot(t, path, names, causal=None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = t["weights"]
+    n = w.shape[0]
+    cols = list(names) if n <= 26 else None
+    if "sink_weight" in t:            # the sink's share, as one more column
+        w = np.concatenate([w, t["sink_weight"][:, None]], axis=1)
+        cols = None if cols is None else cols + ["sink"]
+    # With soft-capping or ALiBi, the final scores (masked) in a panel of their own.
+    final = t.get("biased", t.get("capped"))
+    panels = 1 if final is None else 2
+    size = max(3.0, 0.5 * n + 2.0)
+    fig, axes = plt.subplots(1, panels, figsize=(panels * (size + 1.0), size), squeeze=False)
+    try:
+        if final is not None:
+            shown = final if t["mask"] is None else np.where(t["mask"] == 0, final, np.nan)
+            ax = axes[0, 0]
+            im = ax.imshow(shown, cmap="magma")
+            what = " + ".join(w for w, k in (("softcap", "capped"), ("ALiBi", "biased"))
+                              if k in t)
+            ax.set_title(f"scores after {what}" + (", masked" if t["mask"] is not None else ""))
+            _label_axes(ax, n, names if n <= 26 else None, names if n <= 26 else None)
+            fig.colorbar(im, ax=ax)
+        ax = axes[0, panels - 1]
+        im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+        _label_axes(ax, n, names if n <= 26 else None, cols)
+        if causal is None:            # the mask without a window is the causal one
+            causal = t["mask"] is not None and "window" not in t
+        ax.set_title("attention weights" + _plot_options(t, causal))
+        if n <= 12:
+            for i in range(w.shape[0]):
+                for j in range(w.shape[1]):
+                    ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
+                            color="white" if w[i, j] < 0.6 else "black")
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def _label_axes(ax, n, rows, cols):
+    ax.set_xticks(range(n if cols is None else len(cols)), cols)
+    ax.set_yticks(range(n), rows)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+
+
+def _plot_options(t, causal):
+    """The plot title's note: "(causal)", "(window (1, 0), sink 0)", ..."""
+    parts = ["causal"] if causal else []
+    if "window" in t:
+        parts.append(f"window {_window_pair(t['window'])}")
+    if "sink" in t:
+        parts.append(f"sink {_num(t['sink'])}")
+    sep = "\n" if len(parts) > 1 else " "        # a long note on a line of its own
+    return f"{sep}({', '.join(parts)})" if parts else ""
