@@ -65,11 +65,13 @@ Semantics (shared with the kernels, written down once here):
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 
 import numpy as np
 import scipy.special
+
+from ._scores import check_softcap as _check_softcap
+from ._scores import per_head as _per_head
 
 __all__ = ["attention", "attention_varlen", "softmax"]
 
@@ -114,43 +116,6 @@ def _check_window(window):
         return _window_side(window[0]), _window_side(window[1])
     n = _window_side(window)
     return n, n
-
-
-def _check_softcap(softcap):
-    if softcap is None:
-        return None
-    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"softcap must be a positive float or None, "
-                        f"got {type(softcap).__name__} {softcap!r}")
-    c = float(softcap)
-    if not (math.isfinite(c) and c > 0):
-        raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
-    return c
-
-
-def _per_head(name, values, heads_shape, dtype, *, neg_inf_ok=False):
-    """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``."""
-    if values is None:
-        return None
-    a = np.asarray(values)
-    if a.dtype == bool or a.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
-    if len(heads_shape) == 0:
-        raise ValueError(f"{name} needs a head axis: the inputs have no batch "
-                         f"dimensions (..., H), {name} has shape {a.shape}")
-    try:
-        fits = np.broadcast_shapes(a.shape, heads_shape) == tuple(heads_shape)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(f"{name} of shape {a.shape} is not broadcastable to "
-                         f"(..., H) = {tuple(heads_shape)}")
-    a64 = a.astype(np.float64)
-    bad = np.isnan(a64) | (a64 == np.inf) if neg_inf_ok else ~np.isfinite(a64)
-    if bad.any():
-        what = "NaN or +inf" if neg_inf_ok else "non-finite"
-        raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
-    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
