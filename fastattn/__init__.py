@@ -1,11 +1,12 @@
 """fastattn: scaled dot-product attention on the CPU, fast, for NumPy arrays.
 
 The public names; see :func:`attention`, :func:`softmax`,
-:func:`multi_head_attention`, :class:`KVCache`, :func:`trace` and
-:func:`show_config`.
+:func:`merge_attention`, :func:`multi_head_attention`, :class:`KVCache`,
+:func:`trace` and :func:`show_config`.
 """
 
 from ._api import attention, softmax
+from .merge import merge_attention
 from .mha import KVCache, multi_head_attention
 from .trace import trace
 from ._config import (_init_threads, available_isas, get_isa, openmp_enabled, set_isa,
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "attention",
     "softmax",
+    "merge_attention",
     "multi_head_attention",
     "KVCache",
     "trace",
