@@ -247,3 +247,65 @@ def test_property_matches_reference(isa, data):
         kw["sinks"] = rng.standard_normal(H) * 3
     _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt,
            factor=2.0)
+
+
+# ---------------------------------------------------------------------------
+# multi_head_attention and KVCache decoding pass the options through
+# ---------------------------------------------------------------------------
+
+def _mha_weights(rng, d_model, heads, kv_heads, d_k, dt):
+    return (rng.standard_normal((d_model, heads * d_k)).astype(dt) / 4,
+            rng.standard_normal((d_model, kv_heads * d_k)).astype(dt) / 4,
+            rng.standard_normal((d_model, kv_heads * d_k)).astype(dt) / 4,
+            rng.standard_normal((heads * d_k, d_model)).astype(dt) / 4)
+
+
+def test_multi_head_attention_passes_the_options(isa, rng):
+    from fastattn.mha import multi_head_attention
+    n, L, d_model, heads, kv_heads, d_k = 2, 7, 16, 4, 2, 4
+    x = rng.standard_normal((n, L, d_model))
+    w_q, w_k, w_v, w_o = _mha_weights(rng, d_model, heads, kv_heads, d_k, np.float64)
+    kw = dict(_options(rng, OPTS, heads), is_causal=True)
+    out, w, lse = multi_head_attention(x, w_q, w_k, w_v, w_o, heads, num_kv_heads=kv_heads,
+                                       return_weights=True, return_lse=True, **kw)
+    q = (x @ w_q).reshape(n, L, heads, d_k).transpose(0, 2, 1, 3)
+    k = (x @ w_k).reshape(n, L, kv_heads, d_k).transpose(0, 2, 1, 3)
+    v = (x @ w_v).reshape(n, L, kv_heads, d_k).transpose(0, 2, 1, 3)
+    ho, hw, hl = reference.attention(q, k, v, enable_gqa=True, return_weights=True,
+                                     return_lse=True, **kw)
+    want = ho.transpose(0, 2, 1, 3).reshape(n, L, heads * d_k) @ w_o
+    assert lse.shape == (n, heads, L)
+    _check((out, w, lse), (want, hw, hl), np.float64)
+    # unbatched input: (num_heads, L)
+    o1, l1 = multi_head_attention(x[0], w_q, w_k, w_v, w_o, heads, num_kv_heads=kv_heads,
+                                  return_lse=True, **kw)
+    assert l1.shape == (heads, L)
+    _check((o1, l1), (out[0], lse[0]), np.float64)
+
+
+def test_kv_cache_decoding_equals_the_full_causal_call(isa, rng):
+    from fastattn.mha import KVCache, multi_head_attention
+    n, T, d_model, heads, kv_heads, d_k = 2, 9, 16, 4, 2, 4
+    x = rng.standard_normal((n, T, d_model)).astype(np.float32)
+    ws = _mha_weights(rng, d_model, heads, kv_heads, d_k, np.float32)
+    kw = _options(rng, OPTS, heads)
+    full, lse = multi_head_attention(x, *ws, heads, num_kv_heads=kv_heads, is_causal=True,
+                                     return_lse=True, **kw)
+    cache = KVCache(n, kv_heads, d_k, max_len=T, dtype=np.float32)
+    steps = [multi_head_attention(x[:, :4], *ws, heads, num_kv_heads=kv_heads, kv_cache=cache,
+                                  return_lse=True, **kw)]
+    for t in range(4, T):
+        steps.append(multi_head_attention(x[:, t:t + 1], *ws, heads, num_kv_heads=kv_heads,
+                                          kv_cache=cache, return_lse=True, **kw))
+    _check((np.concatenate([s[0] for s in steps], axis=1),
+            np.concatenate([s[1] for s in steps], axis=2)), (full, lse), np.float32, factor=5.0)
+
+
+def test_kv_cache_left_unchanged_on_a_bad_option(rng):
+    from fastattn.mha import KVCache, multi_head_attention
+    x = rng.standard_normal((1, 3, 16))
+    ws = _mha_weights(rng, 16, 4, 2, 4, np.float64)
+    cache = KVCache(1, 2, 4, max_len=8, dtype=np.float64)
+    with pytest.raises(ValueError, match="sinks"):
+        multi_head_attention(x, *ws, 4, num_kv_heads=2, kv_cache=cache, sinks=[np.nan] * 4)
+    assert len(cache) == 0
