@@ -213,17 +213,17 @@ static void FN(scal)(FA_T *x, int64_t n, FA_T a)
 }
 
 /* x[i] = cap tanh(x[i] / cap) for i < n: the soft cap of the scores (cap
- * > 0; cap = 1 is plain tanh, exactly).  The tail through a padded vector,
- * so every element sees the same tanh. */
+ * > 0; x[i] / cap as x[i] * (1 / cap); cap = 1 is plain tanh, exactly).
+ * The tail through a padded vector, so every element sees the same tanh. */
 static void FN(softcap)(FA_T *x, int64_t n, FA_T cap)
 {
-    const VT vc = V(set1)(cap);
+    const VT vc = V(set1)(cap), vi = V(set1)((FA_T)1 / cap);
     int64_t i = 0;
-    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(vc, V(tanh)(V(div)(V(load)(x + i), vc))));
+    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(vc, V(tanh)(V(mul)(V(load)(x + i), vi))));
     if (i < n) {
         FA_T buf[VW];
         for (int64_t j = 0; j < VW; j++) buf[j] = i + j < n ? x[i + j] : (FA_T)0;
-        V(store)(buf, V(mul)(vc, V(tanh)(V(div)(V(load)(buf), vc))));
+        V(store)(buf, V(mul)(vc, V(tanh)(V(mul)(V(load)(buf), vi))));
         for (int64_t j = 0; i + j < n; j++) x[i + j] = buf[j];
     }
 }

@@ -14,7 +14,8 @@
  *   vf_ldexp (p * 2^n, n integral, n >= exp's range), vf_zero_below (p, or 0
  *   where x < lo), vf_exp_bits (the integer image shifted into the exponent
  *   field); for the vector tanh: vf_div, vf_abs, vf_copysign (m's magnitude,
- *   s's sign), vf_where_below (a where x < lo, else b) -- or its own
+ *   s's sign), vf_where_below (a where x < lo, else b), vf_all_below (1 if
+ *   every lane is < lo) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic).
  * Same for vd_* and VD_*.  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.

@@ -36,6 +36,11 @@ static inline VT V(zero_below)(VT p, VT x, FA_T lo)
 {
     return MM(mask_mov)(p, MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), MM(setzero)());
 }
+/* 1 if every lane of x is < lo (NaN is not) */
+static inline int V(all_below)(VT x, FA_T lo)
+{
+    return MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ) == (1 << VC(W)) - 1;
+}
 /* a where x < lo, else b (NaN x: b) */
 static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo)
 {

@@ -26,14 +26,16 @@ static inline VT V(exp2)(VT x)
 }
 
 /* tanh(|x|): a + a z R(z) for a = |x| < TANH_SMALL, else (1 - t) / (1 + t),
- * t = exp(-2a) (both computed, one chosen per lane); then x's sign (tanh
- * is odd, so tanh(-0) = -0) */
+ * t = exp(-2a) (both computed, one chosen per lane, unless every lane is
+ * small: the common case of soft-capped scores); then x's sign (tanh is
+ * odd, so tanh(-0) = -0) */
 static inline VT V(tanh)(VT x)
 {
     const VT one = V(set1)((FA_T)1);
     VT ax = V(abs)(x), z = V(mul)(x, x), r;
     VC(TANH_R)(VT, r, z);
     VT small = V(fma)(V(mul)(ax, z), r, ax);
+    if (V(all_below)(ax, VC(TANH_SMALL))) return V(copysign)(small, x);
     VT t = V(exp)(V(mul)(ax, V(set1)((FA_T)-2)));
     VT big = V(div)(V(sub)(one, t), V(add)(one, t));
     return V(copysign)(V(where_below)(small, big, ax, VC(TANH_SMALL)), x);
