@@ -84,6 +84,14 @@ cdef int _fill(fa_operand *op, cnp.ndarray a, int nb) except -1:
     return 0
 
 
+cdef int _fill_optional(fa_operand *op, object a, int nb) except -1:
+    """_fill, or op.data = NULL for a = None."""
+    if a is None:
+        op.data = NULL
+        return 0
+    return _fill(op, <cnp.ndarray?>a, nb)
+
+
 cdef int _check(int status) except -1:
     if status == FA_ENOMEM:
         raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
@@ -141,15 +149,9 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     a.weights = NULL if weights is None else cnp.PyArray_DATA(<cnp.ndarray>weights)
     a.num_threads = num_threads
     a.softcap = softcap
-    a.alibi.data = NULL
-    a.sinks.data = NULL
-    a.lse.data = NULL
-    if alibi is not None:
-        _fill(&a.alibi, alibi, nb)
-    if sinks is not None:
-        _fill(&a.sinks, sinks, nb)
-    if lse is not None:
-        _fill(&a.lse, lse, nb)
+    _fill_optional(&a.alibi, alibi, nb)
+    _fill_optional(&a.sinks, sinks, nb)
+    _fill_optional(&a.lse, lse, nb)
     with nogil:
         status = fa_attention(&a)
     _check(status)

@@ -309,3 +309,25 @@ def test_kv_cache_left_unchanged_on_a_bad_option(rng):
     with pytest.raises(ValueError, match="sinks"):
         multi_head_attention(x, *ws, 4, num_kv_heads=2, kv_cache=cache, sinks=[np.nan] * 4)
     assert len(cache) == 0
+
+
+def test_allocation_failure_leaves_out_untouched(rng):
+    """Every scratch allocation comes before any output (out, lse) is written."""
+    import fastattn._testing as _testing
+    q, k, v = _qkv(rng, np.float32, 1, 2, 3, 3000, 16)      # decoding: key split
+    kw = dict(_options(rng, OPTS, 2), return_lse=True)
+    want = fastattn.attention(q, k, v, **kw)
+    for n in range(0, 40):
+        out = np.full((1, 2, 3, 16), -7.0, np.float32)
+        _testing.fail_alloc_after(n)
+        try:
+            res = fastattn.attention(q, k, v, out=out, **kw)
+        except MemoryError:
+            assert np.all(out == -7.0)
+            continue
+        finally:
+            _testing.fail_alloc_after(-1)
+        assert np.array_equal(res[0], want[0]) and np.array_equal(res[1], want[1])
+        break
+    else:
+        raise AssertionError("never succeeded")
