@@ -9,24 +9,20 @@
  * score_opts_f64; likewise alibi_rows, row_finish. */
 
 /* s[ni x nk] (ld lds), rows i0.., keys kb..: s -= slope |p(i) - j| with
- * p(i) = i + causal_offset, slope in the scores' units.  The distance is
- * exact in FA_T (as the reference's cast of the integer), in double when
- * the positions are beyond FA_T's integers. */
-static void FN(alibi_rows)(const fa_attention_args *a, FA_T slope, FA_T *s, int64_t lds,
-                           int64_t i0, int64_t ni, int64_t kb, int64_t nk)
+ * p(i) = i + causal_offset, slope in the scores' units: the ISA's kernel
+ * while the distances are exact in FA_T (as the reference's cast of the
+ * integer), beyond that in double. */
+static void FN(alibi_rows)(const fa_attention_args *a, const KT *K, FA_T slope, FA_T *s,
+                           int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk)
 {
-    FA_T ramp[FA_KC];
-    for (int64_t j = 0; j < nk; j++) ramp[j] = (FA_T)j;
     const double exact = FA_IS_F64(FA_SFX) ? 0x1p53 : 0x1p24;
     for (int64_t i = 0; i < ni; i++) {
         FA_T *row = s + i * lds;
         const int64_t p = i0 + i + a->causal_offset - kb; /* the key at distance 0 */
-        if (fabs((double)p) + FA_KC < exact) {
-            const FA_T pf = (FA_T)p;
-            for (int64_t j = 0; j < nk; j++) row[j] -= slope * (FA_T)fabs(pf - ramp[j]);
-        } else {
+        if (fabs((double)p) + FA_KC < exact)
+            K->alibi(row, nk, (FA_T)p, slope);
+        else
             for (int64_t j = 0; j < nk; j++) row[j] -= slope * (FA_T)fabs((double)p - (double)j);
-        }
     }
 }
 
@@ -45,7 +41,7 @@ static void FN(score_opts)(const fa_attention_args *a, const KT *K, const fa_off
         double slope = ((const double *)a->alibi.data)[off->al] * u;
         const double big = (double)FA_TYPE_MAX(FA_SFX);
         slope = slope > big ? big : (slope < -big ? -big : slope); /* never inf * 0 */
-        FN(alibi_rows)(a, (FA_T)slope, s, lds, i0, ni, kb, nk);
+        FN(alibi_rows)(a, K, (FA_T)slope, s, lds, i0, ni, kb, nk);
     }
 }
 

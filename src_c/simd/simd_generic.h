@@ -27,6 +27,8 @@ static inline VT V(fma)(VT a, VT b, VT c) { return a * b + c; }
 static inline VT V(add)(VT a, VT b) { return a + b; }
 static inline VT V(sub)(VT a, VT b) { return a - b; }
 static inline VT V(mul)(VT a, VT b) { return a * b; }
+static inline VT V(fnma)(VT a, VT b, VT c) { return c - a * b; }
+static inline VT V(abs)(VT a) { return a < 0 ? -a : a; }
 static inline VT V(max_acc)(VT acc, VT x) { return x > acc ? x : acc; }
 static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
