@@ -1,11 +1,12 @@
 """fastattn: scaled dot-product attention on the CPU, fast, for NumPy arrays.
 
 The public names; see :func:`attention`, :func:`softmax`, :func:`attention_varlen`,
-:func:`multi_head_attention`, :class:`KVCache`, :func:`trace` and
-:func:`show_config`.
+:func:`merge_attention`, :func:`multi_head_attention`, :class:`KVCache`,
+:func:`trace` and :func:`show_config`.
 """
 
 from ._api import attention, softmax
+from .merge import merge_attention
 from .varlen import attention_varlen
 from .mha import KVCache, multi_head_attention
 from .trace import trace
@@ -20,6 +21,7 @@ __all__ = [
     "attention",
     "softmax",
     "attention_varlen",
+    "merge_attention",
     "multi_head_attention",
     "KVCache",
     "trace",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, o
 import numpy as np
 
 from . import _core
+from . import _scores
 from ._masks import MaskPlan, resolve
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     _Float: TypeAlias = NDArray[np.floating[Any]]
     _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+    _Result: TypeAlias = (_Float | tuple[_Float, _Float] | tuple[_Float, _Float, _Float])
 
 __all__ = ["attention", "softmax"]
 
@@ -87,27 +89,44 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float: ...
+              num_threads: SupportsIndex | None = None,
+              alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
+              sinks: ArrayLike | None = None, return_lse: Literal[False] = False) -> _Float: ...
 @overload
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[True],
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+              num_threads: SupportsIndex | None = None,
+              alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
+              sinks: ArrayLike | None = None, return_lse: Literal[False] = False) -> tuple[_Float, _Float]: ...
+@overload
+def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
+              attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
+              scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
+              key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
+              out: NDArray[Any] | None = None,
+              num_threads: SupportsIndex | None = None,
+              alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
+              sinks: ArrayLike | None = None, return_lse: Literal[True]) -> tuple[_Float, _Float]: ...
 @overload
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+              num_threads: SupportsIndex | None = None,
+              alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
+              sinks: ArrayLike | None = None, return_lse: bool = False) -> _Result: ...
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
+              num_threads: SupportsIndex | None = None,
+              alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
+              sinks: ArrayLike | None = None, return_lse: bool = False) -> _Result:
     """Scaled dot-product attention, ``softmax(Q Kᵀ · scale + mask) V``.
 
     The semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
@@ -146,6 +165,25 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     num_threads : int, optional
         OpenMP threads (at most 256 are used); None = the OpenMP default.  The
         result is bitwise the same for every thread count.
+    alibi_slopes : array_like, optional
+        ALiBi: one slope per head, broadcastable to ``(..., H)`` (the batch
+        shape, heads on axis -3 of ``query``); ``slope * |p(i) - j|`` is
+        subtracted from the scaled (capped) score, ``p(i) = i + S - L`` with
+        ``is_causal='lower_right'``, else ``i``.  Finite.
+    softcap : float, optional
+        ``> 0``: each scaled score ``s`` becomes ``softcap * tanh(s /
+        softcap)``, before ALiBi and ``attn_mask``.
+    sinks : array_like, optional
+        One logit per head, broadcastable to ``(..., H)``, that joins every
+        row's softmax denominator and carries no value (so a row's weights sum
+        to less than 1); not NaN or ``+inf`` (``-inf``: no sink).  A row with
+        no visible key still gives zeros.
+    return_lse : bool, optional
+        Also return each row's natural-log log-sum-exp of its final logits
+        over its visible keys (the sink's ``exp`` included), ``-inf`` for a
+        row with none: shape ``(..., H, L)`` (the batch shape + ``(L,)``),
+        float32 for float16/float32 inputs, float64 for float64.  With it,
+        :func:`fastattn.merge_attention` combines results over disjoint keys.
 
     Returns
     -------
@@ -155,6 +193,18 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         and bool inputs give float64.
     weights : ndarray, shape (..., L, S)
         Only with ``return_weights=True``.
+    lse : ndarray, shape (..., L)
+        Only with ``return_lse=True``; always last: ``(out, lse)`` or
+        ``(out, weights, lse)``.
+
+    Raises
+    ------
+    ValueError
+        ``alibi_slopes`` or ``sinks`` of a shape that does not broadcast to
+        ``(..., H)`` or with a bad value (non-finite slopes; NaN or ``+inf``
+        sinks), ``softcap <= 0`` or non-finite; shapes that do not fit.
+    TypeError
+        A bool or non-real ``softcap``, ``alibi_slopes`` or ``sinks``.
 
     Notes
     -----
@@ -179,6 +229,16 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     array([[1.   , 0.   ],
            [0.33 , 0.67 ],
            [0.752, 0.752]])
+
+    The score options (one head here: the batch shape is ``(1,)``):
+
+    >>> x1 = x[None]
+    >>> out, lse = fastattn.attention(x1, x1, x1, softcap=5.0, alibi_slopes=[0.5],
+    ...                               sinks=[0.0], return_lse=True)
+    >>> lse.shape
+    (1, 3)
+    >>> np.round(lse, 3)
+    array([[1.372, 1.372, 1.906]])
     """
     # The common case (float32/float64 arrays, one batch shape, no mask array,
     # no options) takes one call per step and nothing more: with the kernel
@@ -188,16 +248,21 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     sc = _scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
     nt = 0 if num_threads is None else _threads(num_threads)
     plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    opts = None
+    if alibi_slopes is not None or softcap is not None or sinks is not None or return_lse:
+        opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, cdt)
     if out is not None:
         _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
                                                ("attn_mask", plan.bool_mask),
                                                ("attn_mask", plan.add_mask),
                                                ("key_padding_mask", plan.pad)))
     weights = _weights_array(batch + (L, S), cdt) if return_weights else None
-    result = _run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt)
+    lse = np.empty(batch + (L,), cdt) if return_lse else None
+    result = _run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt, opts, lse)
     if return_weights:
-        return result, (weights if odt is cdt else weights.astype(odt))
-    return result
+        w = weights if odt is cdt else weights.astype(odt)
+        return (result, w, lse) if return_lse else (result, w)
+    return (result, lse) if return_lse else result
 
 
 # ---------------------------------------------------------------------------
@@ -309,20 +374,28 @@ def _physical_memory() -> int:
 
 
 def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: np.dtype,
-                batch: tuple, gqa, sc: float, plan: MaskPlan, weights, out, nt: int):
+                batch: tuple, gqa, sc: float, plan: MaskPlan, weights, out, nt: int,
+                opts: _scores.ScoreOptions | None = None, lse: np.ndarray | None = None):
     """The inputs in the compute dtype, through the kernel: the output in the
-    result dtype, ``out`` itself when given (``weights`` filled if given)."""
+    result dtype, ``out`` itself when given (``weights`` and ``lse`` filled
+    if given; ``opts``: the score options, None if there are none)."""
     if not _core.in_kernel_form(q, k, v, cdt):
         q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
     # The kernel writes out itself when it can, else a new array it allocates.
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:
         causal, offset, bm, am, pad = plan
-        target = _core.attention(q, k, v, out if direct else None, batch, sc, causal, offset,
-                                  bm, am, pad, weights, nt)
+        if opts is None and lse is None:
+            target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
+                                      offset, bm, am, pad, weights, nt)
+        else:
+            cap, al, sk = opts if opts is not None else (0.0, None, None)
+            target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
+                                      offset, bm, am, pad, weights, nt, cap, al, sk,
+                                      None if lse is None else lse[..., None])
     else:
         target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
-        _run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt)
+        _run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt, opts, lse)
     if target is not out:
         if out is not None:
             out[...] = target
@@ -334,7 +407,8 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
 
 def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray,
                  batch: tuple, gqa: tuple[int, int], sc: float, plan: MaskPlan, weights,
-                 nt: int) -> None:
+                 nt: int, opts: _scores.ScoreOptions | None = None,
+                 lse: np.ndarray | None = None) -> None:
     """The kernel over (..., hkv, g) heads: the g query heads of a group share
     their key/value head, which is broadcast, never copied."""
     hk, g = gqa
@@ -347,8 +421,14 @@ def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray
     bm = None if bm is None else _group_heads(np.broadcast_to(bm, full), hk, g)
     am = None if am is None else _group_heads(np.broadcast_to(am, full), hk, g)
     pad = None if pad is None else _group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
+    cap, al, sk = opts if opts is not None else (0.0, None, None)
+    one = batch + (1, 1)
+    al = None if al is None else _group_heads(np.broadcast_to(al, one), hk, g)
+    sk = None if sk is None else _group_heads(np.broadcast_to(sk, one), hk, g)
+    lk = None if lse is None else _group_heads(lse[..., None], hk, g)
     _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
-                    batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
+                    batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt, cap, al, sk,
+                    lk)
 
 
 def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:

@@ -12,5 +12,7 @@ from libc.stdint cimport int64_t
 # float32, by the vectorised exp of the ISA in use; raises on a kernel error.
 cdef int exp_kernel(bint double_precision, bint base2, int64_t n, const void *x,
                     void *y) except -1
+# tanh(x) of n elements, likewise, by the vectorised tanh of the softcap kernel.
+cdef int tanh_kernel(bint double_precision, int64_t n, const void *x, void *y) except -1
 # The next n_ok kernel allocations succeed, then they fail (-1: hook off).
 cdef void fail_alloc_after(int64_t n_ok) noexcept

@@ -32,6 +32,10 @@ def attention(
     pad: _Array | None,
     weights: _Array | None,
     num_threads: int,
+    softcap: float = ...,
+    alibi: _Array | None = ...,
+    sinks: _Array | None = ...,
+    lse: _Array | None = ...,
 ) -> _Array: ...
 def in_kernel_form(q: _Array, k: _Array, v: _Array, dtype: np.dtype[Any]) -> bool: ...
 def softmax_rows(x: _Array, y: _Array, keep: npt.NDArray[np.uint8] | None, num_threads: int) -> None: ...

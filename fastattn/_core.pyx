@@ -36,6 +36,10 @@ cdef extern from "fastattn.h" nogil:
         fa_operand pad
         void *weights
         int num_threads
+        double softcap
+        fa_operand alibi
+        fa_operand sinks
+        fa_operand lse
     int fa_attention(const fa_attention_args *args)
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                         int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
@@ -52,6 +56,7 @@ cdef extern from "fastattn.h" nogil:
     void fa_debug_fail_alloc_after(int64_t n_ok)
     int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
     int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
+    int fa_tanh(int dtype, int64_t n, const void *x, void *y)
     void fa_init_threads()
     void fa_set_default_threads(int n)
 
@@ -79,6 +84,14 @@ cdef int _fill(fa_operand *op, cnp.ndarray a, int nb) except -1:
     return 0
 
 
+cdef int _fill_optional(fa_operand *op, object a, int nb) except -1:
+    """_fill, or op.data = NULL for a = None."""
+    if a is None:
+        op.data = NULL
+        return 0
+    return _fill(op, <cnp.ndarray?>a, nb)
+
+
 cdef int _check(int status) except -1:
     if status == FA_ENOMEM:
         raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
@@ -89,10 +102,13 @@ cdef int _check(int status) except -1:
 
 def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple batch,
               double scale, int causal, int64_t causal_offset, object bool_mask,
-              object add_mask, object pad, object weights, int num_threads):
+              object add_mask, object pad, object weights, int num_threads,
+              double softcap=0, object alibi=None, object sinks=None, object lse=None):
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
-    validated, same float dtype, dims broadcastable to batch."""
+    validated, same float dtype, dims broadcastable to batch.  The score
+    options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1) or
+    None; lse: None or (batch..., L, 1) of q's dtype, filled."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
@@ -132,6 +148,10 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
         _fill(&a.pad, pad, nb)
     a.weights = NULL if weights is None else cnp.PyArray_DATA(<cnp.ndarray>weights)
     a.num_threads = num_threads
+    a.softcap = softcap
+    _fill_optional(&a.alibi, alibi, nb)
+    _fill_optional(&a.sinks, sinks, nb)
+    _fill_optional(&a.lse, lse, nb)
     with nogil:
         status = fa_attention(&a)
     _check(status)
@@ -236,6 +256,14 @@ cdef int exp_kernel(bint double_precision, bint base2, int64_t n, const void *x,
     cdef int status
     with nogil:
         status = fa_exp(dtype, base2, n, x, y)
+    return _check(status)
+
+
+cdef int tanh_kernel(bint double_precision, int64_t n, const void *x, void *y) except -1:
+    cdef int dtype = FA_FLOAT64 if double_precision else FA_FLOAT32
+    cdef int status
+    with nogil:
+        status = fa_tanh(dtype, n, x, y)
     return _check(status)
 
 

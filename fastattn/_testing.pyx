@@ -27,6 +27,20 @@ def exp(cnp.ndarray x, bint base2):
     return y
 
 
+def tanh(cnp.ndarray x):
+    """tanh(x) of a 1-D C-contiguous float32/float64 array, by the vectorised
+    tanh of the ISA in use (the softcap kernel's), as a new array: for the
+    accuracy tests."""
+    if (x.ndim != 1 or not cnp.PyArray_ISCARRAY_RO(x) or not x.dtype.isnative
+            or x.dtype.kind != "f" or x.dtype.itemsize not in (4, 8)):
+        raise TypeError("x must be a 1-D C-contiguous, aligned float32 or float64 array in "
+                        f"native byte order, got {x.dtype.str} with {x.ndim} dimension(s)")
+    cdef cnp.ndarray y = cnp.PyArray_EMPTY(1, x.shape, cnp.PyArray_TYPE(x), 0)
+    _core.tanh_kernel(x.dtype.itemsize == 8, x.shape[0], cnp.PyArray_DATA(x),
+                      cnp.PyArray_DATA(y))
+    return y
+
+
 def fail_alloc_after(int64_t n_ok):
     """The next n_ok kernel allocations succeed, then they fail (-1 turns the
     hook off)."""

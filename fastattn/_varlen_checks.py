@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_cu_seqlens", "check_packed", "per_head"]
+__all__ = ["check_cu_seqlens", "check_packed"]
 
 
 def check_cu_seqlens(name: str, cu_seqlens, total: int, what: str) -> np.ndarray:
@@ -45,28 +45,3 @@ def check_packed(q: np.ndarray, k: np.ndarray, v: np.ndarray, cu_seqlens_q, cu_s
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, "
                          f"got {cq.shape} and {ck.shape}")
     return H, H_kv, cq, ck
-
-
-def per_head(name: str, values, heads_shape: tuple, dtype, *, neg_inf_ok: bool = False):
-    """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``."""
-    if values is None:
-        return None
-    a = np.asarray(values)
-    if a.dtype == bool or a.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
-    if len(heads_shape) == 0:
-        raise ValueError(f"{name} needs a head axis: the inputs have no batch "
-                         f"dimensions (..., H), {name} has shape {a.shape}")
-    try:
-        fits = np.broadcast_shapes(a.shape, heads_shape) == tuple(heads_shape)
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(f"{name} of shape {a.shape} is not broadcastable to "
-                         f"(..., H) = {tuple(heads_shape)}")
-    a64 = a.astype(np.float64)
-    bad = np.isnan(a64) | (a64 == np.inf) if neg_inf_ok else ~np.isfinite(a64)
-    if bad.any():
-        what = "NaN or +inf" if neg_inf_ok else "non-finite"
-        raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
-    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))

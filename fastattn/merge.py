@@ -9,7 +9,14 @@ part also returns the log-sum-exp (LSE) of each row's logits, as
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["merge_attention"]
 
@@ -35,7 +42,8 @@ def _parts(name, parts):
     return arrays
 
 
-def merge_attention(outputs, lses):
+def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
+                    ) -> tuple[NDArray[np.floating[Any]], NDArray[np.floating[Any]]]:
     """Combine attention results over disjoint key sets into the whole.
 
     If ``out_p, lse_p`` is the attention of the same queries over a key set

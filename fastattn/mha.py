@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
@@ -258,7 +258,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
-                         num_threads: SupportsIndex | None = None) -> _Float: ...
+                         num_threads: SupportsIndex | None = None,
+                         alibi_slopes: ArrayLike | None = None,
+                         softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                         return_lse: Literal[False] = False) -> _Float: ...
 @overload
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
@@ -268,7 +271,23 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[True],
-                         num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+                         num_threads: SupportsIndex | None = None,
+                         alibi_slopes: ArrayLike | None = None,
+                         softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                         return_lse: Literal[False] = False) -> tuple[_Float, _Float]: ...
+@overload
+def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
+                         w_o: ArrayLike, num_heads: SupportsIndex, *,
+                         num_kv_heads: SupportsIndex | None = None,
+                         context: ArrayLike | None = None,
+                         is_causal: bool | Literal["upper_left", "lower_right"] = False,
+                         attn_mask: ArrayLike | None = None,
+                         key_padding_mask: ArrayLike | None = None,
+                         kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
+                         num_threads: SupportsIndex | None = None,
+                         alibi_slopes: ArrayLike | None = None,
+                         softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                         return_lse: Literal[True]) -> tuple[_Float, _Float]: ...
 @overload
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
@@ -278,7 +297,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
-                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+                         num_threads: SupportsIndex | None = None,
+                         alibi_slopes: ArrayLike | None = None,
+                         softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                         return_lse: bool = False) -> _Float | tuple[_Float, _Float] | tuple[_Float, _Float, _Float]: ...
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
                          num_kv_heads: SupportsIndex | None = None,
@@ -287,7 +309,11 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
-                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
+                         num_threads: SupportsIndex | None = None,
+                         alibi_slopes: ArrayLike | None = None,
+                         softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                         return_lse: bool = False
+                         ) -> _Float | tuple[_Float, _Float] | tuple[_Float, _Float, _Float]:
     """Multi-head (grouped-query, multi-query, cross-) attention without biases.
 
     Computes ``Q = x @ w_q``, ``K = s @ w_k``, ``V = s @ w_v`` (``s`` is
@@ -346,12 +372,20 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         heads, unlike torch's default).
     num_threads : int, optional
         Passed to :func:`fastattn.attention`.
+    alibi_slopes, softcap, sinks, return_lse : optional
+        Passed to :func:`fastattn.attention` (its docstring has the
+        semantics): ``alibi_slopes`` and ``sinks`` broadcastable to
+        ``(N, num_heads)``; with a cache, ALiBi positions count the cached
+        tokens (the query sits at the end, lower-right).
 
     Returns
     -------
     out : ndarray, shape (N, L, d_out) or (L, d_out)
     weights : ndarray, shape (N, num_heads, L, S) or (num_heads, L, S)
         Only with ``return_weights=True``.
+    lse : ndarray, shape (N, num_heads, L) or (num_heads, L)
+        Only with ``return_lse=True`` (always last): each row's log-sum-exp,
+        float32 for float16/float32 work, float64 for float64.
 
     Raises
     ------
@@ -509,11 +543,17 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         res = _api.attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                              enable_gqa=num_kv_heads != num_heads,
                              key_padding_mask=key_padding_mask, return_weights=return_weights,
-                             num_threads=num_threads)
+                             num_threads=num_threads, alibi_slopes=alibi_slopes,
+                             softcap=softcap, sinks=sinks, return_lse=return_lse)
     except BaseException:
         if kv_cache is not None:
             kv_cache._len = old_len      # an error leaves the cache as it was
         raise
+    lse = None
+    if return_lse:
+        *res, lse = res
+        res = tuple(res) if return_weights else res[0]
+        lse = lse[0] if squeeze else lse
     heads, weights = res if return_weights else (res, None)
 
     # ---- merge heads and project -------------------------------------------
@@ -523,6 +563,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     if squeeze:
         out = out[0]
     if not return_weights:
-        return out
+        return (out, lse) if return_lse else out
     weights = weights.astype(odt, copy=False)
-    return out, (weights[0] if squeeze else weights)
+    weights = weights[0] if squeeze else weights
+    return (out, weights, lse) if return_lse else (out, weights)

@@ -65,14 +65,14 @@ Semantics (shared with the kernels, written down once here):
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 
 import numpy as np
 import scipy.special
 
+from ._scores import check_softcap as _check_softcap
+from ._scores import per_head as _per_head
 from ._varlen_checks import check_packed as _check_packed
-from ._varlen_checks import per_head as _per_head
 
 __all__ = ["attention", "attention_varlen", "softmax"]
 
@@ -117,18 +117,6 @@ def _check_window(window):
         return _window_side(window[0]), _window_side(window[1])
     n = _window_side(window)
     return n, n
-
-
-def _check_softcap(softcap):
-    if softcap is None:
-        return None
-    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"softcap must be a positive float or None, "
-                        f"got {type(softcap).__name__} {softcap!r}")
-    c = float(softcap)
-    if not (math.isfinite(c) and c > 0):
-        raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
-    return c
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import _core
 from ._api import _check_out, _dtypes, _threads, attention
-from ._varlen_checks import check_packed, per_head
+from ._scores import per_head
+from ._varlen_checks import check_packed
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias

@@ -49,6 +49,18 @@ typedef struct fa_attention_args {
     fa_operand pad;            /* uint8 (batch..., 1, S), 1 = padding; NULL if none */
     void *weights;             /* NULL: streaming path, no L x S buffer at all */
     int num_threads;           /* <= 0: the OpenMP default */
+    /* Score options (fastattn.reference's semantics).  The logit of query i
+     * and key j, after the scale: s = softcap tanh(s / softcap) if softcap
+     * > 0; then s -= slope |i + causal_offset - j| with slope the alibi
+     * operand at the batch index; then the masks. */
+    double softcap;            /* <= 0: none */
+    fa_operand alibi;          /* float64 (batch..., 1, 1): slopes; data NULL if none */
+    fa_operand sinks;          /* float64 (batch..., 1, 1): a logit joining every row's
+                                  softmax denominator, no value (not +inf or NaN);
+                                  data NULL if none */
+    fa_operand lse;            /* dtype (batch..., L, 1), written: each row's natural-log
+                                  log-sum-exp of its visible logits (the sink's exp
+                                  included), -inf for a row with none; NULL if none */
 } fa_attention_args;
 
 int fa_attention(const fa_attention_args *args);
@@ -64,6 +76,9 @@ int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t 
  * ISA in use, as the kernels evaluate it: accurate on x <= 0 (the softmax
  * domain; see simd/vmath.h).  For the accuracy tests.  y may equal x. */
 int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
+/* y[i] = tanh(x[i]) for i < n, by the vectorised tanh of the ISA in use (the
+ * softcap kernel with a cap of 1), for its accuracy tests; y may equal x. */
+int fa_tanh(int dtype, int64_t n, const void *x, void *y);
 
 /* ISA selection (runtime/dispatch.c). */
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory")
+SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants")
 # name: sections it runs (the quick suite takes the QUICK profile below)
 SUITES = {
-    "default": SECTIONS,
-    "quick": SECTIONS,
+    "default": SECTIONS[:-1],
+    "quick": SECTIONS[:-1],
+    "variants": ("variants",),
 }
 # other names of a suite
 SUITE_ALIASES = {"targets": "default", "all": "default"}
@@ -85,6 +86,7 @@ class Case:
     shape: tuple            # (B, H, L, S, D) or (M, N)
     dtype: str
     causal: bool = False
+    variant: str = ""       # the variants section: a key of VARIANTS
 
     @property
     def label(self) -> str:
@@ -92,6 +94,7 @@ class Case:
             return "softmax %dx%d" % self.shape
         B, H, L, S, D = self.shape
         s = f"{B}x{H}x{L}x{D}" if L == S else f"{B}x{H}x{L}x{S}x{D}"
+        s = f"{s} {self.variant}" if self.variant else s
         return f"{self.section} {s}" if self.section != "attention" else s
 
     def flops(self) -> float:
@@ -169,6 +172,8 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
     if "softmax" in sections:
         for shp in profile.softmax:
             cases.append(Case("softmax", "softmax", shp, dt, False))
+    if "variants" in sections:
+        cases += variant_cases(profile)
     return cases
 
 
@@ -183,3 +188,31 @@ def make_inputs(case: Case, seed: int = 0):
     k = rng.standard_normal((B, H, S, D)).astype(dt)
     v = rng.standard_normal((B, H, S, D)).astype(dt)
     return q, k, v
+
+
+# --------------------------------------------------------------------------
+# variants: the score options of fastattn.attention against the plain call
+# (--suite variants; fastattn only, no peer has them)
+# --------------------------------------------------------------------------
+
+# name: the keywords of the call, given the number of heads H
+VARIANTS = {
+    "plain": lambda H: {},
+    "softcap": lambda H: {"softcap": 30.0},
+    "alibi": lambda H: {"alibi_slopes": 2.0 ** (-8.0 * np.arange(1, H + 1) / H)},
+    "sinks": lambda H: {"sinks": np.linspace(-1.0, 1.0, H)},
+    "return_lse": lambda H: {"return_lse": True},
+}
+VARIANT_SHAPES = {"default": ((1, 8, 2048, 2048, 64),), "quick": ((1, 2, 256, 256, 64),)}
+
+
+def variant_cases(profile: Profile) -> list[Case]:
+    """(1, 8, 2048, 64) float32 causal, plain and with each score option."""
+    shapes = VARIANT_SHAPES["quick" if profile is QUICK else "default"]
+    return [Case("variants", "attention", shp, "float32", True, name)
+            for shp in shapes for name in VARIANTS]
+
+
+def variant_kwargs(case: Case) -> dict:
+    """The score-option keywords of a case (none outside the variants section)."""
+    return VARIANTS[case.variant](case.shape[1]) if case.variant else {}

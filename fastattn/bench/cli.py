@@ -25,6 +25,8 @@ EPILOG = textwrap.dedent("""\
     decode (1 query against a 4096-key cache), overhead (the 3-token call),
     float64, softmax (fastattn.softmax, also in place, vs SciPy and torch),
     memory (extra peak RSS of one call in a fresh subprocess).
+    --suite variants (not in the default suite): softcap, ALiBi, sinks and
+    return_lse against the plain causal call, fastattn only.
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.
@@ -101,7 +103,8 @@ def _pick_suite(args, parser) -> tuple[tuple, str]:
     if suite is None:
         if args.shapes_parsed:
             return ("attention",), "custom"
-        return SECTIONS, "quick" if args.quick else "default"
+        name = "quick" if args.quick else "default"
+        return suite_sections(name), name
     if suite_sections(suite) is not None:
         return suite_sections(suite), suite
     sections = tuple(x for x in suite.replace(" ", "").split(",") if x)

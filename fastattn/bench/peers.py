@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, make_inputs
+from .cases import Case, make_inputs, variant_kwargs
 
 PEERS = ("torch", "numpy")
 
@@ -138,9 +138,12 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
     """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
     q, k, v = make_inputs(case)
     causal = case.causal
+    opts = variant_kwargs(case)
     fast = {"fastattn": lambda t: (
-        lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t))}
+        lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t, **opts))}
     peer_fns, skipped = {}, {}
+    if case.variant:        # the score options: fastattn only
+        return fast, peer_fns, skipped
     if "torch" in peers:
         F = tools.torch.nn.functional
         tq, tk, tv = (tools.torch.from_numpy(a) for a in (q, k, v))

@@ -9,6 +9,7 @@
 
 #include "driver/scratch_tmpl.h" /* one thread's arrays, carved by scratch.h */
 #include "driver/tiles_tmpl.h"   /* packing, masks, block skipping */
+#include "driver/scoreopts_tmpl.h" /* softcap, ALiBi; the sink and lse of a row */
 #include "driver/merge_tmpl.h"   /* writing out; the key-split merge */
 #include "driver/band_tmpl.h"    /* one band x key block (and the direct path) */
 #include "driver/stream_tmpl.h"  /* the streaming loop */

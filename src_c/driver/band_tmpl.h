@@ -66,12 +66,15 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     const int64_t kb = st->kb, ldv = st->ldv, row = ib - st->r0;
     const int causal_diag = diag && kb + nk_b - 1 > ib + a->causal_offset;
     const int masked = causal_diag || st->pad_some || a->bool_mask.data || a->add_mask.data;
+    const int opts = a->softcap > 0 || a->alibi.data; /* the scores change after Q.K^T */
     /* Q.K^T's row maxima (from its register tiles) stand for the band's
      * only when every score it computes is one the softmax sees: no mask,
-     * no padded key column */
+     * no score option, no padded key column */
     FA_T *s = sc->st;
-    FA_T *vmax = !st->direct && !masked && fa_round_up(nk_b, st->K->nr) == nk_b ? sc->vmax : NULL;
+    FA_T *vmax = !st->direct && !masked && !opts && fa_round_up(nk_b, st->K->nr) == nk_b
+                     ? sc->vmax : NULL;
     FN(band_scores)(st, t, g, nb, nk_b, s, vmax);
+    if (opts) FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, nk_b, st->base2);
     if (masked)
         FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, nk_b, causal_diag, st->pad_some);
     FA_T *o = sc->o + row * ldv;

@@ -8,14 +8,19 @@
 /* e^x, or 2^x with base2 (scalar: the key-split merge factors). */
 static FA_T FN(expb)(double x, int base2) { return (FA_T)(base2 ? exp2(x) : exp(x)); }
 
-/* out[b, r0 .. r1, :] = o / l (0 for rows with no visible key). */
+/* out[b, r0 .. r1, :] = o / l (0 for rows with no visible key); with a
+ * sink or lse and m (the rows' maxima, base2: log2 units), the rows are
+ * finalised by row_finish (m NULL: the weights path, already final). */
 static void FN(write_out)(const fa_attention_args *a, const fa_offsets *off, int64_t r0,
-                          int64_t r1, int64_t ldv, const FA_T *o, const FA_T *l)
+                          int64_t r1, int64_t ldv, const FA_T *o, const FA_T *l, const FA_T *m,
+                          int base2)
 {
     FA_T *out = (FA_T *)a->out.data + off->o;
+    const int finish = m && (a->sinks.data || a->lse.data);
     for (int64_t i = r0; i < r1; i++) {
         const FA_T li = l[i - r0];
-        const FA_T inv = li == 0 ? (FA_T)0 : (FA_T)1 / li;
+        const FA_T inv = finish ? FN(row_finish)(a, off, i, m[i - r0], li, base2)
+                                : li == 0 ? (FA_T)0 : (FA_T)1 / li;
         const FA_T *src = o + (i - r0) * ldv;
         FA_T *dst = out + i * a->out.rs;
         for (int64_t c = 0; c < a->Ev; c++) dst[c * a->out.cs] = src[c] * inv;
@@ -37,9 +42,10 @@ static void FN(store_partials)(FA_T *part, int64_t L, int64_t nsplit, int64_t ld
     }
 }
 
-/* Merge the key-split partials of one row: part[s] = {m, l, o[ldv]}. */
+/* Merge the key-split partials of one row: part[s] = {m, l, o[ldv]}; the
+ * merged o, l are relative to the maximum *m of the parts' m. */
 static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, int base2, FA_T *o,
-                          FA_T *l)
+                          FA_T *l, FA_T *m)
 {
     const int64_t stride = ldv + 2;
     FA_T M = (FA_T)-INFINITY;
@@ -57,18 +63,19 @@ static void FN(merge_row)(const FA_T *part, int64_t nsplit, int64_t ldv, int bas
         for (int64_t c = 0; c < ldv; c++) o[c] += p[2 + c] * f;
     }
     *l = lsum;
+    *m = M;
 }
 
-/* Merge the partials of every row of batch b and write them out; o (ldv)
- * and l (1): scratch. */
+/* Merge the partials of every row of batch b and write them out (the sink
+ * and lse applied once, after the merge); o (ldv), l and m (1): scratch. */
 static void FN(merge_batch)(const fa_attention_args *a, const FA_T *part, int64_t nsplit,
-                            int64_t ldv, int base2, int64_t b, FA_T *o, FA_T *l)
+                            int64_t ldv, int base2, int64_t b, FA_T *o, FA_T *l, FA_T *m)
 {
     const int64_t L = a->L;
     fa_offsets off;
     fa_batch_offsets(a, b, &off);
     for (int64_t i = 0; i < L; i++) {
-        FN(merge_row)(part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, base2, o, l);
-        FN(write_out)(a, &off, i, i + 1, ldv, o, l);
+        FN(merge_row)(part + (b * L + i) * nsplit * (ldv + 2), nsplit, ldv, base2, o, l, m);
+        FN(write_out)(a, &off, i, i + 1, ldv, o, l, m, base2);
     }
 }

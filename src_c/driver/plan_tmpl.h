@@ -67,10 +67,11 @@ static int FN(plan_make)(FN(fa_plan) *pl, const fa_attention_args *a, const KT *
     if (pl->nt < 1) pl->nt = 1;
     const int64_t rows = a->weights ? pl->mcp : pl->chunk_tiles * pl->mcp;
     pl->lay = fa_scratch_layout_of(rows, pl->mcp, E > 0 ? E : 1, pl->ldv, K->vw);
-    /* log2 units unless scale * log2(e) overflows, or an additive mask is
-     * given: x * log2(e) would turn a mask of -FLT_MAX (a row of them gives
-     * uniform weights) into -inf (a hidden row) */
-    pl->base2 = a->add_mask.data == NULL && fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX);
+    /* log2 units unless scale * log2(e) (or softcap * log2(e)) overflows, or
+     * an additive mask is given: x * log2(e) would turn a mask of -FLT_MAX
+     * (a row of them gives uniform weights) into -inf (a hidden row) */
+    pl->base2 = a->add_mask.data == NULL && fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX) &&
+                a->softcap * FA_LOG2E <= (double)FA_TYPE_MAX(FA_SFX);
     return 1;
 }
 
@@ -125,7 +126,7 @@ static void FN(run_item)(void *ctx, int64_t it, int tid)
     const int64_t k0 = s * pl->split_kc, k1 = fa_min64(k0 + pl->split_kc, S);
     FN(stream_rows)(a, pl->K, &off, r0, r1, k0, k1, pl->ldv, pl->base2, &sc);
     if (nsplit == 1)
-        FN(write_out)(a, &off, r0, r1, pl->ldv, sc.o, sc.l);
+        FN(write_out)(a, &off, r0, r1, pl->ldv, sc.o, sc.l, sc.m, pl->base2);
     else
         FN(store_partials)(pl->part, L, nsplit, pl->ldv, b, s, r0, r1, sc.m, sc.l, sc.o);
 }
@@ -135,7 +136,7 @@ static void FN(merge_item)(void *ctx, int64_t b, int tid)
 {
     const FN(fa_plan) *pl = (const FN(fa_plan) *)ctx;
     FN(fa_scratch) sc = FN(scratch_carve)(pl->bufs[tid], &pl->lay);
-    FN(merge_batch)(pl->a, pl->part, pl->nsplit, pl->ldv, pl->base2, b, sc.o, sc.l);
+    FN(merge_batch)(pl->a, pl->part, pl->nsplit, pl->ldv, pl->base2, b, sc.o, sc.l, sc.m);
 }
 
 static int FN(attention)(const fa_attention_args *a)

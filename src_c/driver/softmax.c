@@ -1,7 +1,8 @@
 /* softmax.c -- masked, numerically stable softmax over rows, in place or
  * not, as scipy.special.softmax: subtract the row max, exponentiate, sum,
  * normalise.  Hidden entries (keep == 0) get exactly 0; a row with nothing
- * visible becomes 0.  Also fa_exp, the kernels' exp exposed for its tests. */
+ * visible becomes 0.  Also fa_exp and fa_tanh, the kernels' exp and tanh
+ * exposed for their tests. */
 #include <math.h>
 #include <string.h>
 
@@ -47,4 +48,17 @@ int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
         return FA_OK;
     }
     return FA_EINVAL;
+}
+
+int fa_tanh(int dtype, int64_t n, const void *x, void *y)
+{
+    if (n < 0) return FA_EINVAL;
+    const size_t size = dtype == FA_FLOAT64 ? sizeof(double) : sizeof(float);
+    if (dtype != FA_FLOAT32 && dtype != FA_FLOAT64) return FA_EINVAL;
+    if (x != y && n > 0) memmove(y, x, (size_t)n * size);
+    if (dtype == FA_FLOAT32)
+        fa_kernels_f32_current()->softcap((float *)y, n, 1.0f);
+    else
+        fa_kernels_f64_current()->softcap((double *)y, n, 1.0);
+    return FA_OK;
 }

@@ -31,6 +31,8 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
         const int64_t ncols = fa_round_up(nk, nr);
         FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
         K->qk(fa_round_up(ni, K->mr), ncols, E, sc->qp, sc->kp, sc->st, FA_KC, NULL);
+        if (a->softcap > 0 || a->alibi.data)
+            FN(score_opts)(a, K, off, sc->st, FA_KC, i0, ni, kb, nk, 0);
         if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
             FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some);
         for (int64_t i = 0; i < ni; i++)
@@ -38,23 +40,36 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
     }
 }
 
-/* Each of the ni rows of W (length S) becomes its softmax, as scipy's. */
-static void FN(weights_softmax)(const KT *K, int64_t ni, int64_t S, FA_T *W)
+/* Each of the ni rows of W (length S; rows i0.. of the batch index at off)
+ * becomes its softmax, as scipy's, with the sink's exp in the denominator
+ * if any (shifted by M = max(row max, sink)); the rows' lse if asked for. */
+static void FN(weights_softmax)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
+                                int64_t i0, int64_t ni, int64_t S, FA_T *W)
 {
     const FA_T NEG = (FA_T)-INFINITY;
     for (int64_t i = 0; i < ni; i++) {
         FA_T *row = W + i * S;
         int has_nan = 0;
-        FA_T mx = S > 0 ? K->rowmax(row, S, &has_nan) : NEG;
+        FA_T mx = S > 0 ? K->rowmax(row, S, &has_nan) : NEG, lse;
         if (has_nan || mx == (FA_T)INFINITY) {
             /* as scipy: a NaN or +inf score makes every visible weight NaN */
             for (int64_t j = 0; j < S; j++) row[j] = row[j] == NEG ? (FA_T)0 : (FA_T)NAN;
+            lse = (FA_T)NAN;
         } else if (mx == NEG) {
             memset(row, 0, (size_t)S * sizeof(FA_T)); /* no visible key */
+            lse = NEG;
         } else {
-            FA_T sum = K->expsum(row, row, S, mx);
+            FA_T M = mx, t = NEG;
+            if (a->sinks.data) {
+                t = (FA_T)((const double *)a->sinks.data)[off->sk];
+                if (t > M) M = t;
+            }
+            FA_T sum = K->expsum(row, row, S, M);
+            if (a->sinks.data) sum += (FA_T)exp((double)t - (double)M);
             K->scal(row, S, (FA_T)1 / sum);
+            lse = (FA_T)((double)M + log((double)sum));
         }
+        if (a->lse.data) ((FA_T *)a->lse.data)[off->lse + (i0 + i) * a->lse.rs] = lse;
     }
 }
 
@@ -67,7 +82,7 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
     FA_T *W = (FA_T *)a->weights + (b * a->L + i0) * S;
     FN(pack_q)(a, off->q, i0, ni, fa_round_up(ni, K->mr), sc->qp, (FA_T)a->scale);
     FN(weights_scores)(a, K, off, i0, ni, W, sc);
-    FN(weights_softmax)(K, ni, S, W);
+    FN(weights_softmax)(a, K, off, i0, ni, S, W);
     memset(sc->o, 0, (size_t)(ni * ldv) * sizeof(FA_T));
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = fa_min64(S - kb, FA_KC);
@@ -78,5 +93,5 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
             K->pv(ni, nk, ldv, W + kb, S, sc->vp, FA_KC * nr, sc->o, ldv);
     }
     for (int64_t i = 0; i < ni; i++) sc->l[i] = 1;
-    FN(write_out)(a, off, i0, i0 + ni, ldv, sc->o, sc->l);
+    FN(write_out)(a, off, i0, i0 + ni, ldv, sc->o, sc->l, NULL, 0);
 }

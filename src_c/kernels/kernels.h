@@ -100,6 +100,13 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* chains in registers (2 * vw * FA_PROBE_CHAINS * n flops); returns a */
     /* value that depends on every chain */
     FA_T (*fma_probe)(int64_t n);
+    /* x[i] = cap * tanh(x[i] / cap) for i < n, cap > 0 (the soft cap of the */
+    /* scores; tanh by simd/vmath_tmpl.h: +-inf -> +-cap, NaN stays NaN) */
+    void (*softcap)(FA_T *x, int64_t n, FA_T cap);
+    /* x[j] -= slope * |p - j| for j < n (ALiBi on one row of scores, p the */
+    /* row's position relative to the first key); p integral, |p| + n < 2^24 */
+    /* (float) or 2^53 (double), so the distances are exact */
+    void (*alibi)(FA_T *x, int64_t n, FA_T p, FA_T slope);
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

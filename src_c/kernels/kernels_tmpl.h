@@ -212,6 +212,39 @@ static void FN(scal)(FA_T *x, int64_t n, FA_T a)
     for (; i < n; i++) x[i] *= a;
 }
 
+/* x[i] = cap tanh(x[i] / cap) for i < n: the soft cap of the scores (cap
+ * > 0; x[i] / cap as x[i] * (1 / cap); cap = 1 is plain tanh, exactly).
+ * The tail through a padded vector, so every element sees the same tanh. */
+static void FN(softcap)(FA_T *x, int64_t n, FA_T cap)
+{
+    const VT vc = V(set1)(cap), vi = V(set1)((FA_T)1 / cap);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(vc, V(tanh)(V(mul)(V(load)(x + i), vi))));
+    if (i < n) {
+        FA_T buf[VW];
+        for (int64_t j = 0; j < VW; j++) buf[j] = i + j < n ? x[i + j] : (FA_T)0;
+        V(store)(buf, V(mul)(vc, V(tanh)(V(mul)(V(load)(buf), vi))));
+        for (int64_t j = 0; i + j < n; j++) x[i + j] = buf[j];
+    }
+}
+
+/* x[j] -= slope |p - j| for j < n (ALiBi; p is integral and |p| + n exact
+ * in FA_T, so every distance is exact). */
+static void FN(alibi)(FA_T *x, int64_t n, FA_T p, FA_T slope)
+{
+    FA_T lane[VW];
+    for (int64_t l = 0; l < VW; l++) lane[l] = (FA_T)l;
+    const VT vs = V(set1)(slope), vp = V(set1)(p), step = V(set1)((FA_T)VW);
+    VT j = V(load)(lane);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW, j = V(add)(j, step))
+        V(store)(x + i, V(fnma)(vs, V(abs)(V(sub)(vp, j)), V(load)(x + i)));
+    for (; i < n; i++) {
+        const FA_T d = p - (FA_T)i;
+        x[i] -= slope * (d < 0 ? -d : d);
+    }
+}
+
 /* One key block of the streaming (online) softmax, over the rows of a score
  * tile s[rows x n] (ld lds) and their running max m, sum l and output o:
  * per row i, mn = max(m[i], max_j s[i][j]) (NaN ignored), a = E(m[i] - mn),
@@ -333,7 +366,8 @@ static FA_T FN(fma_probe)(int64_t n)
 const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FA_STR(FA_ISA_NAME), MR, NR, VW,
     FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
-    FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe)};
+    FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
+    FN(alibi)};
 
 #undef FN
 #undef FA_T

@@ -13,7 +13,10 @@
  *   (max, the 2nd operand where either is NaN), vf_round (to nearest),
  *   vf_ldexp (p * 2^n, n integral, n >= exp's range), vf_zero_below (p, or 0
  *   where x < lo), vf_exp_bits (the integer image shifted into the exponent
- *   field) -- or its own vf_exp, vf_exp2 with FA_SIMD_LIBM_EXP (generic).
+ *   field); for the vector tanh: vf_div, vf_abs, vf_copysign (m's magnitude,
+ *   s's sign), vf_where_below (a where x < lo, else b), vf_all_below (1 if
+ *   every lane is < lo) -- or its own
+ *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic).
  * Same for vd_* and VD_*.  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.
  */
@@ -44,14 +47,14 @@
 #define FA_SFX f32
 #include FA_SIMD_MAPPING /* vf_load, vf_fma, ... */
 #ifndef FA_SIMD_LIBM_EXP
-#include "simd/vmath_tmpl.h" /* vf_exp, vf_exp2 */
+#include "simd/vmath_tmpl.h" /* vf_exp, vf_exp2, vf_tanh */
 #endif
 #undef FA_SFX
 
 #define FA_SFX f64
 #include FA_SIMD_MAPPING /* vd_load, vd_fma, ... */
 #ifndef FA_SIMD_LIBM_EXP
-#include "simd/vmath_tmpl.h" /* vd_exp, vd_exp2 */
+#include "simd/vmath_tmpl.h" /* vd_exp, vd_exp2, vd_tanh */
 #endif
 #undef FA_SFX
 

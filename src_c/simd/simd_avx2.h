@@ -23,6 +23,13 @@ typedef __m256d vd;
 #include "simd/x86_ops_tmpl.h"
 static inline VT V(round)(VT x) { return MM(round)(x, FA_RN); }
 static inline VT V(zero_below)(VT p, VT x, FA_T lo) { return MM(andnot)(MM(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), p); }
+/* 1 if every lane of x is < lo (NaN is not) */
+static inline int V(all_below)(VT x, FA_T lo)
+{
+    return MM(movemask)(MM(cmp)(x, MM(set1)(lo), _CMP_LT_OQ)) == (1 << VC(W)) - 1;
+}
+/* a where x < lo, else b (NaN x: b) */
+static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo) { return MM(blendv)(b, a, MM(cmp)(x, MM(set1)(lo), _CMP_LT_OQ)); }
 /* lanes of acc become all-ones bits (a NaN) where x is NaN */
 static inline VT V(nan_acc)(VT acc, VT x) { return MM(or)(acc, MM(cmp)(x, x, _CMP_UNORD_Q)); }
 #if !FA_IS_F64(FA_SFX)

@@ -36,6 +36,16 @@ static inline VT V(zero_below)(VT p, VT x, FA_T lo)
 {
     return MM(mask_mov)(p, MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), MM(setzero)());
 }
+/* 1 if every lane of x is < lo (NaN is not) */
+static inline int V(all_below)(VT x, FA_T lo)
+{
+    return MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ) == (1 << VC(W)) - 1;
+}
+/* a where x < lo, else b (NaN x: b) */
+static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo)
+{
+    return MM(mask_mov)(b, MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), a);
+}
 /* lanes of acc become NaN where x is NaN (sticky NaN detector) */
 static inline VT V(nan_acc)(VT acc, VT x) { return MM(mask_mov)(acc, MMASK(cmp)(x, x, _CMP_UNORD_Q), x); }
 /* Horizontal max / sum: the two 256-bit halves combined, then within 256

@@ -1,6 +1,6 @@
 /* simd_generic.h -- portable C: one-lane "vectors"; the compiler may
- * auto-vectorise the loops (see simd.h for the contract).  Its exp and exp2
- * are the C library's (FA_SIMD_LIBM_EXP: vmath_tmpl.h is not used).
+ * auto-vectorise the loops (see simd.h for the contract).  Its exp, exp2
+ * and tanh are the C library's (FA_SIMD_LIBM_EXP: vmath_tmpl.h is not used).
  * Included by simd.h once for the types and constants, then once per
  * element type (FA_SFX f32, f64) for the operations: V(op) -> vf_op, vd_op. */
 #ifndef FA_SFX
@@ -27,6 +27,8 @@ static inline VT V(fma)(VT a, VT b, VT c) { return a * b + c; }
 static inline VT V(add)(VT a, VT b) { return a + b; }
 static inline VT V(sub)(VT a, VT b) { return a - b; }
 static inline VT V(mul)(VT a, VT b) { return a * b; }
+static inline VT V(fnma)(VT a, VT b, VT c) { return c - a * b; }
+static inline VT V(abs)(VT a) { return a < 0 ? -a : a; }
 static inline VT V(max_acc)(VT acc, VT x) { return x > acc ? x : acc; }
 static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
@@ -34,9 +36,11 @@ static inline FA_T V(hsum)(VT a) { return a; }
 #if !FA_IS_F64(FA_SFX)
 static inline vf vf_exp(vf x) { return x < VF_EXP_LO ? 0.0f : expf(x); }
 static inline vf vf_exp2(vf x) { return x < -126.0f ? 0.0f : exp2f(x); }
+static inline vf vf_tanh(vf x) { return tanhf(x); }
 #else
 static inline vd vd_exp(vd x) { return x < VD_EXP_LO ? 0.0 : exp(x); }
 static inline vd vd_exp2(vd x) { return x < -1022.0 ? 0.0 : exp2(x); }
+static inline vd vd_tanh(vd x) { return tanh(x); }
 #endif
 static inline void V(transpose_block)(const FA_T *src, int64_t srs, FA_T *dst, int64_t drs)
 {

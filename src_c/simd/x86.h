@@ -10,7 +10,8 @@
  * prefix _mm256 or _mm512, FA_MMSI their integer vector si256 or si512):
  *   MM(add)     -> _mm256_add_ps, _mm512_add_pd, ...
  *   MM_INT(add) -> _mm256_add_epi32 (f32), _mm512_add_epi64 (f64)
- *   MM_TO_INT   -> _mm256_castps_si256 ...; MM_FROM_INT: the reverse */
+ *   MM_TO_INT   -> _mm256_castps_si256 ...; MM_FROM_INT: the reverse
+ *   MM_SI(and)  -> _mm256_and_si256, _mm512_and_si512 (bitwise, integer) */
 #define FA_PS_f32 ps
 #define FA_PS_f64 pd
 #define FA_EPI_f32 epi32
@@ -21,6 +22,7 @@
 #define MM_INT(op) FA_CAT(FA_CAT(FA_MM, op), FA_PASTE(FA_EPI_, FA_SFX))
 #define MM_TO_INT FA_CAT(FA_CAT(FA_MM, FA_PASTE(cast, FA_PASTE(FA_PS_, FA_SFX))), FA_MMSI)
 #define MM_FROM_INT MM(FA_PASTE(cast, FA_MMSI))
+#define MM_SI(op) FA_CAT3(FA_MM, op, FA_MMSI)
 #define FA_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
 /* The lanes of a 256-bit vector reduced by max or add: fa_hmax256_ps,

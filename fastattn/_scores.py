@@ -1,0 +1,92 @@
+"""The score options of :func:`fastattn.attention`, checked in one place.
+
+``softcap``, ``alibi_slopes`` and ``sinks`` (the semantics are in the
+docstring of :mod:`fastattn.reference`, which uses the same validators):
+:func:`check_softcap` and :func:`per_head` check them as the reference does,
+and :func:`resolve` turns them into what the kernel takes -- the cap as a
+float (0 for none) and the slopes and sinks as float64 arrays of shape
+``batch + (1, 1)`` (one value per batch index, broadcast, never copied per
+row), after rounding them to the compute dtype as the reference does.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["ScoreOptions", "check_softcap", "per_head", "resolve"]
+
+
+class ScoreOptions(NamedTuple):
+    softcap: float                 # 0.0: none
+    alibi: np.ndarray | None       # float64, batch + (1, 1)
+    sinks: np.ndarray | None       # float64, batch + (1, 1)
+
+
+def check_softcap(softcap: Any) -> float | None:
+    """``softcap`` as a float: None, or a finite real ``> 0``."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a positive float or None, "
+                        f"got {type(softcap).__name__} {softcap!r}")
+    c = float(softcap)
+    if not (math.isfinite(c) and c > 0):
+        raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
+    return c
+
+
+def per_head(name: str, values: Any, heads_shape: tuple, dtype: Any, *,
+             neg_inf_ok: bool = False) -> np.ndarray | None:
+    """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``
+    (the batch shape, heads last) in ``dtype``; None stays None."""
+    if values is None:
+        return None
+    a = np.asarray(values)
+    if a.dtype == bool or a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
+    if len(heads_shape) == 0:
+        raise ValueError(f"{name} needs a head axis: the inputs have no batch "
+                         f"dimensions (..., H), {name} has shape {a.shape}")
+    try:
+        fits = np.broadcast_shapes(a.shape, heads_shape) == tuple(heads_shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} of shape {a.shape} is not broadcastable to "
+                         f"(..., H) = {tuple(heads_shape)}")
+    a64 = a.astype(np.float64)
+    bad = np.isnan(a64) | (a64 == np.inf) if neg_inf_ok else ~np.isfinite(a64)
+    if bad.any():
+        what = "NaN or +inf" if neg_inf_ok else "non-finite"
+        raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
+    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))
+
+
+def _in_dtype(name: str, a: np.ndarray | None, cdt: np.dtype, neg_inf_ok: bool):
+    """a (already in cdt) as float64 of shape batch + (1, 1); values that the
+    rounding to cdt made infinite are rejected (as the raw values would be)."""
+    if a is None:
+        return None
+    bad = (a == np.inf) if neg_inf_ok else ~np.isfinite(a)
+    if bad.any():
+        raise ValueError(f"{name} has entries beyond the range of {cdt}: "
+                         f"{np.asarray(a)[bad][:4]}")
+    return a.astype(np.float64)[..., None, None]
+
+
+def resolve(alibi_slopes: Any, softcap: Any, sinks: Any, batch: tuple,
+            cdt: np.dtype) -> ScoreOptions:
+    """The score options of one call, checked, as the kernel takes them."""
+    cap = check_softcap(softcap)
+    if cap is not None and cdt == np.float32 and cap > float(np.finfo(np.float32).max):
+        raise ValueError(f"softcap must be finite in {cdt}, got {softcap!r}")
+    with np.errstate(over="ignore"):
+        slopes = per_head("alibi_slopes", alibi_slopes, batch, cdt)
+        sink = per_head("sinks", sinks, batch, cdt, neg_inf_ok=True)
+    return ScoreOptions(0.0 if cap is None else cap,
+                        _in_dtype("alibi_slopes", slopes, cdt, False),
+                        _in_dtype("sinks", sink, cdt, True))
