@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/mask_summary.h"
 #include "driver/scratch.h"
 #include "fastattn.h"
 #include "kernels/blocking.h"
@@ -18,14 +19,16 @@
 
 #define FA_LOG2E 1.44269504088896340735992468100189214
 
-/* Element offsets of one batch index in every operand. */
+/* Element offsets of one batch index in every operand; bms: its slice of
+ * the boolean mask (mask_summary.h). */
 typedef struct fa_offsets {
-    int64_t q, k, v, o, bm, am, pad;
+    int64_t q, k, v, o, bm, am, pad, bms;
 } fa_offsets;
 
 static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 {
     memset(off, 0, sizeof(*off));
+    int64_t nbms = 1;
     for (int d = a->nbatch_dims - 1; d >= 0; d--) {
         int64_t n = a->batch_shape[d], i = b % n;
         b /= n;
@@ -36,6 +39,7 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
         off->bm += i * a->bool_mask.bstride[d];
         off->am += i * a->add_mask.bstride[d];
         off->pad += i * a->pad.bstride[d];
+        if (a->bool_mask.bstride[d] != 0) { off->bms += i * nbms; nbms *= n; }
     }
 }
 

@@ -11,6 +11,7 @@ typedef struct FN(fa_stream) {
     const fa_attention_args *a;
     const KT *K;
     const fa_offsets *off;
+    const fa_mask_summary *ms; /* the boolean mask's block states */
     FN(fa_scratch) *sc;
     int64_t r0, r1, ldv, mcp, ntiles;
     int base2;     /* scores in log2 units, exp2 (see stream_rows) */
@@ -18,6 +19,8 @@ typedef struct FN(fa_stream) {
     int64_t kb, nk; /* the key block */
     int pad_some;  /* some key of the block is padding */
     int v_bad;     /* its packed values hold NaN/Inf */
+    int64_t tk[FA_MAX_CHUNK_MC]; /* per tile: keys of the block some row sees (0: skip) */
+    int tmixed[FA_MAX_CHUNK_MC]; /* per tile: the boolean mask must be applied */
 } FN(fa_stream);
 
 /* s[nb x nk_b] = the scores of rows ib.. (tile t, row g of it), from the
@@ -65,7 +68,8 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     FN(fa_scratch) *sc = st->sc;
     const int64_t kb = st->kb, ldv = st->ldv, row = ib - st->r0;
     const int causal_diag = diag && kb + nk_b - 1 > ib + a->causal_offset;
-    const int masked = causal_diag || st->pad_some || a->bool_mask.data || a->add_mask.data;
+    const int bmixed = st->tmixed[t]; /* the boolean mask: neither all hidden nor all visible */
+    const int masked = causal_diag || st->pad_some || bmixed || a->add_mask.data;
     /* Q.K^T's row maxima (from its register tiles) stand for the band's
      * only when every score it computes is one the softmax sees: no mask,
      * no padded key column */
@@ -73,7 +77,8 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     FA_T *vmax = !st->direct && !masked && fa_round_up(nk_b, st->K->nr) == nk_b ? sc->vmax : NULL;
     FN(band_scores)(st, t, g, nb, nk_b, s, vmax);
     if (masked)
-        FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, nk_b, causal_diag, st->pad_some);
+        FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, nk_b, causal_diag, st->pad_some,
+                        bmixed);
     FA_T *o = sc->o + row * ldv;
     /* A visible NaN score poisons its row: through the sum (exp of NaN is
      * NaN) unless no key of the row is visible yet. */
