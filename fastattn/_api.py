@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     _Float: TypeAlias = NDArray[np.floating[Any]]
     _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["attention", "softmax"]
 
@@ -87,27 +88,31 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float: ...
+              num_threads: SupportsIndex | None = None,
+              window: _Window = None) -> _Float: ...
 @overload
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[True],
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+              num_threads: SupportsIndex | None = None,
+              window: _Window = None) -> tuple[_Float, _Float]: ...
 @overload
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+              num_threads: SupportsIndex | None = None,
+              window: _Window = None) -> _Float | tuple[_Float, _Float]: ...
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               attn_mask: ArrayLike | None = None, is_causal: _Causal = False,
               scale: SupportsFloat | None = None, enable_gqa: bool = False, *,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
-              num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
+              num_threads: SupportsIndex | None = None,
+              window: _Window = None) -> _Float | tuple[_Float, _Float]:
     """Scaled dot-product attention, ``softmax(Q Kᵀ · scale + mask) V``.
 
     The semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
@@ -146,6 +151,14 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     num_threads : int, optional
         OpenMP threads (at most 256 are used); None = the OpenMP default.  The
         result is bitwise the same for every thread count.
+    window : int or (left, right), optional
+        Sliding-window (local) attention: query ``i``, at key position
+        ``p(i)`` (``i``, or ``i + S - L`` with ``is_causal='lower_right'``),
+        sees only the keys ``j`` with ``p(i) - left <= j <= p(i) + right``.
+        An int ``w`` means ``(w, w)``; ``None`` (the default, or either side)
+        is unbounded.  Combines with ``is_causal`` and every mask.  Key blocks
+        outside every row's window are never computed: the cost grows with
+        ``L * (left + right + 1)``, not ``L * S``.
 
     Returns
     -------
@@ -179,6 +192,15 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     array([[1.   , 0.   ],
            [0.33 , 0.67 ],
            [0.752, 0.752]])
+
+    A causal sliding window: each query sees itself and one key before it:
+
+    >>> w = fastattn.attention(x, x, x, is_causal=True, window=(1, 0),
+    ...                        return_weights=True)[1]
+    >>> np.round(w, 3)
+    array([[1.  , 0.  , 0.  ],
+           [0.33, 0.67, 0.  ],
+           [0.  , 0.33, 0.67]])
     """
     # The common case (float32/float64 arrays, one batch shape, no mask array,
     # no options) takes one call per step and nothing more: with the kernel
@@ -187,7 +209,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     batch, gqa, L, S, E, Ev = _problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     sc = _scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
     nt = 0 if num_threads is None else _threads(num_threads)
-    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
     if out is not None:
         _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
                                                ("attn_mask", plan.bool_mask),
@@ -317,9 +339,9 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
     # The kernel writes out itself when it can, else a new array it allocates.
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:
-        causal, offset, bm, am, pad = plan
+        causal, offset, wl, wr, bm, am, pad = plan
         target = _core.attention(q, k, v, out if direct else None, batch, sc, causal, offset,
-                                  bm, am, pad, weights, nt)
+                                  wl, wr, bm, am, pad, weights, nt)
     else:
         target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
         _run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt)
@@ -340,7 +362,7 @@ def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray
     hk, g = gqa
     L, E = q.shape[-2:]
     S = k.shape[-2]
-    causal, offset, bm, am, pad = plan
+    causal, offset, wl, wr, bm, am, pad = plan
     full = batch + (L, S)
     q = _group_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
     wk = None if weights is None else _group_heads(weights, hk, g)
@@ -348,7 +370,7 @@ def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray
     am = None if am is None else _group_heads(np.broadcast_to(am, full), hk, g)
     pad = None if pad is None else _group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
     _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
-                    batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt)
+                    batch[:-1] + (hk, g), sc, causal, offset, wl, wr, bm, am, pad, wk, nt)
 
 
 def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _api
 from ._api import _dtypes  # the dtype rules live in one place
-from ._masks import check_cache_causal, check_head_masks
+from ._masks import check_cache_causal, check_head_masks, check_window
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
 
     _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["multi_head_attention", "KVCache"]
 
@@ -258,7 +259,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
-                         num_threads: SupportsIndex | None = None) -> _Float: ...
+                         num_threads: SupportsIndex | None = None,
+                         window: _Window = None) -> _Float: ...
 @overload
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
@@ -268,7 +270,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[True],
-                         num_threads: SupportsIndex | None = None) -> tuple[_Float, _Float]: ...
+                         num_threads: SupportsIndex | None = None,
+                         window: _Window = None) -> tuple[_Float, _Float]: ...
 @overload
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
@@ -278,7 +281,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
-                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]: ...
+                         num_threads: SupportsIndex | None = None,
+                         window: _Window = None) -> _Float | tuple[_Float, _Float]: ...
 def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike,
                          w_o: ArrayLike, num_heads: SupportsIndex, *,
                          num_kv_heads: SupportsIndex | None = None,
@@ -287,7 +291,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          attn_mask: ArrayLike | None = None,
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
-                         num_threads: SupportsIndex | None = None) -> _Float | tuple[_Float, _Float]:
+                         num_threads: SupportsIndex | None = None,
+                         window: _Window = None) -> _Float | tuple[_Float, _Float]:
     """Multi-head (grouped-query, multi-query, cross-) attention without biases.
 
     Computes ``Q = x @ w_q``, ``K = s @ w_k``, ``V = s @ w_v`` (``s`` is
@@ -346,6 +351,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         heads, unlike torch's default).
     num_threads : int, optional
         Passed to :func:`fastattn.attention`.
+    window : int or (left, right), optional
+        Sliding-window attention, passed to :func:`fastattn.attention`; with
+        ``kv_cache`` the queries are lower-right aligned (the last query sits
+        at the last cached key).  Checked before anything is cached.
 
     Returns
     -------
@@ -481,6 +490,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         S = S_new
 
     # ---- masks (shapes only, before anything is cached) -------------------
+    check_window(window)
     attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
                                                    L, S, unbatched=squeeze)
 
@@ -509,7 +519,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         res = _api.attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                              enable_gqa=num_kv_heads != num_heads,
                              key_padding_mask=key_padding_mask, return_weights=return_weights,
-                             num_threads=num_threads)
+                             num_threads=num_threads, window=window)
     except BaseException:
         if kv_cache is not None:
             kv_cache._len = old_len      # an error leaves the cache as it was

@@ -66,10 +66,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 
 import numpy as np
 import scipy.special
+
+from fastattn._masks import check_window as _check_window
 
 __all__ = ["attention", "attention_varlen", "softmax"]
 
@@ -83,37 +84,6 @@ def _compute_dtype(*arrays):
     if dt == np.float16:
         return np.dtype(np.float32), np.dtype(np.float16)
     return dt, dt
-
-
-def _window_side(size):
-    """One side of ``window``: None (unbounded) or an int >= 0."""
-    if size is None:
-        return None
-    if isinstance(size, (bool, np.bool_)):
-        raise TypeError(f"window sizes must be ints or None, got the bool {size!r}")
-    if isinstance(size, (float, np.floating)) and not math.isfinite(size):
-        raise ValueError(f"window sizes must be finite (None means unbounded), got {size!r}")
-    try:
-        n = operator.index(size)
-    except TypeError:
-        raise TypeError(f"window sizes must be ints or None, "
-                        f"got {type(size).__name__} {size!r}") from None
-    if n < 0:
-        raise ValueError(f"window sizes must be >= 0, got {n}")
-    return n
-
-
-def _check_window(window):
-    """``window`` as ``(left, right)``, each None or an int >= 0."""
-    if window is None:
-        return None, None
-    if isinstance(window, (tuple, list)):
-        if len(window) != 2:
-            raise ValueError(f"window must be an int or a (left, right) pair, "
-                             f"got {len(window)} items: {window!r}")
-        return _window_side(window[0]), _window_side(window[1])
-    n = _window_side(window)
-    return n, n
 
 
 def _check_softcap(softcap):

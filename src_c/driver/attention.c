@@ -10,6 +10,7 @@
 
 #include "driver/mask_summary.h"
 #include "driver/scratch.h"
+#include "driver/window.h"
 #include "fastattn.h"
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
@@ -53,7 +54,7 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
 int fa_attention(const fa_attention_args *a)
 {
     if (a->nbatch_dims < 0 || a->nbatch_dims > FA_MAX_BATCH_DIMS || a->L < 0 || a->S < 0 ||
-        a->E < 0 || a->Ev < 0)
+        a->E < 0 || a->Ev < 0 || a->win_left < 0 || a->win_right < 0)
         return FA_EINVAL;
     if (a->dtype == FA_FLOAT32) return attention_f32(a);
     if (a->dtype == FA_FLOAT64) return attention_f64(a);

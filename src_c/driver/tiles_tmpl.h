@@ -89,12 +89,13 @@ static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int
 }
 
 /* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
- * by every mask (the boolean one if bool_some: the block is not all
- * visible); returns nothing: hidden entries are exactly -inf.  Scores are
- * in natural units whenever there is an additive mask (FN(attention)). */
+ * by every mask (the causal and window limits if cut is not NULL: they cut
+ * the block; the boolean mask if bool_some: the block is not all visible);
+ * returns nothing: hidden entries are exactly -inf.  Scores are in natural
+ * units whenever there is an additive mask (FN(attention)). */
 static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, FA_T *s,
                             int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk,
-                            int causal_diag, int pad_some, int bool_some)
+                            const fa_limits *cut, int pad_some, int bool_some)
 {
     const FA_T NEG = (FA_T)-INFINITY;
     for (int64_t i = 0; i < ni; i++) {
@@ -110,9 +111,11 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
                 row[j] = (x == NEG) ? NEG : row[j] + x;
             }
         }
-        if (causal_diag) {
-            int64_t lim = i0 + i + a->causal_offset - kb + 1; /* keys j < lim visible */
+        if (cut) { /* keys first <= j < lim visible */
+            const int64_t first = cut->has_lo ? fa_min64(i0 + i + cut->lo - kb, nk) : 0;
+            int64_t lim = cut->has_hi ? i0 + i + cut->hi - kb + 1 : nk;
             if (lim < 0) lim = 0;
+            for (int64_t j = 0; j < first; j++) row[j] = NEG;
             for (int64_t j = lim; j < nk; j++) row[j] = NEG;
         }
         if (pad_some) {

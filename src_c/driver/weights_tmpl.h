@@ -11,13 +11,11 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
                                FN(fa_scratch) *sc)
 {
     const int64_t E = a->E, S = a->S, nr = K->nr, i0 = t * ms->mcp;
+    const fa_limits w = fa_limits_of(a);
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = fa_min64(S - kb, FA_KC);
-        int skip = 0, pad_some = 0, causal_diag = 0, bool_some = 0;
-        if (a->causal) {
-            skip = kb > i0 + ni - 1 + a->causal_offset;
-            causal_diag = kb + nk - 1 > i0 + a->causal_offset;
-        }
+        int skip = fa_limits_none(&w, i0, ni, kb, nk), pad_some = 0, bool_some = 0;
+        const int cut = fa_limits_cut(&w, i0, ni, kb, nk);
         if (!skip && a->pad.data) {
             int64_t np = FN(count_pad)(a, off->pad, kb, nk);
             skip = np == nk;
@@ -36,8 +34,8 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
         const int64_t ncols = fa_round_up(nk, nr);
         FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
         K->qk(fa_round_up(ni, K->mr), ncols, E, sc->qp, sc->kp, sc->st, FA_KC, NULL);
-        if (causal_diag || pad_some || bool_some || a->add_mask.data)
-            FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some,
+        if (cut || pad_some || bool_some || a->add_mask.data)
+            FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, cut ? &w : NULL, pad_some,
                             bool_some);
         for (int64_t i = 0; i < ni; i++)
             memcpy(W + i * S + kb, sc->st + i * FA_KC, (size_t)nk * sizeof(FA_T));

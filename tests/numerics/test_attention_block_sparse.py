@@ -114,3 +114,15 @@ def test_block_sparse_results_bitwise_equal_across_threads(isa, rng):
                  rng.random((2, 1, L, S)) < 0.3):
         res = [fastattn.attention(q, k, v, mask, num_threads=nt) for nt in (1, 2, 3)]
         assert all(np.array_equal(res[0], r) for r in res[1:])
+
+
+@pytest.mark.parametrize("lower_right", [False, True], ids=["upper_left", "lower_right"])
+def test_sliding_window_bool_mask_equals_window(isa, dtype, rng, lower_right):
+    L, S = 300, 520
+    q, k, v = (_randn(rng, (2, L, 32), dtype), _randn(rng, (2, S, 32), dtype),
+               _randn(rng, (2, S, 32), dtype))
+    i, j = _positions(L, S, lower_right)
+    c = "lower_right" if lower_right else True
+    got = fastattn.attention(q, k, v, (j <= i) & (j >= i - 150), is_causal=c)
+    want = fastattn.attention(q, k, v, window=(150, 0), is_causal=c)
+    assert_close(got, want, dtype, magnitude=finite_absmax(v))
