@@ -8,12 +8,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory")
-# name: sections it runs (the quick suite takes the QUICK profile below)
+SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants")
+# name: sections it runs (the quick suite takes the QUICK profile below; the
+# variants section, long sequences, is left out of it)
 SUITES = {
     "default": SECTIONS,
-    "quick": SECTIONS,
+    "quick": tuple(s for s in SECTIONS if s != "variants"),
 }
+# The variants section: (variant, its baseline), each timed beside torch SDPA
+# given the equivalent dense boolean mask.
+VARIANT_PAIRS = (("window512", "causal"), ("bool_first512", "plain"),
+                 ("bool_causal", "causal"))
+VARIANT_W = 512
 # other names of a suite
 SUITE_ALIASES = {"targets": "default", "all": "default"}
 
@@ -50,6 +56,7 @@ class Profile:
     float64: tuple
     softmax: tuple         # (M, N) shapes
     memory: tuple          # (H, L, S, D)
+    variants: tuple        # (B, H, L, S, D) shapes of the variants section
 
 
 DEFAULT = Profile(
@@ -63,6 +70,7 @@ DEFAULT = Profile(
     float64=((1, 8, 1024, 1024, 64),),
     softmax=((2048, 4096),),
     memory=(1, 8192, 8192, 64),
+    variants=((1, 8, 8192, 8192, 64),),
 )
 
 QUICK = Profile(
@@ -74,6 +82,7 @@ QUICK = Profile(
     float64=((1, 4, 256, 256, 64),),
     softmax=((256, 1024),),
     memory=(1, 1024, 1024, 64),
+    variants=((1, 2, 2048, 2048, 64),),
 )
 
 
@@ -85,6 +94,7 @@ class Case:
     shape: tuple            # (B, H, L, S, D) or (M, N)
     dtype: str
     causal: bool = False
+    variant: str = ""       # the variants section: a name of VARIANT_PAIRS
 
     @property
     def label(self) -> str:
@@ -92,13 +102,43 @@ class Case:
             return "softmax %dx%d" % self.shape
         B, H, L, S, D = self.shape
         s = f"{B}x{H}x{L}x{D}" if L == S else f"{B}x{H}x{L}x{S}x{D}"
+        if self.variant:
+            s = f"{s} {self.variant}"
         return f"{self.section} {s}" if self.section != "attention" else s
 
     def flops(self) -> float:
         if self.kind != "attention":
             return float("nan")
         B, H, L, S, D = self.shape
+        if self.variant:
+            return 4.0 * B * H * D * float(variant_visible(self.variant, L, S).sum())
         return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
+
+
+def variant_visible(variant: str, L: int, S: int) -> np.ndarray:
+    """The (L, S) boolean mask (True = visible) of a variants-section case."""
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    if variant == "plain":
+        return np.ones((L, S), bool)
+    if variant in ("causal", "bool_causal"):
+        return j <= i
+    if variant == "window512":
+        return (j <= i) & (j >= i - (VARIANT_W - 1))
+    if variant == "bool_first512":
+        return np.broadcast_to(j < VARIANT_W, (L, S))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def variant_kwargs(variant: str, L: int, S: int) -> dict:
+    """fastattn.attention's arguments for a variants-section case: the native
+    window and causal options, or a boolean mask."""
+    if variant == "plain":
+        return {}
+    if variant == "causal":
+        return {"is_causal": True}
+    if variant == "window512":
+        return {"is_causal": True, "window": (VARIANT_W - 1, 0)}
+    return {"attn_mask": variant_visible(variant, L, S)}
 
 
 
@@ -169,6 +209,11 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
     if "softmax" in sections:
         for shp in profile.softmax:
             cases.append(Case("softmax", "softmax", shp, dt, False))
+    if "variants" in sections:
+        for shp in profile.variants:
+            for var in dict.fromkeys(v for pair in VARIANT_PAIRS for v in pair):
+                cases.append(Case("variants", "attention", shp, dt,
+                                  var in ("causal", "bool_causal", "window512"), var))
     return cases
 
 

@@ -24,7 +24,10 @@ EPILOG = textwrap.dedent("""\
     sections of a suite: attention (the shape grid; --shapes replaces it),
     decode (1 query against a 4096-key cache), overhead (the 3-token call),
     float64, softmax (fastattn.softmax, also in place, vs SciPy and torch),
-    memory (extra peak RSS of one call in a fresh subprocess).
+    memory (extra peak RSS of one call in a fresh subprocess), variants (not in
+    --quick: at (1, 8, 8192, 64), a causal sliding window of 512 keys vs full
+    causal, a bool mask showing the first 512 keys vs no mask, a causal bool
+    mask vs is_causal=True; torch SDPA gets the equivalent dense bool mask).
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.

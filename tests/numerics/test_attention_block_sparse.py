@@ -34,18 +34,6 @@ def test_mask_showing_first_512_keys(isa, dtype, rng):
                  magnitude=finite_absmax(v))
 
 
-@pytest.mark.parametrize("lower_right", [False, True], ids=["upper_left", "lower_right"])
-def test_causal_bool_mask_equals_is_causal(isa, dtype, rng, lower_right):
-    L, S = 200, 330
-    q, k, v = (_randn(rng, (3, L, 40), dtype), _randn(rng, (3, S, 40), dtype),
-               _randn(rng, (3, S, 40), dtype))
-    i, j = _positions(L, S, lower_right)
-    got = fastattn.attention(q, k, v, j <= i)
-    want = fastattn.attention(q, k, v, is_causal="lower_right" if lower_right else True)
-    assert_close(got, want, dtype, magnitude=finite_absmax(v))
-    check_against_reference(q, k, v, j <= i)
-
-
 def test_sliding_band_bool_mask(isa, dtype, rng):
     L, S = 260, 260
     q, k, v = (_randn(rng, (2, L, 32), dtype), _randn(rng, (2, S, 32), dtype),
@@ -116,13 +104,18 @@ def test_block_sparse_results_bitwise_equal_across_threads(isa, rng):
         assert all(np.array_equal(res[0], r) for r in res[1:])
 
 
+
 @pytest.mark.parametrize("lower_right", [False, True], ids=["upper_left", "lower_right"])
-def test_sliding_window_bool_mask_equals_window(isa, dtype, rng, lower_right):
+@pytest.mark.parametrize("left", [None, 150], ids=["causal_bool_is_causal",
+                                                   "sliding_bool_is_window"])
+def test_bool_mask_equals_the_native_option(isa, dtype, rng, lower_right, left):
     L, S = 300, 520
     q, k, v = (_randn(rng, (2, L, 32), dtype), _randn(rng, (2, S, 32), dtype),
                _randn(rng, (2, S, 32), dtype))
     i, j = _positions(L, S, lower_right)
     c = "lower_right" if lower_right else True
-    got = fastattn.attention(q, k, v, (j <= i) & (j >= i - 150), is_causal=c)
-    want = fastattn.attention(q, k, v, window=(150, 0), is_causal=c)
+    mask = (j <= i) & (j >= i - (S if left is None else left))
+    got = fastattn.attention(q, k, v, mask)
+    want = fastattn.attention(q, k, v, window=(left, 0), is_causal=c)
     assert_close(got, want, dtype, magnitude=finite_absmax(v))
+    check_against_reference(q, k, v, mask, return_weights=False)
