@@ -104,7 +104,8 @@ def _pick_suite(args, parser) -> tuple[tuple, str]:
     if suite is None:
         if args.shapes_parsed:
             return ("attention",), "custom"
-        return SECTIONS, "quick" if args.quick else "default"
+        name = "quick" if args.quick else "default"
+        return suite_sections(name), name
     if suite_sections(suite) is not None:
         return suite_sections(suite), suite
     sections = tuple(x for x in suite.replace(" ", "").split(",") if x)

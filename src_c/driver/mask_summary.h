@@ -101,7 +101,8 @@ static void fa_mask_summary_fill(void *ctx, int64_t it, int tid)
     (void)tid;
     for (int64_t kbi = 0; kbi < ms->nkb; kbi++) {
         const int64_t kb = kbi * FA_KC;
-        row[kbi] = (uint8_t)fa_bool_block_state(m + kb * cs, rs, cs, ni, fa_min64(a->S - kb, FA_KC));
+        const int64_t nk = fa_min64(a->S - kb, FA_KC);
+        row[kbi] = (uint8_t)fa_bool_block_state(m + kb * cs, rs, cs, ni, nk);
     }
 }
 

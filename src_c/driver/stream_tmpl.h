@@ -21,11 +21,11 @@ static void FN(stream_start)(const FN(fa_stream) *st)
 }
 
 /* The keys of the block that some row of tile t sees: st->tk[t] (0: the
- * tile skips the block: wholly in its future, wholly left of its window, or
- * the boolean mask hides it all) and st->tmixed[t] (the boolean mask is neither all hidden nor all
- * visible there: it must be applied).  The mask's state comes from the
- * summary of the whole (tile, block), rescanned only when the causal bound
- * cuts the block. */
+ * tile skips the block: wholly right or wholly left of its rows' windows,
+ * or the boolean mask hides it all) and st->tmixed[t] (the boolean mask is
+ * neither all hidden nor all visible there: it must be applied).  The
+ * mask's state comes from the summary of the whole (tile, block), rescanned
+ * only when the causal or window bound cuts the block. */
 static void FN(tile_keys)(FN(fa_stream) *st, int64_t t)
 {
     const fa_attention_args *a = st->a;
@@ -121,12 +121,13 @@ static void FN(stream_block)(FN(fa_stream) *st, int64_t kb, int64_t nk)
  * overflow the type, or an additive mask is given: see plan_tmpl.h),
  * natural units and exp. */
 static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
-                            const fa_mask_summary *ms, int64_t r0, int64_t r1, int64_t k0, int64_t k1, int64_t ldv,
-                            int base2, FN(fa_scratch) *sc)
+                            const fa_mask_summary *ms, int64_t r0, int64_t r1, int64_t k0,
+                            int64_t k1, int64_t ldv, int base2, FN(fa_scratch) *sc)
 {
     const int64_t mcp = fa_round_up(FA_MC, K->mr); /* the ISA's tile height */
-    FN(fa_stream) st = {.a = a, .K = K, .off = off, .ms = ms, .lim = fa_limits_of(a), .sc = sc, .r0 = r0, .r1 = r1, .ldv = ldv,
-                        .mcp = mcp, .ntiles = fa_div_up(r1 - r0, mcp), .base2 = base2};
+    FN(fa_stream) st = {.a = a, .K = K, .off = off, .ms = ms, .lim = fa_limits_of(a), .sc = sc,
+                        .r0 = r0, .r1 = r1, .ldv = ldv, .mcp = mcp,
+                        .ntiles = fa_div_up(r1 - r0, mcp), .base2 = base2};
     /* Decoding (a few query rows): dot products straight from K and V, no
      * packing.  Decided by the problem, not the chunk, so every row takes
      * the same path whatever the thread count (bitwise reproducibility). */
