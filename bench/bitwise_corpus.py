@@ -7,7 +7,7 @@
 attention in float32/float64 (and float16 input) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
 (L = 1..8 against long S: the key-split path), L and S off the tile sizes, the
-weights path, out=, 1 and 2 threads, non-finite values in hidden positions;
+weights path, out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden positions;
 softmax; multi_head_attention and KVCache decoding.  Each result is stored
 under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
 any difference (np.array_equal with equal_nan=True, same dtype and shape) or
@@ -91,6 +91,35 @@ def attention_cases(fa):
                                                            return_weights=True, num_threads=nt)
             return res
         cases.append((f"masks/{dn}", masks))
+
+        def block_sparse(dt=dt):
+            # bool masks hiding or showing whole (tile x key block) regions:
+            # the per-call mask summary's skip / visible / mixed states
+            rng = np.random.default_rng(19)
+            res = {}
+            for (L, S) in ((300, 700), (4, 1500)):
+                q, k, v = _qkv(rng, dt, (2, 2, L, 64), (2, 2, S, 64))
+                i = np.arange(L)[:, None] + (S - L)
+                j = np.arange(S)[None, :]
+                first = np.broadcast_to(j < 160, (L, S))
+                band = (j <= i) & (j > i - 200)
+                per_b = np.stack([first, band])[:, None]  # (2, 1, L, S): per batch
+                rnd = rng.random((2, 2, L, S)) < 0.5
+                rnd[:, :, :, 256:384] = True
+                rnd[:, :, :, 512:640] = False
+                for nt in (1, 2):
+                    for name, m in (("first", first), ("causal", j <= i), ("band", band),
+                                    ("per_batch", per_b), ("mixed", rnd)):
+                        for c in (False, "lower_right"):
+                            res[f"{L}x{S}/{name}/c={c}/nt={nt}"] = fa.attention(
+                                q, k, v, attn_mask=m, is_causal=c, num_threads=nt)
+                    res[f"{L}x{S}/band_w/nt={nt}"] = fa.attention(
+                        q, k, v, attn_mask=band, return_weights=True, num_threads=nt)
+                    res[f"{L}x{S}/rows/nt={nt}"] = fa.attention(
+                        q, k, v, attn_mask=np.broadcast_to(j < 300, (L, S))[:1],
+                        num_threads=nt)
+            return res
+        cases.append((f"block_sparse/{dn}", block_sparse))
 
         def gqa(dt=dt):
             rng = np.random.default_rng(11)

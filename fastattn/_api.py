@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     _Float: TypeAlias = NDArray[np.floating[Any]]
     _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
     _Result: TypeAlias = (_Float | tuple[_Float, _Float] | tuple[_Float, _Float, _Float])
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["attention", "softmax"]
 
@@ -90,6 +91,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
               out: NDArray[Any] | None = None,
               num_threads: SupportsIndex | None = None,
+              window: _Window = None,
               alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
               sinks: ArrayLike | None = None, return_lse: Literal[False] = False) -> _Float: ...
 @overload
@@ -99,6 +101,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[True],
               out: NDArray[Any] | None = None,
               num_threads: SupportsIndex | None = None,
+              window: _Window = None,
               alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
               sinks: ArrayLike | None = None, return_lse: Literal[False] = False) -> tuple[_Float, _Float]: ...
 @overload
@@ -108,6 +111,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               key_padding_mask: ArrayLike | None = None, return_weights: Literal[False] = False,
               out: NDArray[Any] | None = None,
               num_threads: SupportsIndex | None = None,
+              window: _Window = None,
               alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
               sinks: ArrayLike | None = None, return_lse: Literal[True]) -> tuple[_Float, _Float]: ...
 @overload
@@ -117,6 +121,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
               num_threads: SupportsIndex | None = None,
+              window: _Window = None,
               alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
               sinks: ArrayLike | None = None, return_lse: bool = False) -> _Result: ...
 def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
@@ -125,6 +130,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
               key_padding_mask: ArrayLike | None = None, return_weights: bool = False,
               out: NDArray[Any] | None = None,
               num_threads: SupportsIndex | None = None,
+              window: _Window = None,
               alibi_slopes: ArrayLike | None = None, softcap: SupportsFloat | None = None,
               sinks: ArrayLike | None = None, return_lse: bool = False) -> _Result:
     """Scaled dot-product attention, ``softmax(Q Kᵀ · scale + mask) V``.
@@ -165,6 +171,14 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     num_threads : int, optional
         OpenMP threads (at most 256 are used); None = the OpenMP default.  The
         result is bitwise the same for every thread count.
+    window : int or (left, right), optional
+        Sliding-window (local) attention: query ``i``, at key position
+        ``p(i)`` (``i``, or ``i + S - L`` with ``is_causal='lower_right'``),
+        sees only the keys ``j`` with ``p(i) - left <= j <= p(i) + right``.
+        An int ``w`` means ``(w, w)``; ``None`` (the default, or either side)
+        is unbounded.  Combines with ``is_causal`` and every mask.  Key blocks
+        outside every row's window are never computed: the cost grows with
+        ``L * (left + right + 1)``, not ``L * S``.
     alibi_slopes : array_like, optional
         ALiBi: one slope per head, broadcastable to ``(..., H)`` (the batch
         shape, heads on axis -3 of ``query``); ``slope * |p(i) - j|`` is
@@ -230,6 +244,15 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
            [0.33 , 0.67 ],
            [0.752, 0.752]])
 
+    A causal sliding window: each query sees itself and one key before it:
+
+    >>> w = fastattn.attention(x, x, x, is_causal=True, window=(1, 0),
+    ...                        return_weights=True)[1]
+    >>> np.round(w, 3)
+    array([[1.  , 0.  , 0.  ],
+           [0.33, 0.67, 0.  ],
+           [0.  , 0.33, 0.67]])
+
     The score options (one head here: the batch shape is ``(1,)``):
 
     >>> x1 = x[None]
@@ -247,7 +270,7 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     batch, gqa, L, S, E, Ev = _problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     sc = _scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
     nt = 0 if num_threads is None else _threads(num_threads)
-    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
     opts = None
     if alibi_slopes is not None or softcap is not None or sinks is not None or return_lse:
         opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, cdt)
@@ -384,14 +407,14 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
     # The kernel writes out itself when it can, else a new array it allocates.
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:
-        causal, offset, bm, am, pad = plan
+        causal, offset, wl, wr, bm, am, pad = plan
         if opts is None and lse is None:
             target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
-                                      offset, bm, am, pad, weights, nt)
+                                      offset, wl, wr, bm, am, pad, weights, nt)
         else:
             cap, al, sk = opts if opts is not None else (0.0, None, None)
             target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
-                                      offset, bm, am, pad, weights, nt, cap, al, sk,
+                                      offset, wl, wr, bm, am, pad, weights, nt, cap, al, sk,
                                       None if lse is None else lse[..., None])
     else:
         target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
@@ -414,7 +437,7 @@ def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray
     hk, g = gqa
     L, E = q.shape[-2:]
     S = k.shape[-2]
-    causal, offset, bm, am, pad = plan
+    causal, offset, wl, wr, bm, am, pad = plan
     full = batch + (L, S)
     q = _group_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
     wk = None if weights is None else _group_heads(weights, hk, g)
@@ -427,8 +450,8 @@ def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray
     sk = None if sk is None else _group_heads(np.broadcast_to(sk, one), hk, g)
     lk = None if lse is None else _group_heads(lse[..., None], hk, g)
     _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
-                    batch[:-1] + (hk, g), sc, causal, offset, bm, am, pad, wk, nt, cap, al, sk,
-                    lk)
+                    batch[:-1] + (hk, g), sc, causal, offset, wl, wr, bm, am, pad, wk, nt, cap,
+                    al, sk, lk)
 
 
 def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:

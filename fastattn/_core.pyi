@@ -27,6 +27,8 @@ def attention(
     scale: float,
     causal: int,
     causal_offset: int,
+    win_left: int,
+    win_right: int,
     bool_mask: _Array | None,
     add_mask: _Array | None,
     pad: _Array | None,

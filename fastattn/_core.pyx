@@ -31,6 +31,7 @@ cdef extern from "fastattn.h" nogil:
         double scale
         int causal
         int64_t causal_offset
+        int64_t win_left, win_right
         fa_operand bool_mask
         fa_operand add_mask
         fa_operand pad
@@ -101,14 +102,16 @@ cdef int _check(int status) except -1:
 
 
 def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple batch,
-              double scale, int causal, int64_t causal_offset, object bool_mask,
-              object add_mask, object pad, object weights, int num_threads,
-              double softcap=0, object alibi=None, object sinks=None, object lse=None):
+              double scale, int causal, int64_t causal_offset, int64_t win_left,
+              int64_t win_right, object bool_mask, object add_mask, object pad, object weights,
+              int num_threads, double softcap=0, object alibi=None, object sinks=None,
+              object lse=None):
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
-    validated, same float dtype, dims broadcastable to batch.  The score
-    options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1) or
-    None; lse: None or (batch..., L, 1) of q's dtype, filled."""
+    validated, same float dtype, dims broadcastable to batch.  win_left,
+    win_right: the sliding window's sides (>= 0; 2**63 - 1: unbounded).  The
+    score options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1)
+    or None; lse: None or (batch..., L, 1) of q's dtype, filled."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
@@ -137,6 +140,8 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     a.scale = scale
     a.causal = causal
     a.causal_offset = causal_offset
+    a.win_left = win_left
+    a.win_right = win_right
     a.bool_mask.data = NULL
     a.add_mask.data = NULL
     a.pad.data = NULL

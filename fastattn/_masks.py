@@ -1,11 +1,15 @@
 """Every mask form resolved in one place.
 
 ``resolve()`` turns ``attn_mask``, ``is_causal`` and ``key_padding_mask``
-into one :class:`MaskPlan`: the causal alignment as an offset (query ``i``
-sees key ``j`` iff ``j <= i + offset``), a boolean block (uint8 view, 1 = may
+into one :class:`MaskPlan`: the query rows' key positions as an offset
+(query ``i`` sits at ``p(i) = i + offset``; causal: it sees key ``j`` iff
+``j <= p(i)``), the sliding window's sides (``p(i) - win_left <= j <=
+p(i) + win_right``; :data:`UNBOUNDED` for no bound), a boolean block (uint8 view, 1 = may
 attend), an additive block (in the compute dtype) and the key-padding rows
 (uint8, 1 = padding).  The kernels combine them: a position hidden by any of
 them is hidden (so is one whose additive mask is ``-inf``).
+
+``check_window()`` validates ``window`` (the reference uses it too).
 
 ``check_head_masks()`` and ``check_cache_causal()`` are the stricter rules of
 :func:`fastattn.mha.multi_head_attention`, checked before its projections and
@@ -14,16 +18,24 @@ before anything is appended to a cache.
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MaskPlan", "resolve", "causal_offset", "check_head_masks", "check_cache_causal"]
+__all__ = ["MaskPlan", "resolve", "causal_offset", "check_window", "check_head_masks",
+           "check_cache_causal", "UNBOUNDED"]
+
+# A window side that bounds nothing: FA_UNBOUNDED of fastattn.h.
+UNBOUNDED = 2**63 - 1
 
 
 class MaskPlan(NamedTuple):
     causal: bool
     offset: int
+    win_left: int
+    win_right: int
     bool_mask: np.ndarray | None
     add_mask: np.ndarray | None
     pad: np.ndarray | None
@@ -44,24 +56,61 @@ def causal_offset(is_causal, L: int, S: int) -> tuple[bool, int]:
     raise ValueError(f"is_causal must be False, True, 'upper_left' or 'lower_right', got {is_causal!r}")
 
 
+def _window_side(size):
+    """One side of ``window``: None (unbounded) or an int >= 0."""
+    if size is None:
+        return None
+    if isinstance(size, (bool, np.bool_)):
+        raise TypeError(f"window sizes must be ints or None, got the bool {size!r}")
+    if isinstance(size, (float, np.floating)) and not math.isfinite(size):
+        raise ValueError(f"window sizes must be finite (None means unbounded), got {size!r}")
+    try:
+        n = operator.index(size)
+    except TypeError:
+        raise TypeError(f"window sizes must be ints or None, "
+                        f"got {type(size).__name__} {size!r}") from None
+    if n < 0:
+        raise ValueError(f"window sizes must be >= 0, got {n}")
+    return n
+
+
+def check_window(window) -> tuple[int | None, int | None]:
+    """``window`` as ``(left, right)``, each None or an int >= 0."""
+    if window is None:
+        return None, None
+    if isinstance(window, (tuple, list)):
+        if len(window) != 2:
+            raise ValueError(f"window must be an int or a (left, right) pair, "
+                             f"got {len(window)} items: {window!r}")
+        return _window_side(window[0]), _window_side(window[1])
+    n = _window_side(window)
+    return n, n
+
+
 def _at_least_2d(m: np.ndarray) -> np.ndarray:
     return m if m.ndim >= 2 else m.reshape((1,) * (2 - m.ndim) + m.shape)
 
 
 # The plans without a mask array, built once (the per-call overhead of tiny problems).
-_NO_MASK = MaskPlan(False, 0, None, None, None)
-_NO_MASK_CAUSAL = MaskPlan(True, 0, None, None, None)  # upper-left
+_NO_MASK = MaskPlan(False, 0, UNBOUNDED, UNBOUNDED, None, None, None)
+_NO_MASK_CAUSAL = MaskPlan(True, 0, UNBOUNDED, UNBOUNDED, None, None, None)  # upper-left
 
 
 def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int,
-            compute_dtype: np.dtype, query_ndim: int) -> MaskPlan:
-    """Check every mask against the problem ``batch + (L, S)`` and return the plan."""
+            compute_dtype: np.dtype, query_ndim: int, window=None) -> MaskPlan:
+    """Check every mask and the window against the problem ``batch + (L, S)``
+    and return the plan."""
+    wl = wr = UNBOUNDED
+    if window is not None:
+        left, right = check_window(window)
+        wl = UNBOUNDED if left is None else min(left, UNBOUNDED)
+        wr = UNBOUNDED if right is None else min(right, UNBOUNDED)
     if attn_mask is None and key_padding_mask is None:
-        if is_causal is False:
+        if window is None and is_causal is False:
             return _NO_MASK
-        if is_causal is True:
+        if window is None and is_causal is True:
             return _NO_MASK_CAUSAL
-        return MaskPlan(*causal_offset(is_causal, L, S), None, None, None)
+        return MaskPlan(*causal_offset(is_causal, L, S), wl, wr, None, None, None)
     causal, offset = causal_offset(is_causal, L, S)
     bool_mask = add_mask = pad = None
     target = batch + (L, S)
@@ -95,7 +144,7 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
         else:
             raise ValueError(f"key_padding_mask of shape {p.shape} must be (S,) = ({S},) or "
                              f"(N, S) with N = query.shape[0] (query needs >= 3 dimensions)")
-    return MaskPlan(causal, offset, bool_mask, add_mask, pad)
+    return MaskPlan(causal, offset, wl, wr, bool_mask, add_mask, pad)
 
 
 def _broadcastable(shape: tuple, target: tuple) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _api
 from ._api import _dtypes  # the dtype rules live in one place
-from ._masks import check_cache_causal, check_head_masks
+from ._masks import check_cache_causal, check_head_masks, check_window
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
 
     _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["multi_head_attention", "KVCache"]
 
@@ -259,6 +260,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
                          num_threads: SupportsIndex | None = None,
+                         window: _Window = None,
                          alibi_slopes: ArrayLike | None = None,
                          softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                          return_lse: Literal[False] = False) -> _Float: ...
@@ -272,6 +274,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[True],
                          num_threads: SupportsIndex | None = None,
+                         window: _Window = None,
                          alibi_slopes: ArrayLike | None = None,
                          softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                          return_lse: Literal[False] = False) -> tuple[_Float, _Float]: ...
@@ -285,6 +288,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: Literal[False] = False,
                          num_threads: SupportsIndex | None = None,
+                         window: _Window = None,
                          alibi_slopes: ArrayLike | None = None,
                          softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                          return_lse: Literal[True]) -> tuple[_Float, _Float]: ...
@@ -298,6 +302,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
                          num_threads: SupportsIndex | None = None,
+                         window: _Window = None,
                          alibi_slopes: ArrayLike | None = None,
                          softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                          return_lse: bool = False) -> _Float | tuple[_Float, _Float] | tuple[_Float, _Float, _Float]: ...
@@ -310,6 +315,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                          key_padding_mask: ArrayLike | None = None,
                          kv_cache: KVCache | None = None, return_weights: bool = False,
                          num_threads: SupportsIndex | None = None,
+                         window: _Window = None,
                          alibi_slopes: ArrayLike | None = None,
                          softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                          return_lse: bool = False
@@ -372,6 +378,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         heads, unlike torch's default).
     num_threads : int, optional
         Passed to :func:`fastattn.attention`.
+    window : int or (left, right), optional
+        Sliding-window attention, passed to :func:`fastattn.attention`; with
+        ``kv_cache`` the queries are lower-right aligned (the last query sits
+        at the last cached key).  Checked before anything is cached.
     alibi_slopes, softcap, sinks, return_lse : optional
         Passed to :func:`fastattn.attention` (its docstring has the
         semantics): ``alibi_slopes`` and ``sinks`` broadcastable to
@@ -515,6 +525,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         S = S_new
 
     # ---- masks (shapes only, before anything is cached) -------------------
+    check_window(window)
     attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
                                                    L, S, unbatched=squeeze)
 
@@ -543,7 +554,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         res = _api.attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                              enable_gqa=num_kv_heads != num_heads,
                              key_padding_mask=key_padding_mask, return_weights=return_weights,
-                             num_threads=num_threads, alibi_slopes=alibi_slopes,
+                             num_threads=num_threads, window=window,
+                             alibi_slopes=alibi_slopes,
                              softcap=softcap, sinks=sinks, return_lse=return_lse)
     except BaseException:
         if kv_cache is not None:

@@ -65,11 +65,11 @@ Semantics (shared with the kernels, written down once here):
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 import scipy.special
 
+from ._masks import check_window as _check_window
 from ._scores import check_softcap as _check_softcap
 from ._scores import per_head as _per_head
 from ._varlen_checks import check_packed as _check_packed
@@ -88,35 +88,6 @@ def _compute_dtype(*arrays):
     return dt, dt
 
 
-def _window_side(size):
-    """One side of ``window``: None (unbounded) or an int >= 0."""
-    if size is None:
-        return None
-    if isinstance(size, (bool, np.bool_)):
-        raise TypeError(f"window sizes must be ints or None, got the bool {size!r}")
-    if isinstance(size, (float, np.floating)) and not math.isfinite(size):
-        raise ValueError(f"window sizes must be finite (None means unbounded), got {size!r}")
-    try:
-        n = operator.index(size)
-    except TypeError:
-        raise TypeError(f"window sizes must be ints or None, "
-                        f"got {type(size).__name__} {size!r}") from None
-    if n < 0:
-        raise ValueError(f"window sizes must be >= 0, got {n}")
-    return n
-
-
-def _check_window(window):
-    """``window`` as ``(left, right)``, each None or an int >= 0."""
-    if window is None:
-        return None, None
-    if isinstance(window, (tuple, list)):
-        if len(window) != 2:
-            raise ValueError(f"window must be an int or a (left, right) pair, "
-                             f"got {len(window)} items: {window!r}")
-        return _window_side(window[0]), _window_side(window[1])
-    n = _window_side(window)
-    return n, n
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,

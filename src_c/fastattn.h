@@ -23,6 +23,8 @@ enum {
 };
 #undef FA_ISA
 #define FA_MAX_BATCH_DIMS 32
+/* A window side that bounds nothing (fa_attention_args.win_left/right). */
+#define FA_UNBOUNDED INT64_MAX
 
 /* One operand: base pointer, strides of the broadcast batch dimensions, and
  * the strides of its last two dimensions (rows, columns). */
@@ -42,8 +44,13 @@ typedef struct fa_attention_args {
     int64_t L, S, E, Ev;
     fa_operand q, k, v, out;
     double scale;
-    int causal;                /* key j hidden from query i iff j > i + causal_offset */
+    /* Query i sits at key position p(i) = i + causal_offset (for the causal
+     * mask and the window alike: 0, or S - L for lower-right alignment). */
+    int causal;                /* key j hidden from query i iff j > p(i) */
     int64_t causal_offset;
+    /* The sliding window: key j hidden from query i iff j < p(i) - win_left
+     * or j > p(i) + win_right; each >= 0, FA_UNBOUNDED for no bound. */
+    int64_t win_left, win_right;
     fa_operand bool_mask;      /* uint8, 1 = may attend; data NULL if none */
     fa_operand add_mask;       /* dtype, added to the scaled score; NULL if none */
     fa_operand pad;            /* uint8 (batch..., 1, S), 1 = padding; NULL if none */

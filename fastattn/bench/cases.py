@@ -9,11 +9,25 @@ from dataclasses import dataclass
 import numpy as np
 
 SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants")
-# name: sections it runs (the quick suite takes the QUICK profile below)
+# name: sections it runs (the quick suite takes the QUICK profile below; the
+# variants section, long sequences, is left out of it)
 SUITES = {
-    "default": SECTIONS[:-1],
-    "quick": SECTIONS[:-1],
+    "default": SECTIONS,
+    "quick": tuple(s for s in SECTIONS if s != "variants"),
     "variants": ("variants",),
+}
+VARIANT_W = 512  # the variants section: its window, and the keys its bool mask shows
+# The variants section.  Masks and windows at a long sequence, each also timed
+# in the peers with the equivalent dense boolean mask (variant_visible); the
+# score options against the plain causal call at a shorter one, fastattn only
+# (no peer has them).
+MASK_VARIANTS = ("plain", "causal", "window512", "bool_first512", "bool_causal")
+# name: the keywords of a causal call with that option, given the heads H
+SCORE_VARIANTS = {
+    "softcap": lambda H: {"softcap": 30.0},
+    "alibi": lambda H: {"alibi_slopes": 2.0 ** (-8.0 * np.arange(1, H + 1) / H)},
+    "sinks": lambda H: {"sinks": np.linspace(-1.0, 1.0, H)},
+    "return_lse": lambda H: {"return_lse": True},
 }
 # other names of a suite
 SUITE_ALIASES = {"targets": "default", "all": "default"}
@@ -51,6 +65,7 @@ class Profile:
     float64: tuple
     softmax: tuple         # (M, N) shapes
     memory: tuple          # (H, L, S, D)
+    variants: tuple        # ((B, H, L, S, D), variant names) of the variants section
 
 
 DEFAULT = Profile(
@@ -64,6 +79,8 @@ DEFAULT = Profile(
     float64=((1, 8, 1024, 1024, 64),),
     softmax=((2048, 4096),),
     memory=(1, 8192, 8192, 64),
+    variants=(((1, 8, 8192, 8192, 64), MASK_VARIANTS),
+              ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS))),
 )
 
 QUICK = Profile(
@@ -75,6 +92,8 @@ QUICK = Profile(
     float64=((1, 4, 256, 256, 64),),
     softmax=((256, 1024),),
     memory=(1, 1024, 1024, 64),
+    variants=(((1, 2, 2048, 2048, 64), MASK_VARIANTS),
+              ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS))),
 )
 
 
@@ -86,7 +105,7 @@ class Case:
     shape: tuple            # (B, H, L, S, D) or (M, N)
     dtype: str
     causal: bool = False
-    variant: str = ""       # the variants section: a key of VARIANTS
+    variant: str = ""       # the variants section: a name of variant_kwargs
 
     @property
     def label(self) -> str:
@@ -101,7 +120,47 @@ class Case:
         if self.kind != "attention":
             return float("nan")
         B, H, L, S, D = self.shape
+        if self.variant:
+            return 4.0 * B * H * D * float(variant_visible(self.variant, L, S).sum())
         return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
+
+
+def variant_causal(variant: str) -> bool:
+    """Whether a variants-section case is causal (its flops and its label)."""
+    return variant not in ("plain", "bool_first512")
+
+
+def variant_has_peers(variant: str) -> bool:
+    """Whether the peers time a variants-section case (with a dense mask)."""
+    return variant not in SCORE_VARIANTS
+
+
+def variant_visible(variant: str, L: int, S: int) -> np.ndarray:
+    """The (L, S) boolean mask (True = visible) of a variants-section case."""
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    if variant == "plain":
+        return np.ones((L, S), bool)
+    if variant in ("causal", "bool_causal") or variant in SCORE_VARIANTS:
+        return j <= i
+    if variant == "window512":
+        return (j <= i) & (j >= i - (VARIANT_W - 1))
+    if variant == "bool_first512":
+        return np.broadcast_to(j < VARIANT_W, (L, S))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def variant_kwargs(variant: str, H: int, L: int, S: int) -> dict:
+    """fastattn.attention's arguments for a variants-section case: the native
+    window, causal and score options, or a boolean mask."""
+    if variant in SCORE_VARIANTS:
+        return {"is_causal": True, **SCORE_VARIANTS[variant](H)}
+    if variant == "plain":
+        return {}
+    if variant == "causal":
+        return {"is_causal": True}
+    if variant == "window512":
+        return {"is_causal": True, "window": (VARIANT_W - 1, 0)}
+    return {"attn_mask": variant_visible(variant, L, S)}
 
 
 
@@ -173,7 +232,9 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
         for shp in profile.softmax:
             cases.append(Case("softmax", "softmax", shp, dt, False))
     if "variants" in sections:
-        cases += variant_cases(profile)
+        for shp, names in profile.variants:
+            for var in names:
+                cases.append(Case("variants", "attention", shp, dt, variant_causal(var), var))
     return cases
 
 
@@ -188,31 +249,3 @@ def make_inputs(case: Case, seed: int = 0):
     k = rng.standard_normal((B, H, S, D)).astype(dt)
     v = rng.standard_normal((B, H, S, D)).astype(dt)
     return q, k, v
-
-
-# --------------------------------------------------------------------------
-# variants: the score options of fastattn.attention against the plain call
-# (--suite variants; fastattn only, no peer has them)
-# --------------------------------------------------------------------------
-
-# name: the keywords of the call, given the number of heads H
-VARIANTS = {
-    "plain": lambda H: {},
-    "softcap": lambda H: {"softcap": 30.0},
-    "alibi": lambda H: {"alibi_slopes": 2.0 ** (-8.0 * np.arange(1, H + 1) / H)},
-    "sinks": lambda H: {"sinks": np.linspace(-1.0, 1.0, H)},
-    "return_lse": lambda H: {"return_lse": True},
-}
-VARIANT_SHAPES = {"default": ((1, 8, 2048, 2048, 64),), "quick": ((1, 2, 256, 256, 64),)}
-
-
-def variant_cases(profile: Profile) -> list[Case]:
-    """(1, 8, 2048, 64) float32 causal, plain and with each score option."""
-    shapes = VARIANT_SHAPES["quick" if profile is QUICK else "default"]
-    return [Case("variants", "attention", shp, "float32", True, name)
-            for shp in shapes for name in VARIANTS]
-
-
-def variant_kwargs(case: Case) -> dict:
-    """The score-option keywords of a case (none outside the variants section)."""
-    return VARIANTS[case.variant](case.shape[1]) if case.variant else {}

@@ -24,9 +24,12 @@ EPILOG = textwrap.dedent("""\
     sections of a suite: attention (the shape grid; --shapes replaces it),
     decode (1 query against a 4096-key cache), overhead (the 3-token call),
     float64, softmax (fastattn.softmax, also in place, vs SciPy and torch),
-    memory (extra peak RSS of one call in a fresh subprocess).
-    --suite variants (not in the default suite): softcap, ALiBi, sinks and
-    return_lse against the plain causal call, fastattn only.
+    memory (extra peak RSS of one call in a fresh subprocess), variants (not in
+    --quick; also alone as --suite variants: at (1, 8, 8192, 64), a causal
+    sliding window of 512 keys vs full causal, a bool mask showing the first
+    512 keys vs no mask, a causal bool mask vs is_causal=True, torch SDPA given
+    the equivalent dense bool mask; at (1, 8, 2048, 64), softcap, ALiBi, sinks
+    and return_lse vs the plain causal call, fastattn only).
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.

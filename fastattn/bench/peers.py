@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, make_inputs, variant_kwargs
+from .cases import Case, make_inputs, variant_has_peers, variant_kwargs, variant_visible
 
 PEERS = ("torch", "numpy")
 
@@ -127,8 +127,10 @@ def _numpy_attention(case: Case, q, k, v, softmax):
     dt = np.dtype(case.dtype)
     scale = dt.type(1.0 / math.sqrt(case.shape[-1]))
     mask = None
-    if case.causal:
-        L, S = case.shape[2], case.shape[3]
+    L, S = case.shape[2], case.shape[3]
+    if case.variant:
+        mask = np.where(variant_visible(case.variant, L, S), dt.type(0), dt.type(-np.inf))
+    elif case.causal:
         mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
     return lambda: numpy_composition(softmax, q, k, v, scale, mask)
 
@@ -138,17 +140,22 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
     """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
     q, k, v = make_inputs(case)
     causal = case.causal
-    opts = variant_kwargs(case)
-    fast = {"fastattn": lambda t: (
-        lambda: fa.attention(q, k, v, is_causal=causal, num_threads=t, **opts))}
+    kw = {"is_causal": causal}
+    L, S = case.shape[2], case.shape[3]
+    if case.variant:  # the variants section: the peers get the equivalent dense mask
+        kw = variant_kwargs(case.variant, case.shape[1], L, S)
+    fast = {"fastattn": lambda t: (lambda: fa.attention(q, k, v, num_threads=t, **kw))}
     peer_fns, skipped = {}, {}
-    if case.variant:        # the score options: fastattn only
+    if case.variant and not variant_has_peers(case.variant):  # the score options
         return fast, peer_fns, skipped
     if "torch" in peers:
         F = tools.torch.nn.functional
         tq, tk, tv = (tools.torch.from_numpy(a) for a in (q, k, v))
-        peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv,
-                                                                   is_causal=causal)
+        tkw = {"is_causal": causal}
+        if case.variant:
+            tkw = {"attn_mask": tools.torch.from_numpy(
+                np.ascontiguousarray(variant_visible(case.variant, L, S)))}
+        peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv, **tkw)
     if "numpy" in peers:
         need = numpy_peak_bytes(case)
         if need > numpy_max_bytes:

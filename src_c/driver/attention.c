@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/mask_summary.h"
 #include "driver/scratch.h"
+#include "driver/window.h"
 #include "fastattn.h"
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
@@ -19,15 +21,17 @@
 #define FA_LOG2E 1.44269504088896340735992468100189214
 #define FA_LN2 0.693147180559945309417232121458176568
 
-/* Element offsets of one batch index in every operand. */
+/* Element offsets of one batch index in every operand; bms: its slice of
+ * the boolean mask (mask_summary.h). */
 typedef struct fa_offsets {
-    int64_t q, k, v, o, bm, am, pad;
+    int64_t q, k, v, o, bm, am, pad, bms;
     int64_t al, sk, lse; /* the score options' operands (zero when absent) */
 } fa_offsets;
 
 static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
 {
     memset(off, 0, sizeof(*off));
+    int64_t nbms = 1;
     for (int d = a->nbatch_dims - 1; d >= 0; d--) {
         int64_t n = a->batch_shape[d], i = b % n;
         b /= n;
@@ -38,6 +42,7 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
         off->bm += i * a->bool_mask.bstride[d];
         off->am += i * a->add_mask.bstride[d];
         off->pad += i * a->pad.bstride[d];
+        if (a->bool_mask.bstride[d] != 0) { off->bms += i * nbms; nbms *= n; }
         if (a->alibi.data) off->al += i * a->alibi.bstride[d];
         if (a->sinks.data) off->sk += i * a->sinks.bstride[d];
         if (a->lse.data) off->lse += i * a->lse.bstride[d];
@@ -54,7 +59,8 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
 int fa_attention(const fa_attention_args *a)
 {
     if (a->nbatch_dims < 0 || a->nbatch_dims > FA_MAX_BATCH_DIMS || a->L < 0 || a->S < 0 ||
-        a->E < 0 || a->Ev < 0 || !(a->softcap <= 0 || isfinite(a->softcap)))
+        a->E < 0 || a->Ev < 0 || a->win_left < 0 || a->win_right < 0 ||
+        !(a->softcap <= 0 || isfinite(a->softcap)))
         return FA_EINVAL;
     if (a->dtype == FA_FLOAT32) return attention_f32(a);
     if (a->dtype == FA_FLOAT64) return attention_f64(a);

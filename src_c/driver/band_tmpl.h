@@ -11,6 +11,8 @@ typedef struct FN(fa_stream) {
     const fa_attention_args *a;
     const KT *K;
     const fa_offsets *off;
+    const fa_mask_summary *ms; /* the boolean mask's block states */
+    fa_limits lim;             /* the causal and window limits (window.h) */
     FN(fa_scratch) *sc;
     int64_t r0, r1, ldv, mcp, ntiles;
     int base2;     /* scores in log2 units, exp2 (see stream_rows) */
@@ -18,12 +20,15 @@ typedef struct FN(fa_stream) {
     int64_t kb, nk; /* the key block */
     int pad_some;  /* some key of the block is padding */
     int v_bad;     /* its packed values hold NaN/Inf */
+    int64_t tk[FA_MAX_CHUNK_MC]; /* per tile: keys of the block some row sees (0: skip) */
+    int tmixed[FA_MAX_CHUNK_MC]; /* per tile: the boolean mask must be applied */
 } FN(fa_stream);
 
-/* s[nb x nk_b] = the scores of rows ib.. (tile t, row g of it), from the
- * packed K block or (direct) K in place; with vmax, their row maxima. */
+/* s[nb x nk_b] = the scores of rows ib.. (tile t, row g of it) against the
+ * keys j0.. of the block (j0 a multiple of nr), from the packed K block or
+ * (direct) K in place; with vmax, their row maxima. */
 static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64_t nb,
-                            int64_t nk_b, FA_T *s, FA_T *vmax)
+                            int64_t j0, int64_t nk_b, FA_T *s, FA_T *vmax)
 {
     const fa_attention_args *a = st->a;
     const KT *K = st->K;
@@ -31,55 +36,60 @@ static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     const FA_T *qp = st->sc->qp + (t * st->mcp + g) * E;
     if (st->direct) {
         const FA_T *kbase = (const FA_T *)a->k.data + st->off->k;
-        K->qk_direct(nb, nk_b, E, qp, kbase + st->kb * a->k.rs, a->k.rs, s, FA_KC);
+        K->qk_direct(nb, nk_b, E, qp, kbase + (st->kb + j0) * a->k.rs, a->k.rs, s, FA_KC);
     } else {
-        K->qk(fa_round_up(nb, K->mr), fa_round_up(nk_b, K->nr), E, qp, st->sc->kp, s, FA_KC,
-              vmax);
+        K->qk(fa_round_up(nb, K->mr), fa_round_up(nk_b, K->nr), E, qp, st->sc->kp + j0 * E, s,
+              FA_KC, vmax);
     }
 }
 
-/* o[nb x ldv] += p[nb x nk_b] . V: packed, packed skipping zero weights
- * (the block holds NaN/Inf), or (direct) V in place skipping them. */
-static void FN(band_values)(const FN(fa_stream) *st, int64_t nb, int64_t nk_b, const FA_T *p,
-                            FA_T *o)
+/* o[nb x ldv] += p[nb x nk_b] . V (the values j0.. of the block): packed,
+ * packed skipping zero weights (the block holds NaN/Inf), or (direct) V in
+ * place skipping them. */
+static void FN(band_values)(const FN(fa_stream) *st, int64_t nb, int64_t j0, int64_t nk_b,
+                            const FA_T *p, FA_T *o)
 {
     const fa_attention_args *a = st->a;
     const KT *K = st->K;
     const int64_t ldv = st->ldv;
     if (st->direct) {
         const FA_T *vbase = (const FA_T *)a->v.data + st->off->v;
-        K->pv_direct(nb, nk_b, a->Ev, p, FA_KC, vbase + st->kb * a->v.rs, a->v.rs, o, ldv);
+        K->pv_direct(nb, nk_b, a->Ev, p, FA_KC, vbase + (st->kb + j0) * a->v.rs, a->v.rs, o,
+                     ldv);
     } else if (st->v_bad) {
-        FN(pv_careful)(K, nb, nk_b, ldv, p, FA_KC, st->sc->vp, o, ldv);
+        FN(pv_careful)(K, nb, nk_b, ldv, p, FA_KC, st->sc->vp + j0 * K->nr, o, ldv);
     } else {
-        K->pv(nb, nk_b, ldv, p, FA_KC, st->sc->vp, FA_KC * K->nr, o, ldv);
+        K->pv(nb, nk_b, ldv, p, FA_KC, st->sc->vp + j0 * K->nr, FA_KC * K->nr, o, ldv);
     }
 }
 
-/* Rows ib .. ib + nb (row g of tile t) against the first nk_b keys of the
- * block; diag: the tile is crossed by the causal diagonal. */
+/* Rows ib .. ib + nb (row g of tile t) against the keys j0 .. nk_b of the
+ * block (j0 a multiple of nr); edge: the causal or window limits cross the
+ * tile. */
 static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64_t ib,
-                            int64_t nb, int64_t nk_b, int diag)
+                            int64_t nb, int64_t j0, int64_t nk_b, int edge)
 {
     const fa_attention_args *a = st->a;
     FN(fa_scratch) *sc = st->sc;
-    const int64_t kb = st->kb, ldv = st->ldv, row = ib - st->r0;
-    const int causal_diag = diag && kb + nk_b - 1 > ib + a->causal_offset;
-    const int masked = causal_diag || st->pad_some || a->bool_mask.data || a->add_mask.data;
+    const int64_t kb = st->kb + j0, ldv = st->ldv, row = ib - st->r0, n = nk_b - j0;
+    const int cut = edge && fa_limits_cut(&st->lim, ib, nb, kb, n);
+    const int bmixed = st->tmixed[t]; /* the boolean mask: neither all hidden nor all visible */
+    const int masked = cut || st->pad_some || bmixed || a->add_mask.data;
     const int opts = a->softcap > 0 || a->alibi.data; /* the scores change after Q.K^T */
     /* Q.K^T's row maxima (from its register tiles) stand for the band's
      * only when every score it computes is one the softmax sees: no mask,
      * no score option, no padded key column */
-    FA_T *s = sc->st;
-    FA_T *vmax = !st->direct && !masked && !opts && fa_round_up(nk_b, st->K->nr) == nk_b
+    FA_T *s = sc->st + j0;
+    FA_T *vmax = !st->direct && !masked && !opts && fa_round_up(n, st->K->nr) == n
                      ? sc->vmax : NULL;
-    FN(band_scores)(st, t, g, nb, nk_b, s, vmax);
-    if (opts) FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, nk_b, st->base2);
+    FN(band_scores)(st, t, g, nb, j0, n, s, vmax);
+    if (opts) FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, n, st->base2);
     if (masked)
-        FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, nk_b, causal_diag, st->pad_some);
+        FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, n, cut ? &st->lim : NULL,
+                        st->pad_some, bmixed);
     FA_T *o = sc->o + row * ldv;
     /* A visible NaN score poisons its row: through the sum (exp of NaN is
      * NaN) unless no key of the row is visible yet. */
-    st->K->online_softmax(nb, nk_b, s, FA_KC, sc->m + row, sc->l + row, o, ldv, st->base2, vmax);
-    FN(band_values)(st, nb, nk_b, s, o);
+    st->K->online_softmax(nb, n, s, FA_KC, sc->m + row, sc->l + row, o, ldv, st->base2, vmax);
+    FN(band_values)(st, nb, j0, n, s, o);
 }

@@ -11,6 +11,8 @@ typedef struct FN(fa_plan) {
     const KT *K;
     FA_T **bufs, *part;      /* per-thread scratch; the key-split partials */
     fa_scratch_layout lay;   /* of each bufs[t] */
+    fa_mask_summary ms;      /* the boolean mask's block states */
+    int64_t ms_bytes;
     int64_t nbatch, ldv, mcp, ntiles, chunk_tiles, nchunks, nsplit, split_kc, nitems;
     int nt;                  /* threads */
     int base2;               /* streaming scores in log2 units (see stream_rows) */
@@ -65,6 +67,7 @@ static int FN(plan_make)(FN(fa_plan) *pl, const fa_attention_args *a, const KT *
     pl->nitems = a->weights ? pl->nbatch * pl->ntiles : pl->nbatch * pl->nchunks * pl->nsplit;
     if ((int64_t)pl->nt > pl->nitems) pl->nt = (int)pl->nitems;
     if (pl->nt < 1) pl->nt = 1;
+    pl->ms_bytes = fa_mask_summary_init(&pl->ms, a, pl->mcp);
     const int64_t rows = a->weights ? pl->mcp : pl->chunk_tiles * pl->mcp;
     pl->lay = fa_scratch_layout_of(rows, pl->mcp, E > 0 ? E : 1, pl->ldv, K->vw);
     /* log2 units unless scale * log2(e) (or softcap * log2(e)) overflows, or
@@ -81,8 +84,10 @@ static void FN(plan_free)(FN(fa_plan) *pl)
         for (int t = 0; t < pl->nt; t++) fa_free(pl->bufs[t]);
     fa_free(pl->bufs);
     fa_free(pl->part);
+    fa_free(pl->ms.state);
     pl->bufs = NULL;
     pl->part = NULL;
+    pl->ms.state = NULL;
 }
 
 /* All scratch, before any output is touched: FA_OK or FA_ENOMEM. */
@@ -98,6 +103,10 @@ static int FN(plan_alloc)(FN(fa_plan) *pl)
         const int64_t n = pl->nbatch * pl->a->L * pl->nsplit * (pl->ldv + 2);
         pl->part = (FA_T *)fa_malloc((size_t)n * sizeof(FA_T));
         if (!pl->part) { FN(plan_free)(pl); return FA_ENOMEM; }
+    }
+    if (pl->ms_bytes > 0) {
+        pl->ms.state = (uint8_t *)fa_malloc((size_t)pl->ms_bytes);
+        if (!pl->ms.state) { FN(plan_free)(pl); return FA_ENOMEM; }
     }
     return FA_OK;
 }
@@ -115,7 +124,7 @@ static void FN(run_item)(void *ctx, int64_t it, int tid)
         int64_t b = it / pl->ntiles, t = it % pl->ntiles;
         if (a->causal) t = pl->ntiles - 1 - t;
         fa_batch_offsets(a, b, &off);
-        FN(weights_rows)(a, pl->K, &off, b, t * mcp, fa_min64(L - t * mcp, mcp), pl->ldv, &sc);
+        FN(weights_rows)(a, pl->K, &off, &pl->ms, b, t, fa_min64(L - t * mcp, mcp), pl->ldv, &sc);
         return;
     }
     int64_t c = it / (pl->nbatch * nsplit), rest = it % (pl->nbatch * nsplit);
@@ -124,7 +133,7 @@ static void FN(run_item)(void *ctx, int64_t it, int tid)
     fa_batch_offsets(a, b, &off);
     const int64_t r0 = c * pl->chunk_tiles * mcp, r1 = fa_min64(r0 + pl->chunk_tiles * mcp, L);
     const int64_t k0 = s * pl->split_kc, k1 = fa_min64(k0 + pl->split_kc, S);
-    FN(stream_rows)(a, pl->K, &off, r0, r1, k0, k1, pl->ldv, pl->base2, &sc);
+    FN(stream_rows)(a, pl->K, &off, &pl->ms, r0, r1, k0, k1, pl->ldv, pl->base2, &sc);
     if (nsplit == 1)
         FN(write_out)(a, &off, r0, r1, pl->ldv, sc.o, sc.l, sc.m, pl->base2);
     else
@@ -145,6 +154,9 @@ static int FN(attention)(const fa_attention_args *a)
     if (!FN(plan_make)(&pl, a, KCUR())) return FA_OK;
     const int status = FN(plan_alloc)(&pl);
     if (status != FA_OK) return status;
+    if (pl.ms.state) /* the mask summary, before the work items read it */
+        fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.ms.nslices * pl.ms.ntiles,
+                        fa_mask_summary_fill, &pl.ms);
     fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nitems, FN(run_item), &pl);
     if (pl.nsplit > 1) fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, FN(merge_item), &pl);
     FN(plan_free)(&pl);

@@ -1,10 +1,10 @@
 /* tiles_tmpl.h -- the pieces the streaming and weights paths share: packing
  * Q, K and V for the micro-kernels (the kernels' own packing for a unit
  * column stride, element by element otherwise), the masks of a score tile,
- * the tests that skip a block (all padding, all hidden), and P.V that skips
+ * the test that skips an all-padding block, and P.V that skips
  * zero weights.  Part of attention_tmpl.h (FA_SFX; FA_T, KT): FN(pack_q) ->
  * pack_q_f32, pack_q_f64; likewise pack_k, pack_v, apply_masks, pv_careful,
- * count_pad, bool_tile_hidden, any_nonfinite. */
+ * count_pad, any_nonfinite. */
 
 /* 1 if any of x[0..n) is NaN or +-Inf: an integer test of the exponent
  * bits, which the compiler vectorises. */
@@ -89,11 +89,13 @@ static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int
 }
 
 /* Hide (set to -inf) or shift the scores s[ni x nk] of rows i0.., keys kb..
- * by every mask; returns nothing: hidden entries are exactly -inf.  Scores
- * are in natural units whenever there is an additive mask (FN(attention)). */
+ * by every mask (the causal and window limits if cut is not NULL: they cut
+ * the block; the boolean mask if bool_some: the block is not all visible);
+ * returns nothing: hidden entries are exactly -inf.  Scores are in natural
+ * units whenever there is an additive mask (FN(attention)). */
 static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, FA_T *s,
                             int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk,
-                            int causal_diag, int pad_some)
+                            const fa_limits *cut, int pad_some, int bool_some)
 {
     const FA_T NEG = (FA_T)-INFINITY;
     for (int64_t i = 0; i < ni; i++) {
@@ -109,9 +111,11 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
                 row[j] = (x == NEG) ? NEG : row[j] + x;
             }
         }
-        if (causal_diag) {
-            int64_t lim = i0 + i + a->causal_offset - kb + 1; /* keys j < lim visible */
+        if (cut) { /* keys first <= j < lim visible */
+            const int64_t first = cut->has_lo ? fa_min64(i0 + i + cut->lo - kb, nk) : 0;
+            int64_t lim = cut->has_hi ? i0 + i + cut->hi - kb + 1 : nk;
             if (lim < 0) lim = 0;
+            for (int64_t j = 0; j < first; j++) row[j] = NEG;
             for (int64_t j = lim; j < nk; j++) row[j] = NEG;
         }
         if (pad_some) {
@@ -119,7 +123,7 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
             const int64_t cs = a->pad.cs;
             for (int64_t j = 0; j < nk; j++) row[j] = p[j * cs] ? NEG : row[j];
         }
-        if (a->bool_mask.data) {
+        if (bool_some) {
             const uint8_t *m = (const uint8_t *)a->bool_mask.data + off->bm +
                                (i0 + i) * a->bool_mask.rs + kb * a->bool_mask.cs;
             const int64_t cs = a->bool_mask.cs;
@@ -151,18 +155,4 @@ static int64_t FN(count_pad)(const fa_attention_args *a, int64_t poff, int64_t k
     int64_t c = 0;
     for (int64_t j = kb; j < kb + nk; j++) c += p[j * a->pad.cs] != 0;
     return c;
-}
-
-/* Is the bool-mask tile rows i0.., keys kb.. wholly hidden? */
-static int FN(bool_tile_hidden)(const fa_attention_args *a, const fa_offsets *off, int64_t i0,
-                                int64_t ni, int64_t kb, int64_t nk)
-{
-    const uint8_t *m = (const uint8_t *)a->bool_mask.data + off->bm;
-    for (int64_t i = 0; i < ni; i++) {
-        const uint8_t *row = m + (i0 + i) * a->bool_mask.rs + kb * a->bool_mask.cs;
-        for (int64_t j = 0; j < nk; j++)
-            if (row[j * a->bool_mask.cs]) return 0;
-        if (a->bool_mask.rs == 0) break; /* every row is the same row */
-    }
-    return 1;
 }

@@ -7,22 +7,25 @@
 /* W[ni x S] = the masked scores of rows i0 .. i0 + ni (Q packed in sc->qp);
  * blocks wholly hidden are -inf without computing them. */
 static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
-                               int64_t i0, int64_t ni, FA_T *W, FN(fa_scratch) *sc)
+                               const fa_mask_summary *ms, int64_t t, int64_t ni, FA_T *W,
+                               FN(fa_scratch) *sc)
 {
-    const int64_t E = a->E, S = a->S, nr = K->nr;
+    const int64_t E = a->E, S = a->S, nr = K->nr, i0 = t * ms->mcp;
+    const fa_limits w = fa_limits_of(a);
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = fa_min64(S - kb, FA_KC);
-        int skip = 0, pad_some = 0, causal_diag = 0;
-        if (a->causal) {
-            skip = kb > i0 + ni - 1 + a->causal_offset;
-            causal_diag = kb + nk - 1 > i0 + a->causal_offset;
-        }
+        int skip = fa_limits_none(&w, i0, ni, kb, nk), pad_some = 0, bool_some = 0;
+        const int cut = fa_limits_cut(&w, i0, ni, kb, nk);
         if (!skip && a->pad.data) {
             int64_t np = FN(count_pad)(a, off->pad, kb, nk);
             skip = np == nk;
             pad_some = np > 0;
         }
-        if (!skip && a->bool_mask.data) skip = FN(bool_tile_hidden)(a, off, i0, ni, kb, nk);
+        if (!skip && a->bool_mask.data) {
+            const int state = fa_mask_summary_at(ms, off->bms, t, kb / FA_KC);
+            skip = state == FA_BLK_HIDDEN;
+            bool_some = state == FA_BLK_MIXED;
+        }
         if (skip) {
             for (int64_t i = 0; i < ni; i++)
                 for (int64_t j = 0; j < nk; j++) W[i * S + kb + j] = (FA_T)-INFINITY;
@@ -33,8 +36,9 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
         K->qk(fa_round_up(ni, K->mr), ncols, E, sc->qp, sc->kp, sc->st, FA_KC, NULL);
         if (a->softcap > 0 || a->alibi.data)
             FN(score_opts)(a, K, off, sc->st, FA_KC, i0, ni, kb, nk, 0);
-        if (causal_diag || pad_some || a->bool_mask.data || a->add_mask.data)
-            FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, causal_diag, pad_some);
+        if (cut || pad_some || bool_some || a->add_mask.data)
+            FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, cut ? &w : NULL, pad_some,
+                            bool_some);
         for (int64_t i = 0; i < ni; i++)
             memcpy(W + i * S + kb, sc->st + i * FA_KC, (size_t)nk * sizeof(FA_T));
     }
@@ -73,15 +77,16 @@ static void FN(weights_softmax)(const fa_attention_args *a, const KT *K, const f
     }
 }
 
-/* Weights path for batch b, query rows [i0, i0 + ni): writes the rows of
- * the full weight matrix, then out = W . V. */
+/* Weights path for batch b, query tile t (rows [i0, i0 + ni), i0 = t mcp):
+ * writes the rows of the full weight matrix, then out = W . V. */
 static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
-                             int64_t b, int64_t i0, int64_t ni, int64_t ldv, FN(fa_scratch) *sc)
+                             const fa_mask_summary *ms, int64_t b, int64_t t, int64_t ni,
+                             int64_t ldv, FN(fa_scratch) *sc)
 {
-    const int64_t S = a->S, nr = K->nr;
+    const int64_t S = a->S, nr = K->nr, i0 = t * ms->mcp;
     FA_T *W = (FA_T *)a->weights + (b * a->L + i0) * S;
     FN(pack_q)(a, off->q, i0, ni, fa_round_up(ni, K->mr), sc->qp, (FA_T)a->scale);
-    FN(weights_scores)(a, K, off, i0, ni, W, sc);
+    FN(weights_scores)(a, K, off, ms, t, ni, W, sc);
     FN(weights_softmax)(a, K, off, i0, ni, S, W);
     memset(sc->o, 0, (size_t)(ni * ldv) * sizeof(FA_T));
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
