@@ -5,7 +5,8 @@ The public names; see :func:`attention`, :func:`softmax`, :func:`attention_varle
 :func:`trace` and :func:`show_config`.
 """
 
-from ._api import attention, softmax
+from ._api import attention
+from ._softmax import softmax
 from .merge import merge_attention
 from .varlen import attention_varlen
 from .mha import KVCache, multi_head_attention
