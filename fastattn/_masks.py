@@ -100,16 +100,18 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
             compute_dtype: np.dtype, query_ndim: int, window=None) -> MaskPlan:
     """Check every mask and the window against the problem ``batch + (L, S)``
     and return the plan."""
+    if attn_mask is None and key_padding_mask is None and window is None:
+        # the common call: no mask array, no window (the plans built once)
+        if is_causal is False:
+            return _NO_MASK
+        if is_causal is True:
+            return _NO_MASK_CAUSAL
     wl = wr = UNBOUNDED
     if window is not None:
         left, right = check_window(window)
         wl = UNBOUNDED if left is None else min(left, UNBOUNDED)
         wr = UNBOUNDED if right is None else min(right, UNBOUNDED)
     if attn_mask is None and key_padding_mask is None:
-        if window is None and is_causal is False:
-            return _NO_MASK
-        if window is None and is_causal is True:
-            return _NO_MASK_CAUSAL
         return MaskPlan(*causal_offset(is_causal, L, S), wl, wr, None, None, None)
     causal, offset = causal_offset(is_causal, L, S)
     bool_mask = add_mask = pad = None
