@@ -255,15 +255,65 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     >>> len(cache), bool(np.allclose(np.concatenate(steps, axis=1), out))
     (5, True)
     """
-    # ---- head counts ------------------------------------------------------
+    num_heads, num_kv_heads = _head_counts(num_heads, num_kv_heads)
+    x, w_q, w_k, w_v, w_o, context, cdt, odt = _arrays(x, w_q, w_k, w_v, w_o, context,
+                                                       kv_cache)
+    squeeze = x.ndim == 2
+    xb = x[None] if squeeze else x
+    src = xb if context is None else (context[None] if squeeze else context)
+    n, L, _ = xb.shape
+    S_new = src.shape[1]
+    d_k, d_v = _head_dims(w_q, w_k, w_v, w_o, xb, src, context is None, num_heads,
+                          num_kv_heads)
+    S = S_new
+    if kv_cache is not None:
+        _check_cache(kv_cache, is_causal, (n, num_kv_heads, d_k, d_v), odt, cdt,
+                     (x, w_q, w_k, w_v, w_o), num_kv_heads)
+        kv_cache._check_room(S_new)
+        S += len(kv_cache)
+    # masks and window: shapes only, before anything is cached
+    check_window(window)
+    attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
+                                                   L, S, unbatched=squeeze)
+    q, k_new, v_new = _project(xb, src if context is not None else None, w_q, w_k, w_v, cdt,
+                               num_heads, num_kv_heads, d_k, d_v)
+    res = _attend(q, k_new, v_new, kv_cache, cdt, is_causal, dict(
+        attn_mask=attn_mask, enable_gqa=num_kv_heads != num_heads,
+        key_padding_mask=key_padding_mask, return_weights=return_weights,
+        num_threads=num_threads, window=window, alibi_slopes=alibi_slopes, softcap=softcap,
+        sinks=sinks, return_lse=return_lse))
+    lse = None
+    if return_lse:
+        *res, lse = res
+        res = tuple(res) if return_weights else res[0]
+        lse = lse[0] if squeeze else lse
+    heads, weights = res if return_weights else (res, None)
+    out = _merge_heads(heads, w_o, cdt, odt)
+    out = out[0] if squeeze else out
+    if not return_weights:
+        return (out, lse) if return_lse else out
+    weights = weights.astype(odt, copy=False)
+    weights = weights[0] if squeeze else weights
+    return (out, weights, lse) if return_lse else (out, weights)
+
+
+# ---------------------------------------------------------------------------
+# the steps of multi_head_attention(), in order
+# ---------------------------------------------------------------------------
+
+def _head_counts(num_heads, num_kv_heads) -> tuple[int, int]:
+    """num_heads and num_kv_heads as checked ints (num_kv_heads divides num_heads)."""
     num_heads = _positive_int(num_heads, "num_heads")
     num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads,
                                                                          "num_kv_heads")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"num_heads={num_heads} must be a multiple of "
                          f"num_kv_heads={num_kv_heads}")
+    return num_heads, num_kv_heads
 
-    # ---- arrays and dtypes ------------------------------------------------
+
+def _arrays(x, w_q, w_k, w_v, w_o, context, kv_cache):
+    """The inputs as arrays, and their (compute dtype, result dtype)."""
     x = _as_float_array(x, "x")
     if x.ndim not in (2, 3):
         raise ValueError(f"x must have shape (N, L, d_model) or (L, d_model), got {x.shape}")
@@ -285,17 +335,16 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                              f"{x.shape}, context has shape {context.shape}")
         arrays.append(("context", context))
     cdt, odt = _dtypes(tuple((n, a.dtype) for n, a in arrays))
+    return x, w_q, w_k, w_v, w_o, context, cdt, odt
 
-    squeeze = x.ndim == 2
-    xb = x[None] if squeeze else x
-    src = xb if context is None else (context[None] if squeeze else context)
-    n, L, d_model = xb.shape
-    S_new, d_in = src.shape[1], src.shape[2]
 
-    # ---- weight shapes ----------------------------------------------------
+def _head_dims(w_q, w_k, w_v, w_o, xb, src, self_attention: bool, num_heads: int,
+               num_kv_heads: int) -> tuple[int, int]:
+    """(d_k, d_v) from the weights, every weight's shape checked."""
+    d_model, d_in = xb.shape[2], src.shape[2]
     _check_weight(w_q, "w_q", d_model, "d_model", num_heads, "num_heads*d_k")
     d_k = w_q.shape[1] // num_heads
-    kv_in = "d_model" if context is None else "context's last dimension"
+    kv_in = "d_model" if self_attention else "context's last dimension"
     _check_weight(w_k, "w_k", d_in, kv_in, num_kv_heads, "num_kv_heads*d_k",
                   expected_cols=num_kv_heads * d_k)
     _check_weight(w_v, "w_v", d_in, kv_in, num_kv_heads, "num_kv_heads*d_v")
@@ -304,46 +353,47 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         raise ValueError(f"w_o has shape {w_o.shape}: it must be 2-D with first dimension "
                          f"num_heads*d_v={num_heads}*{d_v}={num_heads * d_v} "
                          f"(w_v has shape {w_v.shape})")
+    return d_k, d_v
 
-    # ---- cache --------------------------------------------------------------
-    if kv_cache is not None:
-        if not isinstance(kv_cache, KVCache):
-            raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
-        check_cache_causal(is_causal)
-        want = (n, num_kv_heads, d_k, d_v)
-        have = (kv_cache.batch_size, kv_cache.num_kv_heads, kv_cache.head_dim,
-                kv_cache.value_dim)
-        if want != have:
-            raise ValueError(
-                "kv_cache layout (batch_size, num_kv_heads, head_dim, value_dim)="
-                f"{have} does not match the call's {want} (x has shape {x.shape}, "
-                f"w_k {w_k.shape}, w_v {w_v.shape}, num_kv_heads={num_kv_heads})")
-        allowed = (odt, cdt) if odt == np.float16 else (odt,)
-        if kv_cache.dtype not in allowed:
-            raise TypeError(f"kv_cache has dtype {kv_cache.dtype} but this call needs "
-                            + " or ".join(str(a) for a in allowed)
-                            + f" (x {x.dtype}, weights {w_q.dtype}/{w_k.dtype}/"
-                            f"{w_v.dtype}/{w_o.dtype})")
-        kv_cache._check_room(S_new)
-        S = len(kv_cache) + S_new
-    else:
-        S = S_new
 
-    # ---- masks (shapes only, before anything is cached) -------------------
-    check_window(window)
-    attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
-                                                   L, S, unbatched=squeeze)
+def _check_cache(kv_cache, is_causal, want: tuple, odt, cdt, arrays, num_kv_heads) -> None:
+    """kv_cache fits the call: its type, the causal alignment, its layout
+    ``want`` = (batch_size, num_kv_heads, head_dim, value_dim) and dtype."""
+    if not isinstance(kv_cache, KVCache):
+        raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
+    check_cache_causal(is_causal)
+    x, w_q, w_k, w_v, w_o = arrays
+    have = (kv_cache.batch_size, kv_cache.num_kv_heads, kv_cache.head_dim, kv_cache.value_dim)
+    if want != have:
+        raise ValueError(
+            "kv_cache layout (batch_size, num_kv_heads, head_dim, value_dim)="
+            f"{have} does not match the call's {want} (x has shape {x.shape}, "
+            f"w_k {w_k.shape}, w_v {w_v.shape}, num_kv_heads={num_kv_heads})")
+    allowed = (odt, cdt) if odt == np.float16 else (odt,)
+    if kv_cache.dtype not in allowed:
+        raise TypeError(f"kv_cache has dtype {kv_cache.dtype} but this call needs "
+                        + " or ".join(str(a) for a in allowed)
+                        + f" (x {x.dtype}, weights {w_q.dtype}/{w_k.dtype}/"
+                        f"{w_v.dtype}/{w_o.dtype})")
 
-    # ---- projections --------------------------------------------------------
+
+def _project(xb, context, w_q, w_k, w_v, cdt, num_heads, num_kv_heads, d_k, d_v):
+    """Q, and the new tokens' K and V, as head-major views (no copies)."""
+    n, L = xb.shape[:2]
     xq = xb.astype(cdt, copy=False)
     q = np.matmul(xq, w_q.astype(cdt, copy=False))
-    s = xq if context is None else src.astype(cdt, copy=False)
+    s = xq if context is None else context.astype(cdt, copy=False)
+    S_new = s.shape[1]
     k_new = np.matmul(s, w_k.astype(cdt, copy=False))
     v_new = np.matmul(s, w_v.astype(cdt, copy=False))
-    q = _head_major_view(q, n, L, num_heads, d_k)
-    k_new = _head_major_view(k_new, n, S_new, num_kv_heads, d_k)
-    v_new = _head_major_view(v_new, n, S_new, num_kv_heads, d_v)
+    return (_head_major_view(q, n, L, num_heads, d_k),
+            _head_major_view(k_new, n, S_new, num_kv_heads, d_k),
+            _head_major_view(v_new, n, S_new, num_kv_heads, d_v))
 
+
+def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
+    """The attention call: over the new keys, or appended to the cache and over
+    all of it (lower-right causal); an error leaves the cache as it was."""
     causal = is_causal
     old_len = None if kv_cache is None else len(kv_cache)
     try:
@@ -356,31 +406,16 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         else:
             k, v = k_new, v_new
         # Looked up at call time, so that a replaced _api.attention is the one called.
-        res = _api.attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
-                             enable_gqa=num_kv_heads != num_heads,
-                             key_padding_mask=key_padding_mask, return_weights=return_weights,
-                             num_threads=num_threads, window=window,
-                             alibi_slopes=alibi_slopes,
-                             softcap=softcap, sinks=sinks, return_lse=return_lse)
+        return _api.attention(q, k, v, is_causal=causal, **options)
     except BaseException:
         if kv_cache is not None:
             kv_cache._len = old_len      # an error leaves the cache as it was
         raise
-    lse = None
-    if return_lse:
-        *res, lse = res
-        res = tuple(res) if return_weights else res[0]
-        lse = lse[0] if squeeze else lse
-    heads, weights = res if return_weights else (res, None)
 
-    # ---- merge heads and project -------------------------------------------
+
+def _merge_heads(heads, w_o, cdt, odt):
+    """concat(heads) @ w_o, rounded once to the result dtype."""
+    n, num_heads, L, d_v = heads.shape
     merged = heads.transpose(0, 2, 1, 3).reshape(n, L, num_heads * d_v)
     out = np.matmul(merged.astype(cdt, copy=False), w_o.astype(cdt, copy=False))
-    out = out.astype(odt, copy=False)
-    if squeeze:
-        out = out[0]
-    if not return_weights:
-        return (out, lse) if return_lse else out
-    weights = weights.astype(odt, copy=False)
-    weights = weights[0] if squeeze else weights
-    return (out, weights, lse) if return_lse else (out, weights)
+    return out.astype(odt, copy=False)
