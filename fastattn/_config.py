@@ -161,4 +161,4 @@ def show_config() -> None:
     print(f"  compiler        : {c['compiler']}")
     print(f"  flags           : {c['cflags']}")
     for f, fl in c["isa_flags"].items():
-        print(f"  {f:<16}: {' '.join(fl)}")
+        print(f"  {f:<16}: {' '.join(fl) or '(no ISA flags: the baseline of the target)'}")
