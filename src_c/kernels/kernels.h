@@ -49,6 +49,28 @@
 const fa_kernels_f32 *fa_kernels_f32_current(void);
 const fa_kernels_f64 *fa_kernels_f64_current(void);
 
+
+/* The bfloat16 flash driver of an ISA (driver/amx_flash.h; the amx and
+ * avx512_bf16 tiers): fa_attention's arguments with q, k, v, out in bfloat16
+ * (storage FA_BFLOAT16, arithmetic float32), lse (if any) float32.  It runs
+ * no weights, no boolean or additive mask, no softcap, ALiBi or sinks, E
+ * and Ev <= 256, scale > 0, finite q, k and v; causal (any offset), window,
+ * key padding and any batch strides (grouped-query views) it runs.  Anything
+ * else returns FA_BF16_DECLINED having written nothing, and the caller
+ * takes its float32-arithmetic path.  Semantics: Q.K^T from the bfloat16
+ * inputs with float32 accumulation, the online softmax in float32, P
+ * rounded to bfloat16 for P.V with float32 accumulation, out = O / l rounded
+ * to bfloat16 (l: the float32 sum of the unrounded P).  Bitwise the same for
+ * any thread count.  fa_bf16_flash_ptr_<name> is NULL for an ISA without one;
+ * fa_bf16_flash_current() gives the one of the ISA in use (or NULL). */
+#define FA_BF16_DECLINED (-1)
+struct fa_attention_args;
+typedef int (*fa_bf16_flash_fn)(const struct fa_attention_args *a);
+#define FA_ISA(name, NAME, arch, required) extern const fa_bf16_flash_fn fa_bf16_flash_ptr_##name;
+#include "runtime/isa_list.h"
+#undef FA_ISA
+fa_bf16_flash_fn fa_bf16_flash_current(void);
+
 #endif /* FASTATTN_KERNELS_H */
 
 #else /* FA_KERNELS_TABLE: the table of element type FA_SFX:

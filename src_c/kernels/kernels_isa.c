@@ -17,3 +17,14 @@
 #define FA_SFX f64
 #include "kernels/kernels_tmpl.h" /* qk_f64_<name>, ..., fa_kernels_f64_<name> */
 #undef FA_SFX
+
+/* The bfloat16 flash driver (kernels.h): fa_bf16_flash_ptr_<name>, NULL
+ * unless the mapping has bfloat16 dot products (FA_SIMD_BF16). */
+#ifdef FA_SIMD_BF16
+#include "fastattn.h"
+#include "simd/bf16_tiles.h"
+#include "driver/amx_flash.h" /* fa_bf16_flash_amx, fa_bf16_flash_avx512_bf16 */
+const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = FA_BF_FN;
+#else
+const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = 0;
+#endif

@@ -12,9 +12,16 @@
  * build with FA_AVX512_EMULATED (setup.py, FASTATTN_AVX512_EMULATION=simde)
  * the avx512 kernels run through SIMDe on AVX2, and are offered wherever AVX2
  * is. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* syscall() */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "fastattn.h"
 #include "kernels/kernels.h"
@@ -26,7 +33,11 @@ enum {
     FA_CPU_AVX2 = 1u << 2,
     FA_CPU_AVX512F = 1u << 3,
     FA_OS_YMM = 1u << 4, /* XCR0: XMM and YMM state */
-    FA_OS_ZMM = 1u << 5  /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
+    FA_OS_ZMM = 1u << 5, /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
+    FA_CPU_AVX512BW = 1u << 6,
+    FA_CPU_AVX512BF16 = 1u << 7,
+    FA_CPU_AMX_BF16 = 1u << 8, /* AMX-TILE and AMX-BF16 */
+    FA_OS_AMX = 1u << 9        /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
 };
 
 #if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
@@ -82,31 +93,61 @@ static const fa_kernels_f64 *const g_f64[FA_ISA_COUNT] = {
 };
 #undef FA_ISA
 
+#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(&fa_bf16_flash_ptr_##name),
+static const fa_bf16_flash_fn *const g_bf16[FA_ISA_COUNT] = {
+#include "runtime/isa_list.h"
+};
+#undef FA_ISA
+
 static int g_supported[FA_ISA_COUNT] = {1}; /* the first path: portable C */
 static int g_isa = 0;
+
+/* Linux keeps the AMX tile data (XTILEDATA, XSAVE component 18) off until a
+ * process asks (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16+): without it
+ * the first tile instruction faults.  1 if granted (or not Linux). */
+static int amx_permitted(void)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    return 1;
+#endif
+}
 
 /* The features of this CPU and OS (FA_CPU_* bits). */
 static unsigned detect_features(void)
 {
     unsigned have = 0;
 #ifdef FA_X86
-    /* cpuid leaf, register (0 eax .. 3 edx), bit: what each feature needs */
-    static const struct { unsigned feature; int leaf, reg, bit; } cpuid_bits[] = {
-        {FA_CPU_AVX, 1, 2, 28}, {FA_CPU_FMA, 1, 2, 12},
-        {FA_CPU_AVX2, 7, 1, 5}, {FA_CPU_AVX512F, 7, 1, 16}};
+    /* cpuid leaf, subleaf, register (0 eax .. 3 edx), bit: what each feature needs
+     * (a feature listed twice needs both bits) */
+    static const struct { unsigned feature; unsigned leaf, sub; int reg, bit; } cpuid_bits[] = {
+        {FA_CPU_AVX, 1, 0, 2, 28}, {FA_CPU_FMA, 1, 0, 2, 12},
+        {FA_CPU_AVX2, 7, 0, 1, 5}, {FA_CPU_AVX512F, 7, 0, 1, 16},
+        {FA_CPU_AVX512BW, 7, 0, 1, 30}, {FA_CPU_AVX512BF16, 7, 1, 0, 5},
+        {FA_CPU_AMX_BF16, 7, 0, 3, 22}, {FA_CPU_AMX_BF16, 7, 0, 3, 24}};
     static const struct { unsigned feature; unsigned long long xcr0; } os_bits[] = {
-        {FA_OS_YMM, 0x6}, {FA_OS_ZMM, 0xe6}};
-    unsigned r[8][4] = {{0}}, r0[4];
+        {FA_OS_YMM, 0x6}, {FA_OS_ZMM, 0xe6}, {FA_OS_AMX, 0x60000}};
+    unsigned r0[4], r[4], r1[4];
     fa_cpuid(0, 0, r0);
-    fa_cpuid(1, 0, r[1]);
-    if (r0[0] >= 7) fa_cpuid(7, 0, r[7]);
-    for (size_t i = 0; i < sizeof cpuid_bits / sizeof cpuid_bits[0]; i++)
-        if ((r[cpuid_bits[i].leaf][cpuid_bits[i].reg] >> cpuid_bits[i].bit) & 1)
+    unsigned missing = 0;
+    for (size_t i = 0; i < sizeof cpuid_bits / sizeof cpuid_bits[0]; i++) {
+        if (cpuid_bits[i].leaf > r0[0]) { missing |= cpuid_bits[i].feature; continue; }
+        fa_cpuid((int)cpuid_bits[i].leaf, (int)cpuid_bits[i].sub, r);
+        if ((r[cpuid_bits[i].reg] >> cpuid_bits[i].bit) & 1)
             have |= cpuid_bits[i].feature;
-    const int osxsave = (r[1][2] >> 27) & 1;
+        else
+            missing |= cpuid_bits[i].feature;
+    }
+    have &= ~missing;
+    fa_cpuid(1, 0, r1);
+    const int osxsave = (r1[2] >> 27) & 1;
     const unsigned long long xcr0 = osxsave ? fa_xgetbv() : 0;
     for (size_t i = 0; i < sizeof os_bits / sizeof os_bits[0]; i++)
         if ((xcr0 & os_bits[i].xcr0) == os_bits[i].xcr0) have |= os_bits[i].feature;
+    if ((have & (FA_CPU_AMX_BF16 | FA_OS_AMX)) == (FA_CPU_AMX_BF16 | FA_OS_AMX) &&
+        !amx_permitted())
+        have &= ~FA_OS_AMX; /* refused: the next path down */
 #endif
     return have;
 }
@@ -119,6 +160,10 @@ static void detect(void)
 #ifdef FA_AVX512_EMULATED
     /* test build: the avx512 kernels were compiled for AVX2 through SIMDe */
     g_supported[FA_ISA_AVX512] = g_supported[FA_ISA_AVX2];
+#ifdef FA_BF16_EMULATED
+    /* and the bfloat16 paths' tiles and dot products by simd/bf16_emulate.h */
+    g_supported[FA_ISA_AVX512_BF16] = g_supported[FA_ISA_AMX] = g_supported[FA_ISA_AVX2];
+#endif
 #endif
 }
 
@@ -144,6 +189,7 @@ int fa_set_isa(int isa)
 
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
+fa_bf16_flash_fn fa_bf16_flash_current(void) { return g_bf16[g_isa] ? *g_bf16[g_isa] : NULL; }
 
 static int isa_from_name(const char *s, size_t n)
 {

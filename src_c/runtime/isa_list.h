@@ -14,7 +14,12 @@
  * runtime/dispatch.c (names, requirements, the table selectors), and setup.py,
  * which parses the lines below to compile kernels/kernels_isa.c once per ISA
  * with -DFA_ISA_NAME=<name> and the flags of simd/<name>.flags.
- * A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line here. */
+ * A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line here.
+ * avx512_bf16 and amx run float32/float64 through exactly the avx512 kernels
+ * (their mappings include simd_avx512.h); they add the bfloat16 flash driver
+ * (driver/amx_flash_tmpl.h: VDPBF16PS on software tiles, or AMX tiles). */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM)
+FA_ISA(avx512_bf16, AVX512_BF16, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM | FA_CPU_AVX512BW | FA_CPU_AVX512BF16)
+FA_ISA(amx, AMX, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM | FA_CPU_AVX512BW | FA_CPU_AVX512BF16 | FA_CPU_AMX_BF16 | FA_OS_AMX)

@@ -1,0 +1,360 @@
+/* amx_flash.h -- the bfloat16 flash attention driver of the tiers with
+ * bfloat16 dot products (amx: TDPBF16PS; avx512_bf16: VDPBF16PS on software
+ * tiles), over the tile vocabulary of simd/bf16_tiles.h.  Included by
+ * kernels/kernels_isa.c when the mapping defines FA_SIMD_BF16; defines
+ *   fa_bf16_flash_<isa>  (fa_bf16_flash_amx, fa_bf16_flash_avx512_bf16):
+ * see kernels.h for the contract (what it takes; FA_BF16_DECLINED otherwise).
+ *
+ * The transposed formulation (keys on tile rows, queries on lanes), so that
+ * the online softmax needs no horizontal reduction:
+ *   S^T (keys x queries) = K . Q^T   A = K rows as stored (bfloat16 pairs
+ *                                    along E), B = Q^T in pair layout
+ *                                    (packed once per query block);
+ *   softmax over keys                a vertical max / exp2 / sum per lane
+ *                                    (AVX-512, float32, vf_exp2 of vmath);
+ *   O^T (Ev x queries) += V^T . P^T  A = V^T (packed once per call),
+ *                                    B = P^T rounded to bfloat16, key pairs
+ *                                    interleaved per lane while converting.
+ * Blocks (each named once here, sized by the tiles and the L1):
+ *   FA_BF_MQ  query rows per work item = two 16-lane tile columns: Q.K^T
+ *             uses 4 C tiles (2 key tiles x 2 query halves) + 2 A + 2 B,
+ *             all 8 tile registers;
+ *   FA_BF_KB  keys per block: the S^T block (KB x 32 float32 = 16 KiB), P^T
+ *             (8 KiB) and O^T (Ev x 32 float32, 8 KiB at Ev = 64) stay in
+ *             the 48 KiB L1 between Q.K^T, the softmax and P.V.
+ * Phase 1 (parallel over the batch): K copied to zero-padded rows of
+ * round_up(E, 32) (S rounded up to 32 rows), V transposed to V^T
+ * (round_up(Ev, 16) x round_up(S, 32)); any non-finite Q, K or V entry
+ * declines (the float32-arithmetic path keeps NaN/Inf semantics exactly).
+ * Phase 2 (parallel over batch x query blocks, static, so results are
+ * bitwise the same for any thread count): per key block Q.K^T, masks (causal,
+ * window, key padding), the online softmax step, P.V; then out = O / l. */
+#include "driver/window.h"
+#include "runtime/alloc.h"
+#include "runtime/parallel.h"
+
+#define FA_BF_MQ 32
+#define FA_BF_KB 128
+#define FA_BF_MAX_E 256 /* E and Ev up to this (the Q^T and O^T blocks) */
+
+#define FA_BF_FN FA_PASTE(fa_bf16_flash_, FA_ISA_NAME) /* fa_bf16_flash_amx, ..._avx512_bf16 */
+#define FA_BF(name) FA_CAT(FA_PASTE(fa_bf_, name), FA_ISA_NAME) /* fa_bf_item_amx, ... */
+
+typedef struct FA_BF(ctx) {
+    const fa_attention_args *a;
+    fa_limits lim;
+    int64_t nb, nqb, Sp, Ep, Evp;  /* batch items, query blocks, padded sizes */
+    uint16_t *kp, *vt;             /* packed K (nb x Sp x Ep), V^T (nb x Evp x Sp) */
+    char *scratch;                 /* per thread */
+    size_t scratch_bytes;
+    float c;                       /* scale * log2(e) */
+    int *bad;                      /* per batch item: a non-finite input */
+} FA_BF(ctx);
+
+/* element offsets of batch item b (q, k, v, out, pad, lse) */
+static void FA_BF(offsets)(const fa_attention_args *a, int64_t b, int64_t o[6])
+{
+    const fa_operand *ops[6] = {&a->q, &a->k, &a->v, &a->out, &a->pad, &a->lse};
+    for (int t = 0; t < 6; t++) o[t] = 0;
+    for (int d = a->nbatch_dims - 1; d >= 0; d--) {
+        const int64_t n = a->batch_shape[d], i = b % n;
+        b /= n;
+        for (int t = 0; t < 6; t++)
+            if (ops[t]->data) o[t] += i * ops[t]->bstride[d];
+    }
+}
+
+static inline int fa_bf_finite(uint16_t h) { return (h & 0x7f80) != 0x7f80; }
+
+/* phase 1, item b: pack K and V^T of batch item b, note non-finite inputs */
+static void FA_BF(pack)(void *vctx, int64_t b, int tid)
+{
+    FA_BF(ctx) *x = (FA_BF(ctx) *)vctx;
+    const fa_attention_args *a = x->a;
+    (void)tid;
+    int64_t o[6];
+    FA_BF(offsets)(a, b, o);
+    const uint16_t *q = (const uint16_t *)a->q.data + o[0];
+    const uint16_t *k = (const uint16_t *)a->k.data + o[1];
+    const uint16_t *v = (const uint16_t *)a->v.data + o[2];
+    uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->Sp;
+    int ok = 1;
+    memset(kp, 0, (size_t)(x->Sp * x->Ep) * 2);
+    memset(vt, 0, (size_t)(x->Evp * x->Sp) * 2);
+    for (int64_t j = 0; j < a->S; j++)
+        for (int64_t e = 0; e < a->E; e++) {
+            const uint16_t h = k[j * a->k.rs + e * a->k.cs];
+            kp[j * x->Ep + e] = h;
+            ok &= fa_bf_finite(h);
+        }
+    for (int64_t j = 0; j < a->S; j++)
+        for (int64_t e = 0; e < a->Ev; e++) {
+            const uint16_t h = v[j * a->v.rs + e * a->v.cs];
+            vt[e * x->Sp + j] = h;
+            ok &= fa_bf_finite(h);
+        }
+    for (int64_t i = 0; i < a->L; i++)
+        for (int64_t e = 0; e < a->E; e++) ok &= fa_bf_finite(q[i * a->q.rs + e * a->q.cs]);
+    x->bad[b] = !ok;
+}
+
+/* Q^T of rows q0 .. q0+nq-1 as B tiles: tile (kk, h) = 16 rows (pairs of
+ * E columns 32kk + 2r, +1) x 16 queries (16h + n), zero beyond L and E */
+static void FA_BF(pack_qt)(const fa_attention_args *a, const uint16_t *q, int64_t q0,
+                            int64_t nq, int64_t nd, uint16_t *qt)
+{
+    memset(qt, 0, (size_t)(nd * 2 * 512) * 2);
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t h = i / 16, n = i % 16;
+        for (int64_t e = 0; e < a->E; e++) {
+            const int64_t kk = e / 32, r = (e % 32) / 2;
+            qt[(kk * 2 + h) * 512 + r * 32 + n * 2 + (e & 1)] = q[(q0 + i) * a->q.rs + e * a->q.cs];
+        }
+    }
+}
+
+/* S^T block: keys k0 .. k0 + 16*nt16 - 1 against the 32 queries, into st
+ * (row = key, 32 floats); C tiles 0-3, A (K) 4-5, B (Q^T) 6-7 */
+static void FA_BF(qk)(fa_tilefile *tf, const uint16_t *kp, int64_t Ep, const uint16_t *qt,
+                       int64_t nd, int64_t nt16, float *st)
+{
+    const int64_t ks = Ep * 2;
+    int64_t t = 0;
+    for (; t + 2 <= nt16; t += 2) {
+        const uint16_t *k0 = kp + t * 16 * Ep, *k1 = k0 + 16 * Ep;
+        float *s0 = st + t * 16 * FA_BF_MQ, *s1 = s0 + 16 * FA_BF_MQ;
+        FT_ZERO(tf, 0); FT_ZERO(tf, 1); FT_ZERO(tf, 2); FT_ZERO(tf, 3);
+        for (int64_t kk = 0; kk < nd; kk++) {
+            FT_LOAD(tf, 4, k0 + kk * 32, ks);
+            FT_LOAD(tf, 5, k1 + kk * 32, ks);
+            FT_LOAD(tf, 6, qt + (kk * 2) * 512, 64);
+            FT_LOAD(tf, 7, qt + (kk * 2 + 1) * 512, 64);
+            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7); FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+        }
+        FT_STORE(tf, 0, s0, FA_BF_MQ * 4); FT_STORE(tf, 1, s0 + 16, FA_BF_MQ * 4);
+        FT_STORE(tf, 2, s1, FA_BF_MQ * 4); FT_STORE(tf, 3, s1 + 16, FA_BF_MQ * 4);
+    }
+    if (t < nt16) {
+        const uint16_t *k0 = kp + t * 16 * Ep;
+        float *s0 = st + t * 16 * FA_BF_MQ;
+        FT_ZERO(tf, 0); FT_ZERO(tf, 1);
+        for (int64_t kk = 0; kk < nd; kk++) {
+            FT_LOAD(tf, 4, k0 + kk * 32, ks);
+            FT_LOAD(tf, 6, qt + (kk * 2) * 512, 64);
+            FT_LOAD(tf, 7, qt + (kk * 2 + 1) * 512, 64);
+            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+        }
+        FT_STORE(tf, 0, s0, FA_BF_MQ * 4); FT_STORE(tf, 1, s0 + 16, FA_BF_MQ * 4);
+    }
+}
+
+/* O^T (Evp x 32 float32) += V^T (keys k0 ..) . P^T over nc32 chunks of 32
+ * keys; C tiles 0-3 (2 Ev tiles x 2 query halves), A (V^T) 4-5, B (P^T) 6-7 */
+static void FA_BF(pv)(fa_tilefile *tf, const uint16_t *vt, int64_t Sp, int64_t Evp,
+                       const uint32_t *pt, int64_t nc32, float *ot)
+{
+    const int64_t vs = Sp * 2, os = FA_BF_MQ * 4;
+    for (int64_t et = 0; et < Evp / 16; et += 2) {
+        const int two = et + 1 < Evp / 16;
+        float *o0 = ot + et * 16 * FA_BF_MQ, *o1 = o0 + 16 * FA_BF_MQ;
+        FT_LOAD(tf, 0, o0, os); FT_LOAD(tf, 1, o0 + 16, os);
+        if (two) { FT_LOAD(tf, 2, o1, os); FT_LOAD(tf, 3, o1 + 16, os); }
+        for (int64_t c = 0; c < nc32; c++) {
+            FT_LOAD(tf, 4, vt + et * 16 * Sp + c * 32, vs);
+            FT_LOAD(tf, 6, pt + c * 16 * 16, 64);
+            FT_LOAD(tf, 7, pt + (FA_BF_KB / 2) * 16 + c * 16 * 16, 64);
+            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+            if (two) {
+                FT_LOAD(tf, 5, vt + (et + 1) * 16 * Sp + c * 32, vs);
+                FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+            }
+        }
+        FT_STORE(tf, 0, o0, os); FT_STORE(tf, 1, o0 + 16, os);
+        if (two) { FT_STORE(tf, 2, o1, os); FT_STORE(tf, 3, o1 + 16, os); }
+    }
+}
+
+/* Hide the scores of S^T rows 0..n-1 (keys k0 + r) that the causal mask, the
+ * window or the key padding hides from query lanes q0 + 16h + lane. */
+static void FA_BF(mask)(const FA_BF(ctx) *x, const uint8_t *pad, int64_t k0, int64_t n,
+                         int64_t q0, float *st)
+{
+    const fa_attention_args *a = x->a;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t j = k0 + r;
+        for (int h = 0; h < 2; h++) {
+            float *s = st + r * FA_BF_MQ + 16 * h;
+            if (pad && pad[j * a->pad.cs]) { _mm512_storeu_ps(s, ninf); continue; }
+            /* visible lanes: i + lo <= j <= i + hi, i = q0 + 16h + lane: in
+             * lane units  j - hi - base <= lane <= j - lo - base */
+            const int64_t base = q0 + 16 * h;
+            int64_t lmin = -1, lmax = 16;
+            if (x->lim.has_hi) lmin = j - x->lim.hi - base;
+            if (x->lim.has_lo) lmax = j - x->lim.lo - base;
+            if (lmin <= 0 && lmax >= 15) continue;
+            lmin = lmin < -1 ? -1 : (lmin > 16 ? 16 : lmin);
+            lmax = lmax < -1 ? -1 : (lmax > 16 ? 16 : lmax);
+            const __mmask16 vis =
+                _mm512_cmpge_epi32_mask(iota, _mm512_set1_epi32((int)lmin)) &
+                _mm512_cmple_epi32_mask(iota, _mm512_set1_epi32((int)lmax));
+            _mm512_storeu_ps(s, _mm512_mask_mov_ps(ninf, vis, _mm512_loadu_ps(s)));
+        }
+    }
+}
+
+/* the online softmax step over S^T rows 0..n-1: m, l (2 x 16 lanes each)
+ * updated, alpha = 2^(m_old - m_new) returned per half, P^T (bfloat16, key
+ * pairs interleaved per lane) written for rows up to round_up(n, 32), zero
+ * beyond n. */
+static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, float *alpha,
+                            uint32_t *pt)
+{
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                           24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
+                                           1, 16, 0);
+    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    const int64_t npair = (n + 31) / 32 * 16;
+    for (int h = 0; h < 2; h++) {
+        const float *s = st + 16 * h;
+        __m512 mx0 = ninf, mx1 = ninf;
+        int64_t r = 0;
+        for (; r + 2 <= n; r += 2) {
+            mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0);
+            mx1 = _mm512_max_ps(_mm512_loadu_ps(s + (r + 1) * FA_BF_MQ), mx1);
+        }
+        if (r < n) mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0);
+        const __m512 mold = _mm512_loadu_ps(m + 16 * h);
+        const __m512 mnew = _mm512_max_ps(_mm512_mul_ps(_mm512_max_ps(mx0, mx1), vc), mold);
+        /* -inf (nothing visible yet): exponents relative to 0, alpha 1 */
+        const __mmask16 live = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_UQ);
+        const __m512 msafe = _mm512_maskz_mov_ps(live, mnew);
+        const __m512 al = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), live,
+                                             vf_exp2(_mm512_sub_ps(mold, msafe)));
+        __m512 sum0 = zero, sum1 = zero;
+        uint32_t *p = pt + h * (FA_BF_KB / 2) * 16;
+        for (int64_t k = 0; k < npair; k++) {
+            __m512 p0 = zero, p1 = zero;
+            if (2 * k < n) p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
+            if (2 * k + 1 < n) p1 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
+            sum0 = _mm512_add_ps(sum0, p0);
+            sum1 = _mm512_add_ps(sum1, p1);
+            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(p1, p0)));
+        }
+        _mm512_storeu_ps(l + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * h), al,
+                                                      _mm512_add_ps(sum0, sum1)));
+        _mm512_storeu_ps(m + 16 * h, mnew);
+        _mm512_storeu_ps(alpha + 16 * h, al);
+    }
+}
+
+/* O^T rows scaled by alpha (per query lane), unless alpha is 1 everywhere */
+static void FA_BF(rescale)(float *ot, int64_t Evp, const float *alpha)
+{
+    const __m512 a0 = _mm512_loadu_ps(alpha), a1 = _mm512_loadu_ps(alpha + 16);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    if (_mm512_cmp_ps_mask(a0, one, _CMP_EQ_OQ) == 0xffff &&
+        _mm512_cmp_ps_mask(a1, one, _CMP_EQ_OQ) == 0xffff)
+        return;
+    for (int64_t e = 0; e < Evp; e++) {
+        float *o = ot + e * FA_BF_MQ;
+        _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), a0));
+        _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_loadu_ps(o + 16), a1));
+    }
+}
+
+/* out rows q0 .. q0+nq-1 = O / l in bfloat16 (0 where l = 0: nothing
+ * visible), lse = (m + log2 l) ln 2 (-inf there) */
+static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const float *m,
+                           const float *l, int64_t nq, uint16_t *out, float *lse)
+{
+    for (int64_t i = 0; i < nq; i++) {
+        const float inv = l[i] > 0 ? 1.0f / l[i] : (l[i] == 0 ? 0.0f : l[i]);
+        for (int64_t e = 0; e < a->Ev; e++)
+            out[i * a->out.rs + e * a->out.cs] = fa_emu_cvt_bf16(ot[e * FA_BF_MQ + i] * inv);
+        if (lse)
+            lse[i * a->lse.rs] = l[i] > 0 ? (float)((m[i] + log2(l[i])) * 0.693147180559945309417)
+                                          : (l[i] == 0 ? -INFINITY : l[i]);
+    }
+}
+
+/* phase 2, item it = (batch item, query block) */
+static void FA_BF(item)(void *vctx, int64_t it, int tid)
+{
+    FA_BF(ctx) *x = (FA_BF(ctx) *)vctx;
+    const fa_attention_args *a = x->a;
+    const int64_t b = it / x->nqb, q0 = (it % x->nqb) * FA_BF_MQ;
+    const int64_t nq = a->L - q0 < FA_BF_MQ ? a->L - q0 : FA_BF_MQ;
+    const int64_t nd = x->Ep / 32;
+    int64_t o[6];
+    FA_BF(offsets)(a, b, o);
+    /* scratch: tile file, S^T, P^T, O^T, Q^T, m, l, alpha */
+    char *sc = x->scratch + (size_t)tid * x->scratch_bytes;
+    fa_tilefile *tf = (fa_tilefile *)sc;
+    float *st = (float *)(sc + fa_round_up(sizeof(fa_tilefile), 64));
+    uint32_t *pt = (uint32_t *)(st + FA_BF_KB * FA_BF_MQ);
+    float *ot = (float *)(pt + FA_BF_KB * 16);
+    uint16_t *qt = (uint16_t *)(ot + x->Evp * FA_BF_MQ);
+    float *m = (float *)(qt + nd * 2 * 512), *l = m + FA_BF_MQ, *alpha = l + FA_BF_MQ;
+    const uint8_t *pad = a->pad.data ? (const uint8_t *)a->pad.data + o[4] : NULL;
+    for (int i = 0; i < FA_BF_MQ; i++) { m[i] = -INFINITY; l[i] = 0; }
+    memset(ot, 0, (size_t)(x->Evp * FA_BF_MQ) * 4);
+    FA_BF(pack_qt)(a, (const uint16_t *)a->q.data + o[0], q0, nq, nd, qt);
+    /* the keys any row of the block sees: [lo, hi) */
+    int64_t lo = 0, hi = a->S;
+    if (x->lim.has_lo && q0 + x->lim.lo > lo) lo = q0 + x->lim.lo;
+    if (x->lim.has_hi && q0 + nq - 1 + x->lim.hi + 1 < hi) hi = q0 + nq - 1 + x->lim.hi + 1;
+    const uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->Sp;
+    FT_CONFIG(tf);
+    for (int64_t k0 = lo / 32 * 32; k0 < hi; k0 += FA_BF_KB) {
+        const int64_t n = hi - k0 < FA_BF_KB ? hi - k0 : FA_BF_KB;
+        FA_BF(qk)(tf, kp + k0 * x->Ep, x->Ep, qt, nd, (n + 15) / 16, st);
+        if (pad || fa_limits_cut(&x->lim, q0, FA_BF_MQ, k0, n)) FA_BF(mask)(x, pad, k0, n, q0, st);
+        FA_BF(softmax)(st, n, x->c, m, l, alpha, pt);
+        FA_BF(rescale)(ot, x->Evp, alpha);
+        FA_BF(pv)(tf, vt + k0, x->Sp, x->Evp, pt, (n + 31) / 32, ot);
+    }
+    FT_RELEASE(tf);
+    FA_BF(finish)(a, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
+                  a->lse.data ? (float *)a->lse.data + o[5] + q0 * a->lse.rs : NULL);
+}
+
+int FA_BF_FN(const fa_attention_args *a)
+{
+    if (a->E > FA_BF_MAX_E || a->Ev > FA_BF_MAX_E || a->L < 1 || a->S < 1 || a->E < 1 ||
+        a->Ev < 1 || !(a->scale > 0))
+        return FA_BF16_DECLINED;
+    FA_BF(ctx) x;
+    memset(&x, 0, sizeof x);
+    x.a = a;
+    x.lim = fa_limits_of(a);
+    x.nb = 1;
+    for (int d = 0; d < a->nbatch_dims; d++) x.nb *= a->batch_shape[d];
+    if (x.nb == 0) return FA_BF16_DECLINED;
+    x.nqb = (a->L + FA_BF_MQ - 1) / FA_BF_MQ;
+    x.Sp = fa_round_up(a->S, 32);
+    x.Ep = fa_round_up(a->E, 32);
+    x.Evp = fa_round_up(a->Ev, 16);
+    x.c = (float)(a->scale * 1.44269504088896340736);
+    const int nt = fa_resolve_threads(a->num_threads);
+    x.scratch_bytes = fa_round_up(fa_round_up(sizeof(fa_tilefile), 64) +
+                                  (size_t)FA_BF_KB * FA_BF_MQ * 4 + (size_t)FA_BF_KB * 16 * 4 +
+                                  (size_t)x.Evp * FA_BF_MQ * 4 + (size_t)(x.Ep / 32) * 2 * 512 * 2 +
+                                  3 * FA_BF_MQ * 4, 64);
+    const size_t packed = (size_t)x.nb * (size_t)x.Sp * (size_t)(x.Ep + x.Evp) * 2;
+    x.kp = (uint16_t *)fa_malloc(packed);
+    x.scratch = (char *)fa_malloc(x.scratch_bytes * (size_t)nt + 64);
+    x.bad = (int *)fa_calloc((size_t)x.nb, sizeof(int));
+    if (!x.kp || !x.scratch || !x.bad) {
+        fa_free(x.kp); fa_free(x.scratch); fa_free(x.bad);
+        return FA_ENOMEM;
+    }
+    x.vt = x.kp + x.nb * x.Sp * x.Ep;
+    fa_parallel_for(nt, FA_SCHED_STATIC, x.nb, FA_BF(pack), &x);
+    int bad = 0;
+    for (int64_t b = 0; b < x.nb; b++) bad |= x.bad[b];
+    if (!bad) fa_parallel_for(nt, FA_SCHED_STATIC, x.nb * x.nqb, FA_BF(item), &x);
+    fa_free(x.kp); fa_free(x.scratch); fa_free(x.bad);
+    return bad ? FA_BF16_DECLINED : FA_OK;
+}

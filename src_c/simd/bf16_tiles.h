@@ -1,0 +1,123 @@
+/* bf16_tiles.h -- the tile vocabulary of the bfloat16 flash driver
+ * (driver/amx_flash.h), mapped once per ISA; included by kernels_isa.c after
+ * simd.h when the mapping defines FA_SIMD_BF16.
+ *
+ * Eight tile registers of 16 rows x 64 bytes (float32: 16 x 16; bfloat16
+ * pairs: 16 x 16 pairs), all configured alike:
+ *   FT_CONFIG(tf), FT_RELEASE(tf)        set up / give back the tiles
+ *   FT_LOAD(tf, t, p, stride), FT_STORE  16 rows of 64 bytes at p + r*stride
+ *   FT_ZERO(tf, t)                       tile t = 0
+ *   FT_DP(tf, c, a, b)                   C[m][n] += sum_k A[m][2k+e] B[k][2n+e]
+ *                                        (bfloat16 pairs, float32 C: TDPBF16PS)
+ *   fa_cvt2bf16(hi, lo)                  32 bfloat16 (round to nearest even):
+ *                                        lo's 16 first, then hi's (VCVTNE2PS2BF16)
+ * Three implementations:
+ *   amx (FA_SIMD_AMX):   the AMX instructions; tf is unused;
+ *   avx512_bf16:         tiles in memory (fa_tilefile), FT_DP by VDPBF16PS:
+ *                        row m of C accumulates VDPBF16PS(A[m][k] broadcast,
+ *                        B[k]) for k = 0..15 -- the same products, summed in
+ *                        another order than TDPBF16PS (see kernels.h);
+ *   FA_BF16_EMULATED:    either of the above on simd/bf16_emulate.h (plain C:
+ *                        the emulation build runs both paths on any x86-64). */
+#ifndef FASTATTN_BF16_TILES_H
+#define FASTATTN_BF16_TILES_H
+
+#include <stdint.h>
+
+#include "simd/bf16_emulate.h"
+
+#define FT_ROWS 16    /* rows of a tile */
+#define FT_COLSB 64   /* bytes of a tile row */
+
+/* The 64-byte tile configuration (LDTILECFG): palette 1, 8 tiles of 16 x 64 */
+static inline void fa_tilecfg_fill(uint8_t cfg[64])
+{
+    memset(cfg, 0, 64);
+    cfg[0] = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg[16 + 2 * t] = FT_COLSB;
+        cfg[48 + t] = FT_ROWS;
+    }
+}
+
+#if defined(FA_SIMD_AMX) && defined(FA_BF16_EMULATED)
+typedef fa_emu_tiles fa_tilefile;
+#define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); fa_emu_tile_loadconfig(tf, c_); } while (0)
+#define FT_RELEASE(tf) fa_emu_tile_release(tf)
+#define FT_LOAD(tf, t, p, s) fa_emu_tile_loadd(tf, t, p, s)
+#define FT_STORE(tf, t, p, s) fa_emu_tile_stored(tf, t, p, s)
+#define FT_DP(tf, c, a, b) fa_emu_tile_dpbf16ps(tf, c, a, b)
+#define FT_ZERO(tf, t) fa_emu_tile_zero(tf, t)
+#elif defined(FA_SIMD_AMX)
+typedef struct { int unused; } fa_tilefile;
+#define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); _tile_loadconfig(c_); } while (0)
+#define FT_RELEASE(tf) _tile_release()
+#define FT_LOAD(tf, t, p, s) _tile_loadd(t, p, s)
+#define FT_STORE(tf, t, p, s) _tile_stored(t, p, s)
+#define FT_DP(tf, c, a, b) _tile_dpbf16ps(c, a, b)
+#define FT_ZERO(tf, t) _tile_zero(t)
+#else
+/* software tiles: 8 x 16 rows x 16 dwords */
+typedef struct { uint32_t t[8][FT_ROWS][16]; } fa_tilefile;
+#define FT_CONFIG(tf) ((void)(tf))
+#define FT_RELEASE(tf) ((void)(tf))
+static inline void fa_soft_load(fa_tilefile *tf, int t, const void *p, int64_t s)
+{
+    for (int r = 0; r < FT_ROWS; r++) memcpy(tf->t[t][r], (const char *)p + r * s, FT_COLSB);
+}
+static inline void fa_soft_store(fa_tilefile *tf, int t, void *p, int64_t s)
+{
+    for (int r = 0; r < FT_ROWS; r++) memcpy((char *)p + r * s, tf->t[t][r], FT_COLSB);
+}
+#if defined(FA_BF16_EMULATED)
+static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
+{
+    float f[16];
+    uint16_t x[32], y[32];
+    _mm512_storeu_ps(f, acc);
+    _mm512_storeu_si512((void *)x, a);
+    _mm512_storeu_si512((void *)y, b);
+    fa_emu_dpbf16_ps(f, x, y);
+    return _mm512_loadu_ps(f);
+}
+#else
+static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
+static inline void fa_soft_dp(fa_tilefile *tf, int c, int a, int b)
+{
+    __m512i bk[16];
+    for (int k = 0; k < 16; k++) bk[k] = _mm512_loadu_si512((const void *)tf->t[b][k]);
+    for (int m = 0; m < FT_ROWS; m++) {
+        __m512 acc = _mm512_loadu_ps((const float *)tf->t[c][m]);
+        for (int k = 0; k < 16; k++)
+            acc = fa_dpbf16(acc, _mm512_set1_epi32((int)tf->t[a][m][k]), bk[k]);
+        _mm512_storeu_ps((float *)tf->t[c][m], acc);
+    }
+}
+#define FT_LOAD(tf, t, p, s) fa_soft_load(tf, t, p, s)
+#define FT_STORE(tf, t, p, s) fa_soft_store(tf, t, p, s)
+#define FT_DP(tf, c, a, b) fa_soft_dp(tf, c, a, b)
+#define FT_ZERO(tf, i) memset((tf)->t[i], 0, sizeof (tf)->t[i])
+#endif
+
+#if defined(FA_BF16_EMULATED)
+static inline __m512i fa_cvt2bf16(__m512 hi, __m512 lo)
+{
+    float a[16], b[16];
+    uint16_t o[32];
+    _mm512_storeu_ps(a, hi);
+    _mm512_storeu_ps(b, lo);
+    fa_emu_cvtne2ps_pbh(o, a, b);
+    return _mm512_loadu_si512((const void *)o);
+}
+#else
+static inline __m512i fa_cvt2bf16(__m512 hi, __m512 lo)
+{
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+#endif
+
+#endif
