@@ -24,8 +24,9 @@
  *             the 48 KiB L1 between Q.K^T, the softmax and P.V.
  * Phase 1 (parallel over the batch): K copied to zero-padded rows of
  * round_up(E, 32) (S rounded up to 32 rows), V transposed to V^T
- * (round_up(Ev, 16) x round_up(S, 32)); any non-finite Q, K or V entry
- * declines (the float32-arithmetic path keeps NaN/Inf semantics exactly).
+ * (round_up(Ev, 16) x round_up(S, 32)); a non-finite V entry declines (a
+ * hidden key's NaN or Inf value must not reach the output, and 0 x NaN is
+ * NaN in P.V: the float32-arithmetic path keeps those semantics).
  * Phase 2 (parallel over batch x query blocks, static, so results are
  * bitwise the same for any thread count): per key block Q.K^T, masks (causal,
  * window, key padding), the online softmax step, P.V; then out = O / l. */
@@ -64,38 +65,54 @@ static void FA_BF(offsets)(const fa_attention_args *a, int64_t b, int64_t o[6])
     }
 }
 
-static inline int fa_bf_finite(uint16_t h) { return (h & 0x7f80) != 0x7f80; }
-
-/* phase 1, item b: pack K and V^T of batch item b, note non-finite inputs */
+/* phase 1, item b: pack K (rows zero-padded to Ep) and V^T of batch item b;
+ * note a non-finite value of V (NaN or Inf; exponent bits all ones).  q
+ * and k need no check: a NaN or +inf score makes its row NaN as in the
+ * reference, a -inf one is hidden, and hidden scores are replaced by -inf. */
 static void FA_BF(pack)(void *vctx, int64_t b, int tid)
 {
     FA_BF(ctx) *x = (FA_BF(ctx) *)vctx;
     const fa_attention_args *a = x->a;
+    const int64_t S = a->S, E = a->E, Ev = a->Ev, Ep = x->Ep, Sp = x->Sp;
     (void)tid;
     int64_t o[6];
     FA_BF(offsets)(a, b, o);
-    const uint16_t *q = (const uint16_t *)a->q.data + o[0];
     const uint16_t *k = (const uint16_t *)a->k.data + o[1];
     const uint16_t *v = (const uint16_t *)a->v.data + o[2];
-    uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->Sp;
-    int ok = 1;
-    memset(kp, 0, (size_t)(x->Sp * x->Ep) * 2);
-    memset(vt, 0, (size_t)(x->Evp * x->Sp) * 2);
-    for (int64_t j = 0; j < a->S; j++)
-        for (int64_t e = 0; e < a->E; e++) {
-            const uint16_t h = k[j * a->k.rs + e * a->k.cs];
-            kp[j * x->Ep + e] = h;
-            ok &= fa_bf_finite(h);
+    uint16_t *kp = x->kp + b * Sp * Ep, *vt = x->vt + b * x->Evp * Sp;
+    for (int64_t j = 0; j < S; j++) {
+        uint16_t *d = kp + j * Ep;
+        const uint16_t *r = k + j * a->k.rs;
+        if (a->k.cs == 1)
+            memcpy(d, r, (size_t)E * 2);
+        else
+            for (int64_t e = 0; e < E; e++) d[e] = r[e * a->k.cs];
+        memset(d + E, 0, (size_t)(Ep - E) * 2);
+    }
+    memset(kp + S * Ep, 0, (size_t)((Sp - S) * Ep) * 2);
+    /* V^T in blocks of 32 keys: the 32-key segments of all Ev rows stay in L1 */
+    unsigned nonfinite = 0;
+    for (int64_t j0 = 0; j0 < Sp; j0 += 32) {
+        const int64_t nj = S - j0 < 32 ? S - j0 : 32;
+        for (int64_t e = 0; e < Ev; e++) memset(vt + e * Sp + j0 + nj, 0, (size_t)(32 - nj) * 2);
+        for (int64_t jj = 0; jj < nj; jj++) {
+            const uint16_t *r = v + (j0 + jj) * a->v.rs;
+            uint16_t *d = vt + j0 + jj;
+            if (a->v.cs == 1)
+                for (int64_t e = 0; e < Ev; e++) {
+                    d[e * Sp] = r[e];
+                    nonfinite |= (unsigned)((r[e] & 0x7f80) == 0x7f80);
+                }
+            else
+                for (int64_t e = 0; e < Ev; e++) {
+                    const uint16_t h = r[e * a->v.cs];
+                    d[e * Sp] = h;
+                    nonfinite |= (unsigned)((h & 0x7f80) == 0x7f80);
+                }
         }
-    for (int64_t j = 0; j < a->S; j++)
-        for (int64_t e = 0; e < a->Ev; e++) {
-            const uint16_t h = v[j * a->v.rs + e * a->v.cs];
-            vt[e * x->Sp + j] = h;
-            ok &= fa_bf_finite(h);
-        }
-    for (int64_t i = 0; i < a->L; i++)
-        for (int64_t e = 0; e < a->E; e++) ok &= fa_bf_finite(q[i * a->q.rs + e * a->q.cs]);
-    x->bad[b] = !ok;
+    }
+    for (int64_t e = Ev; e < x->Evp; e++) memset(vt + e * Sp, 0, (size_t)Sp * 2);
+    x->bad[b] = (int)nonfinite;
 }
 
 /* Q^T of rows q0 .. q0+nq-1 as B tiles: tile (kk, h) = 16 rows (pairs of
@@ -234,13 +251,19 @@ static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, fl
                                              vf_exp2(_mm512_sub_ps(mold, msafe)));
         __m512 sum0 = zero, sum1 = zero;
         uint32_t *p = pt + h * (FA_BF_KB / 2) * 16;
-        for (int64_t k = 0; k < npair; k++) {
-            __m512 p0 = zero, p1 = zero;
-            if (2 * k < n) p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
-            if (2 * k + 1 < n) p1 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
+        int64_t k = 0;
+        for (; 2 * k + 1 < n; k++) {
+            const __m512 p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
+            const __m512 p1 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
             sum1 = _mm512_add_ps(sum1, p1);
             _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(p1, p0)));
+        }
+        for (; k < npair; k++) { /* the last odd row, then zeros up to 32 rows */
+            __m512 p0 = zero;
+            if (2 * k < n) p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
+            sum0 = _mm512_add_ps(sum0, p0);
+            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(zero, p0)));
         }
         _mm512_storeu_ps(l + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * h), al,
                                                       _mm512_add_ps(sum0, sum1)));
