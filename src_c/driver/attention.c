@@ -15,6 +15,7 @@
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
@@ -61,6 +62,9 @@ int fa_attention(const fa_attention_args *a)
     if (a->nbatch_dims < 0 || a->nbatch_dims > FA_MAX_BATCH_DIMS || a->L < 0 || a->S < 0 ||
         a->E < 0 || a->Ev < 0 || a->win_left < 0 || a->win_right < 0 ||
         !(a->softcap <= 0 || isfinite(a->softcap)))
+        return FA_EINVAL;
+    if (a->storage != a->dtype &&
+        !(a->dtype == FA_FLOAT32 && (a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16)))
         return FA_EINVAL;
     if (a->dtype == FA_FLOAT32) return attention_f32(a);
     if (a->dtype == FA_FLOAT64) return attention_f64(a);

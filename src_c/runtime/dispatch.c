@@ -26,7 +26,8 @@ enum {
     FA_CPU_AVX2 = 1u << 2,
     FA_CPU_AVX512F = 1u << 3,
     FA_OS_YMM = 1u << 4, /* XCR0: XMM and YMM state */
-    FA_OS_ZMM = 1u << 5  /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
+    FA_OS_ZMM = 1u << 5, /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
+    FA_CPU_F16C = 1u << 6 /* float16 conversions */
 };
 
 #if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
@@ -92,7 +93,7 @@ static unsigned detect_features(void)
 #ifdef FA_X86
     /* cpuid leaf, register (0 eax .. 3 edx), bit: what each feature needs */
     static const struct { unsigned feature; int leaf, reg, bit; } cpuid_bits[] = {
-        {FA_CPU_AVX, 1, 2, 28}, {FA_CPU_FMA, 1, 2, 12},
+        {FA_CPU_AVX, 1, 2, 28}, {FA_CPU_FMA, 1, 2, 12}, {FA_CPU_F16C, 1, 2, 29},
         {FA_CPU_AVX2, 7, 1, 5}, {FA_CPU_AVX512F, 7, 1, 16}};
     static const struct { unsigned feature; unsigned long long xcr0; } os_bits[] = {
         {FA_OS_YMM, 0x6}, {FA_OS_ZMM, 0xe6}};

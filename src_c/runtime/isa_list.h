@@ -16,5 +16,5 @@
  * with -DFA_ISA_NAME=<name> and the flags of simd/<name>.flags.
  * A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line here. */
 FA_ISA(generic, GENERIC, any, 0)
-FA_ISA(avx2, AVX2, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM)
-FA_ISA(avx512, AVX512, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM)
+FA_ISA(avx2, AVX2, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM)
+FA_ISA(avx512, AVX512, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM)
