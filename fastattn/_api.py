@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, o
 import numpy as np
 
 from . import _core
+from . import _half
 from . import _scores
 from ._masks import MaskPlan, resolve
 
@@ -38,21 +39,35 @@ _MAX_BATCH_DIMS = _core.MAX_BATCH_DIMS
 
 
 def _dtypes(named) -> tuple[np.dtype, np.dtype]:
-    """(compute dtype, result dtype) for the (name, dtype) pairs of the inputs."""
+    """(kernel dtype, result dtype) for the (name, dtype) pairs of the inputs.
+
+    The kernel dtype is the element type the kernel reads: float32, float64,
+    or, when every input has it, float16 or bfloat16 (read in place,
+    computed in float32, the result rounded once).  Mixed 16-bit dtypes give
+    float32, a 16-bit one with float32 float32, with float64 float64; integer
+    and bool inputs alone give float64."""
     for name, dt in named:
-        if dt.kind not in "biuf":
+        if dt.kind not in "biuf" and not _half.is_bfloat16(dt):
             raise TypeError(f"{name} has unsupported dtype {dt}: fastattn computes in float32 or "
-                            f"float64 (float16, integer and bool inputs are converted)")
+                            f"float64 (float16 and bfloat16 are read in place, integer and "
+                            f"bool inputs are converted)")
     dts = [dt for _, dt in named]
+    bf = [dt for dt in dts if _half.is_bfloat16(dt)]
+    if bf:
+        rest = [dt for dt in dts if not _half.is_bfloat16(dt)]
+        if not rest:
+            return bf[0], bf[0]
+        rt = np.result_type(*rest)
+        return (_F64, _F64) if rt == _F64 or rt.kind in "biu" else (_F32, _F32)
     rt = np.result_type(*dts)
     if rt.kind in "biu":
         return _F64, _F64
     if rt == _F16:
-        return _F32, _F16
+        return (_F16, _F16) if all(dt == _F16 for dt in dts) else (_F32, _F16)
     if rt == _F32 or rt == _F64:
         return rt, rt
     raise TypeError(f"unsupported dtype {rt} ({', '.join(n for n, _ in named)}): use float16, "
-                    f"float32 or float64")
+                    f"bfloat16, float32 or float64")
 
 
 def _threads(num_threads) -> int:
@@ -197,17 +212,21 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         Also return each row's natural-log log-sum-exp of its final logits
         over its visible keys (the sink's ``exp`` included), ``-inf`` for a
         row with none: shape ``(..., H, L)`` (the batch shape + ``(L,)``),
-        float32 for float16/float32 inputs, float64 for float64.  With it,
+        float32 for float16/bfloat16/float32 inputs, float64 for float64.  With it,
         :func:`fastattn.merge_attention` combines results over disjoint keys.
 
     Returns
     -------
     output : ndarray, shape (..., L, Ev)
-        float32 for float32 inputs, float64 for float64, float16 for float16
-        (computed in float32); mixed inputs follow ``np.result_type``; integer
-        and bool inputs give float64.
+        The inputs' dtype: float32, float64, float16 or bfloat16
+        (``ml_dtypes.bfloat16``); the 16-bit ones are read in place, computed
+        in float32 and the result rounded once (to nearest even).  Mixed
+        16-bit dtypes give float32, a 16-bit dtype with float32 float32, with
+        float64 float64; other mixes follow ``np.result_type``; integer and
+        bool inputs give float64.  A float ``attn_mask`` is used in the
+        inputs' dtype (float16 and bfloat16 ones too).
     weights : ndarray, shape (..., L, S)
-        Only with ``return_weights=True``.
+        Only with ``return_weights=True``; the output's dtype.
     lse : ndarray, shape (..., L)
         Only with ``return_lse=True``; always last: ``(out, lse)`` or
         ``(out, weights, lse)``.
@@ -269,19 +288,20 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     # call, these steps are the whole overhead of a tiny problem.
     q, k, v, cdt, odt = _arrays_and_dtypes(query, key, value)
     batch, gqa, L, S, E, Ev = _problem_shape(q.shape, k.shape, v.shape, enable_gqa)
-    sc = _scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
+    adt = _half.arith(cdt)  # the arithmetic: float32 for 16-bit inputs
+    sc = _scale(scale, adt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
     nt = 0 if num_threads is None else _threads(num_threads)
     plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
     opts = None
     if alibi_slopes is not None or softcap is not None or sinks is not None or return_lse:
-        opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, cdt)
+        opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, adt)
     if out is not None:
         _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
                                                ("attn_mask", plan.bool_mask),
                                                ("attn_mask", plan.add_mask),
                                                ("key_padding_mask", plan.pad)))
     weights = _weights_array(batch + (L, S), cdt) if return_weights else None
-    lse = np.empty(batch + (L,), cdt) if return_lse else None
+    lse = np.empty(batch + (L,), adt) if return_lse else None
     result = _run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt, opts, lse)
     if return_weights:
         w = weights if odt is cdt else weights.astype(odt)
@@ -300,7 +320,7 @@ def _arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.nd
     k = key if type(key) is _ndarray else np.asarray(key)
     v = value if type(value) is _ndarray else np.asarray(value)
     dt = q.dtype
-    if (dt is _F32 or dt is _F64) and k.dtype is dt and v.dtype is dt:
+    if (dt is _F32 or dt is _F64 or dt is _F16) and k.dtype is dt and v.dtype is dt:
         return q, k, v, dt, dt
     cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
     return q, k, v, cdt, odt

@@ -15,6 +15,8 @@ cdef extern from "fastattn.h" nogil:
         FA_EINVAL
         FA_FLOAT32
         FA_FLOAT64
+        FA_FLOAT16
+        FA_BFLOAT16
         FA_ISA_COUNT
         FA_MAX_BATCH_DIMS
     ctypedef struct fa_operand:
@@ -24,6 +26,7 @@ cdef extern from "fastattn.h" nogil:
         int64_t cs
     ctypedef struct fa_attention_args:
         int dtype
+        int storage
         int nbatch_dims
         int64_t batch_shape[32]
         int64_t L, S, E, Ev
@@ -93,6 +96,17 @@ cdef int _fill_optional(fa_operand *op, object a, int nb) except -1:
     return _fill(op, <cnp.ndarray?>a, nb)
 
 
+cdef int _storage(cnp.ndarray a):
+    """The element type of a float array: FA_FLOAT32, FA_FLOAT64, FA_FLOAT16,
+    or FA_BFLOAT16 (the other 2-byte float _api.py lets through)."""
+    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(a)
+    if isz == 8:
+        return FA_FLOAT64
+    if isz == 4:
+        return FA_FLOAT32
+    return FA_FLOAT16 if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT16 else FA_BFLOAT16
+
+
 cdef int _check(int status) except -1:
     if status == FA_ENOMEM:
         raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
@@ -108,17 +122,20 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
               object lse=None):
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
-    validated, same float dtype, dims broadcastable to batch.  win_left,
+    validated, same float dtype (float32, float64, float16 or bfloat16: then
+    read in place and computed in float32), dims broadcastable to batch.  win_left,
     win_right: the sliding window's sides (>= 0; 2**63 - 1: unbounded).  The
     score options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1)
-    or None; lse: None or (batch..., L, 1) of q's dtype, filled."""
+    or None; lse: None or (batch..., L, 1) of q's dtype (float32 for 16-bit
+    q), filled."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
     cdef cnp.ndarray o
     if nb > FA_MAX_BATCH_DIMS:
         raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
-    a.dtype = FA_FLOAT64 if cnp.PyArray_ITEMSIZE(q) == 8 else FA_FLOAT32
+    a.storage = _storage(q)
+    a.dtype = FA_FLOAT64 if a.storage == FA_FLOAT64 else FA_FLOAT32
     a.nbatch_dims = nb
     for d in range(nb):
         a.batch_shape[d] = batch[d]
@@ -176,9 +193,10 @@ def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype)
 
 
 def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
-    """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype);
-    keep: None or a uint8 array broadcast to x's shape."""
-    cdef int dtype = FA_FLOAT64 if x.dtype.itemsize == 8 else FA_FLOAT32
+    """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype:
+    float32, float64, float16 or bfloat16, the last two computed in float32
+    and rounded once); keep: None or a uint8 array broadcast to x's shape."""
+    cdef int dtype = _storage(x)
     cdef Py_ssize_t isz = x.dtype.itemsize
     cdef int64_t nrows = x.shape[0], n = x.shape[1]
     cdef int64_t xrs = x.strides[0] // isz, xcs = x.strides[1] // isz

@@ -24,6 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._half import is_bfloat16
+
 __all__ = ["MaskPlan", "resolve", "causal_offset", "check_window", "check_head_masks",
            "check_cache_causal", "UNBOUNDED"]
 
@@ -120,7 +122,7 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
         m = attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
         if m.dtype == np.bool_:
             bool_mask = _at_least_2d(m.view(np.uint8))
-        elif m.dtype.kind == "f":
+        elif m.dtype.kind == "f" or is_bfloat16(m.dtype):
             add_mask = _at_least_2d(m.astype(compute_dtype, copy=False))
             if not add_mask.flags.aligned:
                 add_mask = np.ascontiguousarray(add_mask)

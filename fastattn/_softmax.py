@@ -67,8 +67,9 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
     Parameters
     ----------
     x : array_like
-        Input; float16/float32/float64 keep their dtype (float16 is computed
-        in float32), integer and bool inputs give float64.
+        Input; float16, bfloat16, float32 and float64 keep their dtype (the
+        16-bit ones are read in place, computed in float32 and rounded
+        once), integer and bool inputs give float64.
     axis : int or tuple of ints, optional
         Axis or axes to compute over; None (the default) = the whole array,
         as in SciPy.

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _half
+
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
 
@@ -34,7 +36,7 @@ def _as_float_array(a, name):
     arr = np.asarray(a)
     if arr.dtype.kind in "biu":
         return arr
-    if arr.dtype.kind != "f":
+    if arr.dtype.kind != "f" and not _half.is_bfloat16(arr.dtype):
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr
 
@@ -54,9 +56,14 @@ class KVCache:
     max_len : int
         Number of positions the cache can hold.  Storage for all of them is
         allocated once, here.
-    dtype : dtype, optional
-        ``float16``, ``float32`` (default) or ``float64``.  Must be the dtype
-        of the calls that use the cache (float16 calls may also use float32).
+    dtype : dtype or str, optional
+        ``float16``, ``bfloat16`` (``ml_dtypes.bfloat16``, or the string
+        ``"bfloat16"``), ``float32`` (default) or ``float64``.  Must be the
+        dtype of the calls that use the cache (float16 and bfloat16 calls may
+        also use float32).  A 16-bit cache halves the memory and the bytes a
+        decoding step reads: the kernels read it in place, in float32
+        arithmetic; keys and values appended in float32 are rounded to nearest
+        even when stored.
     value_dim : int, optional
         Size ``d_v`` of one value head (default ``head_dim``).
 
@@ -92,11 +99,11 @@ class KVCache:
         max_len = _positive_int(max_len, "max_len")
         value_dim = head_dim if value_dim is None else _positive_int(value_dim, "value_dim")
         try:
-            dtype = np.dtype(dtype)
+            dtype = _half.as_storage_dtype(dtype)
         except TypeError as exc:
             raise TypeError(f"dtype: {exc}") from None
-        if dtype not in (np.float16, np.float32, np.float64):
-            raise TypeError(f"dtype must be float16, float32 or float64, got {dtype}")
+        if dtype not in (np.float16, np.float32, np.float64) and not _half.is_bfloat16(dtype):
+            raise TypeError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype}")
         self._keys = np.zeros((batch_size, num_kv_heads, max_len, head_dim), dtype)
         self._values = np.zeros((batch_size, num_kv_heads, max_len, value_dim), dtype)
         self._len = 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 import numpy as np
 
 from . import _api
+from . import _half
 from ._api import _dtypes  # the dtype rules live in one place
 from ._masks import check_cache_causal, check_head_masks, check_window
 from .kvcache import KVCache, _as_float_array, _positive_int
@@ -256,8 +257,9 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     (5, True)
     """
     num_heads, num_kv_heads = _head_counts(num_heads, num_kv_heads)
-    x, w_q, w_k, w_v, w_o, context, cdt, odt = _arrays(x, w_q, w_k, w_v, w_o, context,
+    x, w_q, w_k, w_v, w_o, context, kdt, odt = _arrays(x, w_q, w_k, w_v, w_o, context,
                                                        kv_cache)
+    cdt = _half.arith(kdt)  # every step in float32 for 16-bit inputs, rounded once at the end
     squeeze = x.ndim == 2
     xb = x[None] if squeeze else x
     src = xb if context is None else (context[None] if squeeze else context)
@@ -369,7 +371,7 @@ def _check_cache(kv_cache, is_causal, want: tuple, odt, cdt, arrays, num_kv_head
             "kv_cache layout (batch_size, num_kv_heads, head_dim, value_dim)="
             f"{have} does not match the call's {want} (x has shape {x.shape}, "
             f"w_k {w_k.shape}, w_v {w_v.shape}, num_kv_heads={num_kv_heads})")
-    allowed = (odt, cdt) if odt == np.float16 else (odt,)
+    allowed = (odt, cdt) if _half.is_half(odt) else (odt,)
     if kv_cache.dtype not in allowed:
         raise TypeError(f"kv_cache has dtype {kv_cache.dtype} but this call needs "
                         + " or ".join(str(a) for a in allowed)
@@ -401,7 +403,7 @@ def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
             kv_cache.append(k_new, v_new)
             k, v = kv_cache._filled()
             causal = "lower_right"
-            if k.dtype != cdt:      # float16 cache: the kernels work in float32
+            if k.dtype != cdt:      # 16-bit cache: the kernels work in float32
                 k, v = k.astype(cdt), v.astype(cdt)
         else:
             k, v = k_new, v_new

@@ -16,8 +16,9 @@ Semantics (shared with the kernels, written down once here):
   3. with ``alibi_slopes``: ``s = s - slope_h * |p(i) - j|`` (``h`` the head);
   4. plus the additive ``attn_mask``, if any.
 
-  All of it in the compute dtype: float32 for float16/float32 inputs,
-  float64 for float64 (and for integer inputs).
+  All of it in the compute dtype: float32 for float32 inputs, float64 for
+  float64, integer and any 16-bit (float16, bfloat16) inputs; the result of
+  16-bit inputs is rounded once to their dtype.
 * Position ``(i, j)`` is *hidden* when any mask hides it: the causal mask
   (``j > p(i)``), the window (below), ``key_padding_mask`` (True = padding),
   a boolean ``attn_mask`` that is False there, an additive ``attn_mask``
@@ -52,8 +53,7 @@ Semantics (shared with the kernels, written down once here):
 * ``return_lse=True`` also returns the natural-log log-sum-exp of each row's
   final logits over its visible keys, the sink's ``exp`` included:
   ``lse = m + log(sum_j exp(s_j - m) + exp(t_h - m))``, shape ``(..., H, L)``
-  in the compute dtype (float32 for float16/float32 inputs, float64 for
-  float64).  It is ``-inf`` for a row with nothing visible (sink or not) and
+  (float32 for float16/bfloat16/float32 results, float64 for float64).  It is ``-inf`` for a row with nothing visible (sink or not) and
   NaN for a row whose weights are NaN.  The results come back as
   ``(out, lse)``, or ``(out, weights, lse)`` with ``return_weights`` too.
   The output of a row is ``sum_j exp(s_j - lse) v_j``, which is what lets
@@ -69,6 +69,7 @@ import math
 import numpy as np
 import scipy.special
 
+from . import _half
 from ._masks import check_window as _check_window
 from ._scores import check_softcap as _check_softcap
 from ._scores import per_head as _per_head
@@ -78,16 +79,32 @@ __all__ = ["attention", "attention_varlen", "softmax"]
 
 
 def _compute_dtype(*arrays):
+    """(compute dtype, result dtype): any 16-bit input (float16, bfloat16) is
+    computed in float64 (the ground truth of the kernels' float32 arithmetic)
+    and gives its own dtype if every input has it, float32 for mixed 16-bit
+    dtypes or with float32, float64 with float64."""
+    dts = [a.dtype for a in arrays]
+    if any(_half.is_half(dt) for dt in dts):
+        if all(dt == dts[0] for dt in dts):
+            return np.dtype(np.float64), dts[0]
+        rest = [dt for dt in dts if not _half.is_half(dt)]
+        rt = np.result_type(*rest) if rest else np.dtype(np.float32)
+        f16_ints = rt.kind in "biu" and not any(_half.is_bfloat16(dt) for dt in dts)
+        if f16_ints and np.result_type(*dts) == np.float16:
+            return np.dtype(np.float64), np.dtype(np.float16)
+        wide = rt == np.float64 or rt.kind in "biu"
+        return np.dtype(np.float64), np.dtype(np.float64 if wide else np.float32)
     dt = np.result_type(*arrays)
     if dt.kind in "biu":
         return np.dtype(np.float64), np.dtype(np.float64)
     if dt.kind != "f":
         raise TypeError(f"unsupported dtype {dt}")
-    if dt == np.float16:
-        return np.dtype(np.float32), np.dtype(np.float16)
     return dt, dt
 
 
+def _lse_dtype(odt):
+    """The log-sum-exp's dtype: float32 for 16-bit results."""
+    return np.dtype(np.float32) if _half.is_half(odt) else odt
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
@@ -164,7 +181,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
             total = np.exp(masked - top).sum(axis=-1, keepdims=True)
             if sink is not None:
                 total = total + np.exp(sink - top)
-            lse = np.where(dead, -np.inf, top + np.log(total))[..., 0].astype(cdt)
+            lse = np.where(dead, -np.inf, top + np.log(total))[..., 0].astype(_lse_dtype(odt))
     if out is not None:
         out[...] = output
         output = out
@@ -226,7 +243,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal
     sink = _per_head("sinks", sinks, (n, H), np.float64, neg_inf_ok=True)
     cdt, odt = _compute_dtype(q, k, v)
     output = np.zeros((q.shape[0], H, v.shape[2]), dtype=odt)
-    lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt)
+    lse = np.full((H, q.shape[0]), -np.inf, dtype=_lse_dtype(odt))
     for b in range(n):
         rows = slice(cq[b], cq[b + 1])
         keys = slice(ck[b], ck[b + 1])
@@ -245,6 +262,8 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal
 def softmax(x, axis=None, *, mask=None, out=None):
     """Reference softmax: ``scipy.special.softmax`` with an optional keep-mask."""
     x = np.asarray(x)
+    if _half.is_half(x.dtype):  # computed in float64, rounded once
+        return softmax(x.astype(np.float64), axis, mask=mask, out=out).astype(x.dtype)
     if x.dtype.kind in "biu":
         x = x.astype(np.float64)
     if mask is None:

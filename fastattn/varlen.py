@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _core
 from ._api import _check_out, _dtypes, _threads, attention
+from ._half import arith
 from ._scores import per_head
 from ._varlen_checks import check_packed
 
@@ -147,7 +148,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
         The dtype follows :func:`fastattn.attention`.
     lse : ndarray, shape (H, total_q)
         Only with ``return_lse=True``, in the compute dtype (float32 for
-        float16/float32 inputs); heads first, as flash-attn's varlen
+        float16/bfloat16/float32 inputs); heads first, as flash-attn's varlen
         functions return it.
 
     Raises
@@ -181,7 +182,8 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    cdt, odt = _dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    kdt, odt = _dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    cdt = arith(kdt)  # float32 for 16-bit inputs (read in place)
     n = cq.size - 1
     slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
     sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)

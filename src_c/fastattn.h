@@ -13,7 +13,9 @@ extern "C" {
 #endif
 
 enum { FA_OK = 0, FA_ENOMEM = 1, FA_EINVAL = 2 };
-enum { FA_FLOAT32 = 0, FA_FLOAT64 = 1 };
+/* Element types.  FA_FLOAT16 (IEEE binary16) and FA_BFLOAT16 (the upper half
+ * of a float32) are storage types only: the arithmetic is float32. */
+enum { FA_FLOAT32 = 0, FA_FLOAT64 = 1, FA_FLOAT16 = 2, FA_BFLOAT16 = 3 };
 /* FA_ISA_GENERIC = 0, FA_ISA_AVX2, FA_ISA_AVX512, ..., FA_ISA_COUNT: one per
  * line of runtime/isa_list.h, in its order (lowest path first). */
 #define FA_ISA(name, NAME, arch, required) FA_ISA_##NAME,
@@ -38,7 +40,12 @@ typedef struct fa_operand {
  *   q (batch..., L, E), k (batch..., S, E), v (batch..., S, Ev),
  *   out (batch..., L, Ev); weights NULL or contiguous (batch..., L, S). */
 typedef struct fa_attention_args {
-    int dtype;                 /* FA_FLOAT32 / FA_FLOAT64: every operand's type */
+    int dtype;                 /* FA_FLOAT32 / FA_FLOAT64: the arithmetic type (and that
+                                  of lse) */
+    int storage;               /* the element type of q, k, v, out and add_mask: dtype,
+                                  or (dtype FA_FLOAT32 only) FA_FLOAT16 / FA_BFLOAT16,
+                                  read in float32 and the output rounded once to
+                                  nearest even; weights then have this type too */
     int nbatch_dims;           /* <= FA_MAX_BATCH_DIMS */
     int64_t batch_shape[FA_MAX_BATCH_DIMS];
     int64_t L, S, E, Ev;
@@ -52,9 +59,10 @@ typedef struct fa_attention_args {
      * or j > p(i) + win_right; each >= 0, FA_UNBOUNDED for no bound. */
     int64_t win_left, win_right;
     fa_operand bool_mask;      /* uint8, 1 = may attend; data NULL if none */
-    fa_operand add_mask;       /* dtype, added to the scaled score; NULL if none */
+    fa_operand add_mask;       /* storage type, added to the scaled score; NULL if none */
     fa_operand pad;            /* uint8 (batch..., 1, S), 1 = padding; NULL if none */
-    void *weights;             /* NULL: streaming path, no L x S buffer at all */
+    void *weights;             /* NULL: streaming path, no L x S buffer at all; else
+                                  of the storage type */
     int num_threads;           /* <= 0: the OpenMP default */
     /* Score options (fastattn.reference's semantics).  The logit of query i
      * and key j, after the scale: s = softcap tanh(s / softcap) if softcap
@@ -74,7 +82,9 @@ int fa_attention(const fa_attention_args *args);
 
 /* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
  * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,
- * an all-hidden row becomes 0).  y may alias x exactly (in place). */
+ * an all-hidden row becomes 0).  y may alias x exactly (in place).  dtype:
+ * the element type of x and y; FA_FLOAT16 / FA_BFLOAT16 are computed in
+ * float32 and rounded once. */
 int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                     int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
                     int64_t k_rs, int64_t k_cs, int num_threads);

@@ -15,6 +15,7 @@
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
@@ -56,12 +57,29 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
 #include "driver/attention_tmpl.h" /* attention_f64 */
 #undef FA_SFX
 
+/* The bfloat16 driver of the ISA in use takes the call (kernels.h): one
+ * exists, and the call has nothing it leaves to the float32 path. */
+static int fa_bf16_flash_eligible(const fa_attention_args *a)
+{
+    return fa_bf16_flash_current() != NULL && a->dtype == FA_FLOAT32 && !a->weights &&
+           !a->bool_mask.data && !a->add_mask.data && !(a->softcap > 0) && !a->alibi.data &&
+           !a->sinks.data;
+}
+
 int fa_attention(const fa_attention_args *a)
 {
     if (a->nbatch_dims < 0 || a->nbatch_dims > FA_MAX_BATCH_DIMS || a->L < 0 || a->S < 0 ||
         a->E < 0 || a->Ev < 0 || a->win_left < 0 || a->win_right < 0 ||
         !(a->softcap <= 0 || isfinite(a->softcap)))
         return FA_EINVAL;
+    if (a->storage != a->dtype &&
+        !(a->dtype == FA_FLOAT32 && (a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16)))
+        return FA_EINVAL;
+    if (a->storage == FA_BFLOAT16 && fa_bf16_flash_eligible(a)) {
+        /* the amx / avx512_bf16 tiers' bfloat16 driver (kernels.h) */
+        const int rc = fa_bf16_flash_current()(a);
+        if (rc != FA_BF16_DECLINED) return rc;
+    }
     if (a->dtype == FA_FLOAT32) return attention_f32(a);
     if (a->dtype == FA_FLOAT64) return attention_f64(a);
     return FA_EINVAL;

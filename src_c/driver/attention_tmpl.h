@@ -7,6 +7,7 @@
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
 #define KCUR FA_CAT3(fa_kernels, FA_SFX, current) /* fa_kernels_f32_current */
 
+#include "driver/storage_tmpl.h" /* one element of a 16-bit operand */
 #include "driver/scratch_tmpl.h" /* one thread's arrays, carved by scratch.h */
 #include "driver/tiles_tmpl.h"   /* packing, masks, block skipping */
 #include "driver/scoreopts_tmpl.h" /* softcap, ALiBi; the sink and lse of a row */

@@ -15,14 +15,20 @@ static void FN(write_out)(const fa_attention_args *a, const fa_offsets *off, int
                           int64_t r1, int64_t ldv, const FA_T *o, const FA_T *l, const FA_T *m,
                           int base2)
 {
-    FA_T *out = (FA_T *)a->out.data + off->o;
+    const int half = FN(is_half)(a);
     const int finish = m && (a->sinks.data || a->lse.data);
     for (int64_t i = r0; i < r1; i++) {
         const FA_T li = l[i - r0];
         const FA_T inv = finish ? FN(row_finish)(a, off, i, m[i - r0], li, base2)
                                 : li == 0 ? (FA_T)0 : (FA_T)1 / li;
         const FA_T *src = o + (i - r0) * ldv;
-        FA_T *dst = out + i * a->out.rs;
+        const int64_t d0 = off->o + i * a->out.rs;
+        if (half) { /* rounded once, here */
+            for (int64_t c = 0; c < a->Ev; c++)
+                FN(st)(a->out.data, d0 + c * a->out.cs, a->storage, src[c] * inv);
+            continue;
+        }
+        FA_T *dst = (FA_T *)a->out.data + d0;
         for (int64_t c = 0; c < a->Ev; c++) dst[c * a->out.cs] = src[c] * inv;
     }
 }

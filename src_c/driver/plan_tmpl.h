@@ -69,7 +69,9 @@ static int FN(plan_make)(FN(fa_plan) *pl, const fa_attention_args *a, const KT *
     if (pl->nt < 1) pl->nt = 1;
     pl->ms_bytes = fa_mask_summary_init(&pl->ms, a, pl->mcp);
     const int64_t rows = a->weights ? pl->mcp : pl->chunk_tiles * pl->mcp;
-    pl->lay = fa_scratch_layout_of(rows, pl->mcp, E > 0 ? E : 1, pl->ldv, K->vw);
+    /* 16-bit weights: each tile's computed in float here, then rounded */
+    const int64_t wlen = a->weights && FN(is_half)(a) ? pl->mcp * S : 0;
+    pl->lay = fa_scratch_layout_of(rows, pl->mcp, E > 0 ? E : 1, pl->ldv, K->vw, wlen);
     /* log2 units unless scale * log2(e) (or softcap * log2(e)) overflows, or
      * an additive mask is given: x * log2(e) would turn a mask of -FLT_MAX
      * (a row of them gives uniform weights) into -inf (a hidden row) */

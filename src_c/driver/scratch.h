@@ -17,13 +17,14 @@ typedef struct fa_scratch_layout {
     int64_t o;     /* unnormalised output: rows x ldv */
     int64_t m, l;  /* running max and sum: rows each */
     int64_t vmax;  /* Q.K^T's lane-wise row maxima: mcp x vw */
+    int64_t w;     /* the weights of one tile, when the caller's are 16-bit: wlen */
     int64_t total; /* elements to allocate (64 of slack) */
 } fa_scratch_layout;
 
 /* rows: query rows of a work item (a chunk of tiles); mcp: rows of one
  * tile; Epad: E, at least 1; ldv: Ev rounded up to nr; vw: vector lanes. */
 static inline fa_scratch_layout fa_scratch_layout_of(int64_t rows, int64_t mcp, int64_t Epad,
-                                                     int64_t ldv, int64_t vw)
+                                                     int64_t ldv, int64_t vw, int64_t wlen)
 {
     fa_scratch_layout s;
     s.qp = 0;
@@ -34,7 +35,8 @@ static inline fa_scratch_layout fa_scratch_layout_of(int64_t rows, int64_t mcp, 
     s.m = s.o + rows * ldv;
     s.l = s.m + rows;
     s.vmax = s.l + rows;
-    s.total = s.vmax + mcp * vw + 64;
+    s.w = s.vmax + mcp * vw;
+    s.total = s.w + wlen + 64;
     return s;
 }
 

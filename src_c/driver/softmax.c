@@ -10,6 +10,7 @@
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
@@ -25,12 +26,12 @@ int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t 
                     int64_t k_rs, int64_t k_cs, int num_threads)
 {
     if (nrows < 0 || n < 0) return FA_EINVAL;
-    if (dtype == FA_FLOAT32)
-        return softmax_f32(nrows, n, (const float *)x, x_rs, x_cs, (float *)y, y_rs, y_cs, keep,
-                           k_rs, k_cs, num_threads);
+    if (dtype == FA_FLOAT32 || dtype == FA_FLOAT16 || dtype == FA_BFLOAT16)
+        return softmax_f32(nrows, n, x, x_rs, x_cs, y, y_rs, y_cs, dtype, keep, k_rs, k_cs,
+                           num_threads);
     if (dtype == FA_FLOAT64)
-        return softmax_f64(nrows, n, (const double *)x, x_rs, x_cs, (double *)y, y_rs, y_cs,
-                           keep, k_rs, k_cs, num_threads);
+        return softmax_f64(nrows, n, x, x_rs, x_cs, y, y_rs, y_cs, dtype, keep, k_rs, k_cs,
+                           num_threads);
     return FA_EINVAL;
 }
 

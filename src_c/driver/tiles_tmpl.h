@@ -6,6 +6,12 @@
  * pack_q_f32, pack_q_f64; likewise pack_k, pack_v, apply_masks, pv_careful,
  * count_pad, any_nonfinite. */
 
+/* 1 if the call's q, k, v, out are 16-bit (float16 or bfloat16) */
+static FA_ALWAYS_INLINE int FN(is_half)(const fa_attention_args *a)
+{
+    return a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16;
+}
+
 /* 1 if any of x[0..n) is NaN or +-Inf: an integer test of the exponent
  * bits, which the compiler vectorises. */
 static int FN(any_nonfinite)(const FA_T *x, int64_t n)
@@ -20,12 +26,57 @@ static int FN(any_nonfinite)(const FA_T *x, int64_t n)
     return acc != 0;
 }
 
+/* pack_k and pack_v (below) for 16-bit keys and values: the ISA's
+ * converting kernels for a unit column stride, else element by element. */
+static void FN(pack_k_half)(const fa_attention_args *a, const KT *K, int64_t koff, int64_t kb,
+                            int64_t nk, int64_t ncols, int64_t nr, FA_T *kp)
+{
+    const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
+#if !FA_IS_F64(FA_SFX)
+    if (cs == 1 || E <= 1) {
+        K->pack_k_h[a->storage - FA_FLOAT16](nk, ncols, E,
+                                             (const uint16_t *)a->k.data + koff + kb * rs, rs, kp);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < ncols; j++) {
+        FA_T *dst = kp + (j / nr) * E * nr + (j % nr);
+        for (int64_t d = 0; d < E; d++)
+            dst[d * nr] = j < nk ? FN(ld)(a->k.data, koff + (kb + j) * rs + d * cs, a->storage) : 0;
+    }
+}
+
+static int FN(pack_v_half)(const fa_attention_args *a, const KT *K, int64_t voff, int64_t kb,
+                           int64_t nk, int64_t ldv, int64_t nr, FA_T *vp)
+{
+    const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs, npan = ldv / nr;
+#if !FA_IS_F64(FA_SFX)
+    if (cs == 1 || Ev <= 1)
+        return K->pack_v_h[a->storage - FA_FLOAT16](
+            nk, Ev, ldv, (const uint16_t *)a->v.data + voff + kb * rs, rs, vp, FA_KC * nr);
+#endif
+    for (int64_t j = 0; j < nk; j++)
+        for (int64_t c = 0; c < ldv; c++)
+            vp[(c / nr) * FA_KC * nr + j * nr + c % nr] =
+                c < Ev ? FN(ld)(a->v.data, voff + (kb + j) * rs + c * cs, a->storage) : 0;
+    int bad = 0;
+    for (int64_t p = 0; p < npan; p++) bad |= FN(any_nonfinite)(vp + p * FA_KC * nr, nk * nr);
+    return bad;
+}
+
 /* Qp[r x E] = sc * q[b][i0 + r][:] for r < n; rows n .. rpad zero. */
 static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int64_t n,
                        int64_t rpad, FA_T *qp, FA_T sc)
 {
-    const FA_T *q = (const FA_T *)a->q.data + qoff;
     const int64_t E = a->E, rs = a->q.rs, cs = a->q.cs;
+    if (FN(is_half)(a)) { /* widened once per tile */
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t d = 0; d < E; d++)
+                qp[r * E + d] = FN(ld)(a->q.data, qoff + (i0 + r) * rs + d * cs, a->storage) * sc;
+        memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
+        return;
+    }
+    const FA_T *q = (const FA_T *)a->q.data + qoff;
     for (int64_t r = 0; r < n; r++) {
         const FA_T *src = q + (i0 + r) * rs;
         FA_T *dst = qp + r * E;
@@ -42,8 +93,12 @@ static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int
 static void FN(pack_k)(const fa_attention_args *a, const KT *K, int64_t koff, int64_t kb,
                        int64_t nk, int64_t ncols, int64_t nr, FA_T *kp)
 {
-    const FA_T *k = (const FA_T *)a->k.data + koff;
     const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
+    if (FN(is_half)(a)) {
+        FN(pack_k_half)(a, K, koff, kb, nk, ncols, nr, kp);
+        return;
+    }
+    const FA_T *k = (const FA_T *)a->k.data + koff;
     if (cs == 1 || E <= 1) {
         K->pack_k(nk, ncols, E, k + kb * rs, rs, kp);
         return;
@@ -67,8 +122,9 @@ static void FN(pack_k)(const fa_attention_args *a, const KT *K, int64_t koff, in
 static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int64_t kb,
                       int64_t nk, int64_t ldv, int64_t nr, FA_T *vp)
 {
-    const FA_T *v = (const FA_T *)a->v.data + voff;
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
+    if (FN(is_half)(a)) return FN(pack_v_half)(a, K, voff, kb, nk, ldv, nr, vp);
+    const FA_T *v = (const FA_T *)a->v.data + voff;
     if (cs == 1 || Ev <= 1) return K->pack_v(nk, Ev, ldv, v + kb * rs, rs, vp, FA_KC * nr);
     const int64_t npan = ldv / nr;
     for (int64_t j = 0; j < nk; j++) { /* each value row is read once, front to back */
@@ -102,7 +158,13 @@ static void FN(apply_masks)(const fa_attention_args *a, const fa_offsets *off, F
         FA_T *row = s + i * lds;
         /* the additive mask first: the hiding masks then override whatever it
          * gave (a NaN or +inf mask entry at a hidden position is harmless) */
-        if (a->add_mask.data) {
+        if (a->add_mask.data && FN(is_half)(a)) {
+            const int64_t m0 = off->am + (i0 + i) * a->add_mask.rs + kb * a->add_mask.cs;
+            for (int64_t j = 0; j < nk; j++) {
+                FA_T x = FN(ld)(a->add_mask.data, m0 + j * a->add_mask.cs, a->storage);
+                row[j] = (x == NEG) ? NEG : row[j] + x;
+            }
+        } else if (a->add_mask.data) {
             const FA_T *m = (const FA_T *)a->add_mask.data + off->am +
                             (i0 + i) * a->add_mask.rs + kb * a->add_mask.cs;
             const int64_t cs = a->add_mask.cs;

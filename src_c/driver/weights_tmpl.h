@@ -84,10 +84,13 @@ static void FN(weights_rows)(const fa_attention_args *a, const KT *K, const fa_o
                              int64_t ldv, FN(fa_scratch) *sc)
 {
     const int64_t S = a->S, nr = K->nr, i0 = t * ms->mcp;
-    FA_T *W = (FA_T *)a->weights + (b * a->L + i0) * S;
+    const int half = FN(is_half)(a); /* 16-bit weights: computed in sc->w, then rounded */
+    FA_T *W = half ? sc->w : (FA_T *)a->weights + (b * a->L + i0) * S;
     FN(pack_q)(a, off->q, i0, ni, fa_round_up(ni, K->mr), sc->qp, (FA_T)a->scale);
     FN(weights_scores)(a, K, off, ms, t, ni, W, sc);
     FN(weights_softmax)(a, K, off, i0, ni, S, W);
+    if (half)
+        for (int64_t i = 0; i < ni * S; i++) FN(st)(a->weights, (b * a->L + i0) * S + i, a->storage, W[i]);
     memset(sc->o, 0, (size_t)(ni * ldv) * sizeof(FA_T));
     for (int64_t kb = 0; kb < S; kb += FA_KC) {
         const int64_t nk = fa_min64(S - kb, FA_KC);

@@ -129,6 +129,19 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* row's position relative to the first key); p integral, |p| + n < 2^24 */
     /* (float) or 2^53 (double), so the distances are exact */
     void (*alibi)(FA_T *x, int64_t n, FA_T p, FA_T slope);
+    /* 16-bit storage (kernels_half_tmpl.h), read in float32: the same */
+    /* contracts as pack_k, pack_v, qk_direct and pv_direct with the keys or */
+    /* values (k, v) in float16 ([0]) or bfloat16 ([1]), index storage - */
+    /* FA_FLOAT16, widened exactly as they are loaded; the packed panels, */
+    /* queries, scores and outputs are float.  NULL in the f64 tables. */
+    void (*pack_k_h[2])(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, int64_t krs,
+                        float *kp);
+    int (*pack_v_h[2])(int64_t nk, int64_t Ev, int64_t ldv, const uint16_t *v, int64_t vrs,
+                       float *vp, int64_t pstride);
+    void (*qk_direct_h[2])(int64_t rows, int64_t nkeys, int64_t E, const float *qp,
+                           const uint16_t *k, int64_t krs, float *s, int64_t lds);
+    void (*pv_direct_h[2])(int64_t rows, int64_t nkeys, int64_t Ev, const float *p,
+                           int64_t ldp, const uint16_t *v, int64_t vrs, float *o, int64_t ldo);
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

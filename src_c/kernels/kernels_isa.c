@@ -9,6 +9,7 @@
 
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
+#include "runtime/half.h"
 #include "simd/simd.h"
 
 #define FA_SFX f32

@@ -361,13 +361,29 @@ static FA_T FN(fma_probe)(int64_t n)
     return V(hsum)(s);
 }
 
+#if !FA_IS_F64(FA_SFX)
+/* The 16-bit storage kernels, once per storage type: HN(name) ->
+ * name_f16_<FA_ISA_NAME>, name_bf16_<FA_ISA_NAME> */
+#define FA_HSFX f16
+#include "kernels/kernels_half_tmpl.h" /* pack_k_f16_avx2, qk_direct_f16_avx512, ... */
+#undef FA_HSFX
+#define FA_HSFX bf16
+#include "kernels/kernels_half_tmpl.h" /* pack_k_bf16_avx2, ... */
+#undef FA_HSFX
+#define FA_HALF_ENTRIES(name) {FA_CAT3(name, f16, FA_ISA_NAME), FA_CAT3(name, bf16, FA_ISA_NAME)}
+#else
+#define FA_HALF_ENTRIES(name) {NULL, NULL}
+#endif
+
 /* The table of this ISA and element type (kernels.h):
  * FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) -> fa_kernels_f32_avx2, ... */
 const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FA_STR(FA_ISA_NAME), MR, NR, VW,
     FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
     FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
-    FN(alibi)};
+    FN(alibi), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
+    FA_HALF_ENTRIES(pv_direct)};
+#undef FA_HALF_ENTRIES
 
 #undef FN
 #undef FA_T

@@ -34,10 +34,11 @@ enum {
     FA_CPU_AVX512F = 1u << 3,
     FA_OS_YMM = 1u << 4, /* XCR0: XMM and YMM state */
     FA_OS_ZMM = 1u << 5, /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
-    FA_CPU_AVX512BW = 1u << 6,
-    FA_CPU_AVX512BF16 = 1u << 7,
-    FA_CPU_AMX_BF16 = 1u << 8, /* AMX-TILE and AMX-BF16 */
-    FA_OS_AMX = 1u << 9        /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
+    FA_CPU_F16C = 1u << 6, /* float16 conversions */
+    FA_CPU_AVX512BW = 1u << 7,
+    FA_CPU_AVX512BF16 = 1u << 8,
+    FA_CPU_AMX_BF16 = 1u << 9, /* AMX-TILE and AMX-BF16 */
+    FA_OS_AMX = 1u << 10       /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
 };
 
 #if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
@@ -122,7 +123,7 @@ static unsigned detect_features(void)
     /* cpuid leaf, subleaf, register (0 eax .. 3 edx), bit: what each feature needs
      * (a feature listed twice needs both bits) */
     static const struct { unsigned feature; unsigned leaf, sub; int reg, bit; } cpuid_bits[] = {
-        {FA_CPU_AVX, 1, 0, 2, 28}, {FA_CPU_FMA, 1, 0, 2, 12},
+        {FA_CPU_AVX, 1, 0, 2, 28}, {FA_CPU_FMA, 1, 0, 2, 12}, {FA_CPU_F16C, 1, 0, 2, 29},
         {FA_CPU_AVX2, 7, 0, 1, 5}, {FA_CPU_AVX512F, 7, 0, 1, 16},
         {FA_CPU_AVX512BW, 7, 0, 1, 30}, {FA_CPU_AVX512BF16, 7, 1, 0, 5},
         {FA_CPU_AMX_BF16, 7, 0, 3, 22}, {FA_CPU_AMX_BF16, 7, 0, 3, 24}};

@@ -16,6 +16,13 @@ typedef __m256d vd;
 #define VF_PV_MR 6
 #define VD_PV_MR 6
 #include "simd/transpose_x86.h"
+/* 16-bit storage widened to a float vector: F16C (float16), a shift
+ * (bfloat16: the upper half of a float32); every lane exact. */
+static inline vf vf_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
 
 #else /* the operations of element type FA_SFX */
 #define FA_MM _mm256 /* MM(add) -> _mm256_add_ps, _mm256_add_pd (x86.h) */

@@ -24,6 +24,13 @@ typedef __m512d vd;
 #define VF_PV_MR 8
 #define VD_PV_MR 8
 #include "simd/transpose_x86.h"
+/* 16-bit storage widened to a float vector: vcvtph2ps (float16, AVX-512F),
+ * a shift (bfloat16: the upper half of a float32); every lane exact. */
+static inline vf vf_load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
 
 #else /* the operations of element type FA_SFX */
 #define FA_MM _mm512 /* MM(add) -> _mm512_add_ps, _mm512_add_pd (x86.h) */

@@ -17,6 +17,10 @@ typedef double vd;
 #define VF_TB 4
 #define VD_TB 4
 #define FA_SIMD_LIBM_EXP 1
+#include "runtime/half.h"
+/* 16-bit storage widened to float (runtime/half.h: exact) */
+static inline vf vf_load_f16(const uint16_t *p) { return fa_f16_to_f32(*p); }
+static inline vf vf_load_bf16(const uint16_t *p) { return fa_bf16_to_f32(*p); }
 
 #else /* the operations of element type FA_SFX */
 static inline VT V(load)(const FA_T *p) { return *p; }

@@ -1,0 +1,130 @@
+/* kernels_half_tmpl.h -- the kernels that read 16-bit storage (float16,
+ * bfloat16) and compute in float32: K and V packed into the float panels
+ * of kernels.h (converted while packing: the panels are built anyway), and
+ * the direct (decoding) dot products straight from the 16-bit keys and
+ * values, widened in registers, so a decoding step reads half the bytes of
+ * float32.  Included by kernels_tmpl.h in its float pass (FA_SFX f32: FA_T,
+ * VT, V, VW, NR, NRV, VC as there), once per storage type FA_HSFX (f16,
+ * bf16).  Every function is named HN(name) -> name_<FA_HSFX>_<FA_ISA_NAME>,
+ * e.g. pack_k_f16_avx512, qk_direct_bf16_avx2, pv_direct_f16_generic. */
+#define HN(name) FA_CAT3(name, FA_HSFX, FA_ISA_NAME)
+#define HLOAD FA_CAT(vf_load, FA_HSFX)                  /* vf_load_f16, vf_load_bf16 */
+#define HTOF FA_CAT3(fa, FA_HSFX, to_f32)               /* fa_f16_to_f32 (runtime/half.h) */
+#define FA_HCHUNK 64 /* dims of a key row widened at a time in pack_k */
+
+/* dst[i] = src[i] widened, i < n */
+static FA_ALWAYS_INLINE void HN(widen)(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V(store)(dst + i, HLOAD(src + i));
+    for (; i < n; i++) dst[i] = HTOF(src[i]);
+}
+
+/* kp panels [E x NR] (kernels.h) from 16-bit keys: TB keys at a time, their
+ * rows widened FA_HCHUNK dims at a time into buf, then TB x TB transposes. */
+static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, int64_t krs,
+                       float *kp)
+{
+    float buf[VC(TB) * FA_HCHUNK];
+    for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
+        float *pan = kp + (j0 / NR) * E * NR;
+        int64_t jb = 0;
+        for (; jb + VC(TB) <= NR && j0 + jb + VC(TB) <= nk; jb += VC(TB)) {
+            const uint16_t *src = k + (j0 + jb) * krs;
+            for (int64_t d0 = 0; d0 < E; d0 += FA_HCHUNK) {
+                const int64_t w = E - d0 < FA_HCHUNK ? E - d0 : FA_HCHUNK, wb = w / VC(TB) * VC(TB);
+                for (int64_t i = 0; i < VC(TB); i++) HN(widen)(src + i * krs + d0, buf + i * FA_HCHUNK, w);
+                for (int64_t d = 0; d < wb; d += VC(TB))
+                    V(transpose_block)(buf + d, FA_HCHUNK, pan + (d0 + d) * NR + jb, NR);
+                for (int64_t d = wb; d < w; d++)
+                    for (int64_t i = 0; i < VC(TB); i++) pan[(d0 + d) * NR + jb + i] = buf[i * FA_HCHUNK + d];
+            }
+        }
+        for (; jb < NR; jb++) { /* the last keys one at a time, zeros past nk */
+            float *dst = pan + jb;
+            if (j0 + jb < nk) {
+                const uint16_t *src = k + (j0 + jb) * krs;
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = HTOF(src[d]);
+            } else {
+                for (int64_t d = 0; d < E; d++) dst[d * NR] = 0;
+            }
+        }
+    }
+}
+
+/* vp panels (kernels.h) from 16-bit values, watching for NaN/Inf */
+static int HN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const uint16_t *v, int64_t vrs,
+                      float *vp, int64_t pstride)
+{
+    const int64_t full = Ev / NR; /* panels with no padding */
+    VT bad = V(zero)();
+    float sbad = 0;
+    for (int64_t j = 0; j < nk; j++) {
+        const uint16_t *src = v + j * vrs;
+        for (int64_t c = 0; c < full; c++) {
+            float *dst = vp + c * pstride + j * NR;
+#pragma GCC unroll 4
+            for (int u = 0; u < NRV; u++) {
+                VT x = HLOAD(src + c * NR + u * VW);
+                V(store)(dst + u * VW, x);
+                bad = V(nan_acc)(bad, V(sub)(x, x));
+            }
+        }
+        if (full * NR < ldv) {
+            float *dst = vp + full * pstride + j * NR;
+            const int64_t w = Ev - full * NR;
+            for (int64_t c = 0; c < w; c++) {
+                dst[c] = HTOF(src[full * NR + c]);
+                sbad += dst[c] - dst[c];
+            }
+            for (int64_t c = w; c < NR; c++) dst[c] = 0;
+        }
+    }
+    float hb = V(hsum)(bad);
+    return hb != hb || sbad != sbad;
+}
+
+/* s[i][j] = q[i] . k[j] (q float, packed [rows x E]; k 16-bit, in place) */
+static void HN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const float *q,
+                          const uint16_t *k, int64_t krs, float *s, int64_t lds)
+{
+    for (int64_t j = 0; j < nkeys; j++) {
+        const uint16_t *kj = k + j * krs;
+        for (int64_t i = 0; i < rows; i++) {
+            const float *qi = q + i * E;
+            VT a0 = V(zero)(), a1 = V(zero)();
+            int64_t d = 0;
+            for (; d + 2 * VW <= E; d += 2 * VW) {
+                a0 = V(fma)(V(load)(qi + d), HLOAD(kj + d), a0);
+                a1 = V(fma)(V(load)(qi + d + VW), HLOAD(kj + d + VW), a1);
+            }
+            float t = V(hsum)(V(add)(a0, a1));
+            for (; d < E; d++) t += qi[d] * HTOF(kj[d]);
+            s[i * lds + j] = t;
+        }
+    }
+}
+
+/* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] (v 16-bit, in place), zero weights
+ * skipped */
+static void HN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const float *p, int64_t ldp,
+                          const uint16_t *v, int64_t vrs, float *o, int64_t ldo)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        float *oi = o + i * ldo;
+        for (int64_t j = 0; j < nkeys; j++) {
+            const float w = p[i * ldp + j];
+            if (w == 0) continue;
+            const uint16_t *vj = v + j * vrs;
+            const VT vw = V(set1)(w);
+            int64_t c = 0;
+            for (; c + VW <= Ev; c += VW) V(store)(oi + c, V(fma)(vw, HLOAD(vj + c), V(load)(oi + c)));
+            for (; c < Ev; c++) oi[c] += w * HTOF(vj[c]);
+        }
+    }
+}
+
+#undef HN
+#undef HLOAD
+#undef HTOF
+#undef FA_HCHUNK
