@@ -57,7 +57,8 @@ def _init_threads() -> None:
 
 
 def get_isa() -> str:
-    """The SIMD path in use: ``'avx512'``, ``'avx2'`` or ``'generic'``.
+    """The SIMD path in use: ``'amx'``, ``'avx512_bf16'``, ``'avx512'``, ``'avx2'``
+    or ``'generic'``.
 
     Chosen at import as the best one the CPU and OS support, unless the
     environment variable ``FASTATTN_ISA`` names one.

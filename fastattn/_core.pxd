@@ -14,5 +14,8 @@ cdef int exp_kernel(bint double_precision, bint base2, int64_t n, const void *x,
                     void *y) except -1
 # tanh(x) of n elements, likewise, by the vectorised tanh of the softcap kernel.
 cdef int tanh_kernel(bint double_precision, int64_t n, const void *x, void *y) except -1
+# One instruction of the bfloat16 tiers on small arrays (fastattn.h: fa_bf16_op):
+# its plain-C emulation, or (native) the instruction; the C status (0: done).
+cdef int bf16_op(int op, bint native, const void *a, const void *b, void *c) noexcept
 # The next n_ok kernel allocations succeed, then they fail (-1: hook off).
 cdef void fail_alloc_after(int64_t n_ok) noexcept

@@ -61,6 +61,7 @@ cdef extern from "fastattn.h" nogil:
     int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
     int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
     int fa_tanh(int dtype, int64_t n, const void *x, void *y)
+    int fa_bf16_op(int op, int native, const void *a, const void *b, void *c)
     void fa_init_threads()
     void fa_set_default_threads(int n)
 
@@ -288,6 +289,13 @@ cdef int tanh_kernel(bint double_precision, int64_t n, const void *x, void *y) e
     with nogil:
         status = fa_tanh(dtype, n, x, y)
     return _check(status)
+
+
+cdef int bf16_op(int op, bint native, const void *a, const void *b, void *c) noexcept:
+    cdef int status
+    with nogil:
+        status = fa_bf16_op(op, native, a, b, c)
+    return status
 
 
 cdef void fail_alloc_after(int64_t n_ok) noexcept:

@@ -41,6 +41,34 @@ def tanh(cnp.ndarray x):
     return y
 
 
+# op: (operand a, b, c) as (dtype, size) -- fastattn.h, fa_bf16_op
+_BF16_OPS = {
+    "tdpbf16ps": (0, ("u2", 512), ("u2", 512), ("f4", 256)),
+    "tdpfp16ps": (1, ("u2", 512), ("u2", 512), ("f4", 256)),
+    "vdpbf16ps": (2, ("u2", 32), ("u2", 32), ("f4", 16)),
+    "vcvtne2ps2bf16": (3, ("f4", 16), ("f4", 16), ("u2", 32)),
+    "vcvtneps2bf16": (4, ("f4", 16), ("f4", 16), ("u2", 16)),
+}
+
+
+def bf16_op(str name, bint native, cnp.ndarray a, cnp.ndarray b, cnp.ndarray c):
+    """One instruction of the bfloat16 tiers: c updated in place by the plain-C
+    emulation (native False) or by the instruction itself.  Operands are
+    C-contiguous arrays of the raw bits (uint16 halves) or float32, of the
+    sizes in _BF16_OPS.  Returns False where the instruction is unavailable
+    (native only)."""
+    op, *specs = _BF16_OPS[name]
+    for arr, (kind, size) in zip((a, b, c), specs):
+        if (not cnp.PyArray_ISCARRAY(arr) or arr.dtype.str.lstrip("<=") != kind
+                or arr.size != size):
+            raise TypeError(f"{name}: operands must be C-contiguous {specs}")
+    status = _core.bf16_op(op, native, cnp.PyArray_DATA(a), cnp.PyArray_DATA(b),
+                           cnp.PyArray_DATA(c))
+    if status != 0 and not native:
+        raise RuntimeError(f"{name}: emulation failed ({status})")
+    return status == 0
+
+
 def fail_alloc_after(int64_t n_ok):
     """The next n_ok kernel allocations succeed, then they fail (-1 turns the
     hook off)."""

@@ -97,6 +97,19 @@ int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
  * softcap kernel with a cap of 1), for its accuracy tests; y may equal x. */
 int fa_tanh(int dtype, int64_t n, const void *x, void *y);
 
+/* Test hook (driver/amx_hooks.c): one instruction of the bfloat16 tiers on
+ * small arrays.  native 0: its plain-C emulation (simd/bf16_emulate.h);
+ * 1: the instruction itself, FA_EINVAL where the CPU, the OS or the build
+ * lacks it.  Operands (row-major, 64-byte rows):
+ *   TDPBF16PS / TDPFP16PS  c (16 x 16 float32) += a (16 x 32 halves) . b
+ *                          (16 x 32 halves, pairs per column);
+ *   VDPBF16PS              c (16 float32) += a . b (32 bfloat16 each);
+ *   VCVTNE2PS2BF16         c (32 bfloat16) = b (16 float32), then a (16);
+ *   VCVTNEPS2BF16          c (16 bfloat16) = a (16 float32); b unused. */
+enum { FA_BF16_OP_TDPBF16PS = 0, FA_BF16_OP_TDPFP16PS = 1, FA_BF16_OP_VDPBF16PS = 2,
+       FA_BF16_OP_VCVTNE2PS2BF16 = 3, FA_BF16_OP_VCVTNEPS2BF16 = 4 };
+int fa_bf16_op(int op, int native, const void *a, const void *b, void *c);
+
 /* ISA selection (runtime/dispatch.c). */
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
 int fa_get_isa(void);

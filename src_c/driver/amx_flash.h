@@ -11,7 +11,7 @@
  *                                    along E), B = Q^T in pair layout
  *                                    (packed once per query block);
  *   softmax over keys                a vertical max / exp2 / sum per lane
- *                                    (AVX-512, float32, vf_exp2 of vmath);
+ *                                    (AVX-512, float32; fa_bf_exp2 below);
  *   O^T (Ev x queries) += V^T . P^T  A = V^T (packed once per call),
  *                                    B = P^T rounded to bfloat16, key pairs
  *                                    interleaved per lane while converting.
@@ -35,8 +35,31 @@
 #include "runtime/parallel.h"
 
 #define FA_BF_MQ 32
-#define FA_BF_KB 128
+#define FA_BF_KB 256
 #define FA_BF_MAX_E 256 /* E and Ev up to this (the Q^T and O^T blocks) */
+
+/* 2^x for the softmax weights that P.V rounds to bfloat16 (relative error
+ * 2^-9): x clamped to >= -160 (NaN kept), n = round(x), 2^(x - n) by a
+ * degree-3 polynomial (relative error 7.5e-5 < 2^-13 on [-1/2, 1/2]: the
+ * minimax of the relative error, fitted like vmath.h's), scaled by 2^n with
+ * VSCALEFPS; below 2^-150 the result is exactly 0 (so exp2(-inf) = 0).  Four
+ * operations fewer per vector than vf_exp2 of vmath_tmpl.h, whose degree 5
+ * (9e-8) the bfloat16 rounding of P does not need. */
+#define FA_BF_EXP2_MIN (-160.0f)
+#define FA_BF_EXP2_P0 0x1.fff692p-1f
+#define FA_BF_EXP2_P1 0x1.62f31cp-1f
+#define FA_BF_EXP2_P2 0x1.f0de20p-3f
+#define FA_BF_EXP2_P3 0x1.c3f742p-5f
+static inline __m512 fa_bf_exp2(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(FA_BF_EXP2_MIN), x); /* NaN: the 2nd operand */
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(FA_BF_EXP2_P3), r, _mm512_set1_ps(FA_BF_EXP2_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_BF_EXP2_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_BF_EXP2_P0));
+    return _mm512_scalef_ps(p, n);
+}
 
 #define FA_BF_FN FA_PASTE(fa_bf16_flash_, FA_ISA_NAME) /* fa_bf16_flash_amx, ..._avx512_bf16 */
 #define FA_BF(name) FA_CAT(FA_PASTE(fa_bf_, name), FA_ISA_NAME) /* fa_bf_item_amx, ... */
@@ -45,6 +68,7 @@ typedef struct FA_BF(ctx) {
     const fa_attention_args *a;
     fa_limits lim;
     int64_t nb, nqb, Sp, Ep, Evp;  /* batch items, query blocks, padded sizes */
+    int64_t vts;                   /* V^T row stride: Sp + 32 (no 4 KiB aliasing of rows) */
     uint16_t *kp, *vt;             /* packed K (nb x Sp x Ep), V^T (nb x Evp x Sp) */
     char *scratch;                 /* per thread */
     size_t scratch_bytes;
@@ -79,7 +103,7 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
     FA_BF(offsets)(a, b, o);
     const uint16_t *k = (const uint16_t *)a->k.data + o[1];
     const uint16_t *v = (const uint16_t *)a->v.data + o[2];
-    uint16_t *kp = x->kp + b * Sp * Ep, *vt = x->vt + b * x->Evp * Sp;
+    uint16_t *kp = x->kp + b * Sp * Ep, *vt = x->vt + b * x->Evp * x->vts;
     for (int64_t j = 0; j < S; j++) {
         uint16_t *d = kp + j * Ep;
         const uint16_t *r = k + j * a->k.rs;
@@ -94,24 +118,24 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
     unsigned nonfinite = 0;
     for (int64_t j0 = 0; j0 < Sp; j0 += 32) {
         const int64_t nj = S - j0 < 32 ? S - j0 : 32;
-        for (int64_t e = 0; e < Ev; e++) memset(vt + e * Sp + j0 + nj, 0, (size_t)(32 - nj) * 2);
+        for (int64_t e = 0; e < Ev; e++) memset(vt + e * x->vts + j0 + nj, 0, (size_t)(32 - nj) * 2);
         for (int64_t jj = 0; jj < nj; jj++) {
             const uint16_t *r = v + (j0 + jj) * a->v.rs;
             uint16_t *d = vt + j0 + jj;
             if (a->v.cs == 1)
                 for (int64_t e = 0; e < Ev; e++) {
-                    d[e * Sp] = r[e];
+                    d[e * x->vts] = r[e];
                     nonfinite |= (unsigned)((r[e] & 0x7f80) == 0x7f80);
                 }
             else
                 for (int64_t e = 0; e < Ev; e++) {
                     const uint16_t h = r[e * a->v.cs];
-                    d[e * Sp] = h;
+                    d[e * x->vts] = h;
                     nonfinite |= (unsigned)((h & 0x7f80) == 0x7f80);
                 }
         }
     }
-    for (int64_t e = Ev; e < x->Evp; e++) memset(vt + e * Sp, 0, (size_t)Sp * 2);
+    for (int64_t e = Ev; e < x->Evp; e++) memset(vt + e * x->vts, 0, (size_t)Sp * 2);
     x->bad[b] = (int)nonfinite;
 }
 
@@ -167,22 +191,22 @@ static void FA_BF(qk)(fa_tilefile *tf, const uint16_t *kp, int64_t Ep, const uin
 
 /* O^T (Evp x 32 float32) += V^T (keys k0 ..) . P^T over nc32 chunks of 32
  * keys; C tiles 0-3 (2 Ev tiles x 2 query halves), A (V^T) 4-5, B (P^T) 6-7 */
-static void FA_BF(pv)(fa_tilefile *tf, const uint16_t *vt, int64_t Sp, int64_t Evp,
+static void FA_BF(pv)(fa_tilefile *tf, const uint16_t *vt, int64_t vts, int64_t Evp,
                        const uint32_t *pt, int64_t nc32, float *ot)
 {
-    const int64_t vs = Sp * 2, os = FA_BF_MQ * 4;
+    const int64_t vs = vts * 2, os = FA_BF_MQ * 4;
     for (int64_t et = 0; et < Evp / 16; et += 2) {
         const int two = et + 1 < Evp / 16;
         float *o0 = ot + et * 16 * FA_BF_MQ, *o1 = o0 + 16 * FA_BF_MQ;
         FT_LOAD(tf, 0, o0, os); FT_LOAD(tf, 1, o0 + 16, os);
         if (two) { FT_LOAD(tf, 2, o1, os); FT_LOAD(tf, 3, o1 + 16, os); }
         for (int64_t c = 0; c < nc32; c++) {
-            FT_LOAD(tf, 4, vt + et * 16 * Sp + c * 32, vs);
+            FT_LOAD(tf, 4, vt + et * 16 * vts + c * 32, vs);
             FT_LOAD(tf, 6, pt + c * 16 * 16, 64);
             FT_LOAD(tf, 7, pt + (FA_BF_KB / 2) * 16 + c * 16 * 16, 64);
             FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
             if (two) {
-                FT_LOAD(tf, 5, vt + (et + 1) * 16 * Sp + c * 32, vs);
+                FT_LOAD(tf, 5, vt + (et + 1) * 16 * vts + c * 32, vs);
                 FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
             }
         }
@@ -253,15 +277,15 @@ static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, fl
         uint32_t *p = pt + h * (FA_BF_KB / 2) * 16;
         int64_t k = 0;
         for (; 2 * k + 1 < n; k++) {
-            const __m512 p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
-            const __m512 p1 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
+            const __m512 p0 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
+            const __m512 p1 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
             sum1 = _mm512_add_ps(sum1, p1);
             _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(p1, p0)));
         }
         for (; k < npair; k++) { /* the last odd row, then zeros up to 32 rows */
             __m512 p0 = zero;
-            if (2 * k < n) p0 = vf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
+            if (2 * k < n) p0 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
             _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(zero, p0)));
         }
@@ -288,14 +312,24 @@ static void FA_BF(rescale)(float *ot, int64_t Evp, const float *alpha)
 }
 
 /* out rows q0 .. q0+nq-1 = O / l in bfloat16 (0 where l = 0: nothing
- * visible), lse = (m + log2 l) ln 2 (-inf there) */
+ * visible), lse = (m + log2 l) ln 2 (-inf there); bt: Evp x 32 bfloat16
+ * scratch (O^T scaled and rounded by rows, then transposed) */
 static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const float *m,
-                           const float *l, int64_t nq, uint16_t *out, float *lse)
+                           const float *l, int64_t nq, uint16_t *out, float *lse, uint16_t *bt)
 {
+    __m512 inv[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512 lv = _mm512_loadu_ps(l + 16 * h);
+        const __mmask16 z = _mm512_cmp_ps_mask(lv, _mm512_setzero_ps(), _CMP_EQ_OQ);
+        inv[h] = _mm512_maskz_div_ps((__mmask16)~z, _mm512_set1_ps(1.0f), lv); /* NaN stays */
+    }
+    for (int64_t e = 0; e < a->Ev; e++)
+        _mm512_storeu_si512((void *)(bt + e * FA_BF_MQ),
+                            fa_cvt2bf16(_mm512_mul_ps(_mm512_loadu_ps(ot + e * FA_BF_MQ + 16), inv[1]),
+                                        _mm512_mul_ps(_mm512_loadu_ps(ot + e * FA_BF_MQ), inv[0])));
     for (int64_t i = 0; i < nq; i++) {
-        const float inv = l[i] > 0 ? 1.0f / l[i] : (l[i] == 0 ? 0.0f : l[i]);
-        for (int64_t e = 0; e < a->Ev; e++)
-            out[i * a->out.rs + e * a->out.cs] = fa_emu_cvt_bf16(ot[e * FA_BF_MQ + i] * inv);
+        uint16_t *o = out + i * a->out.rs;
+        for (int64_t e = 0; e < a->Ev; e++) o[e * a->out.cs] = bt[e * FA_BF_MQ + i];
         if (lse)
             lse[i * a->lse.rs] = l[i] > 0 ? (float)((m[i] + log2(l[i])) * 0.693147180559945309417)
                                           : (l[i] == 0 ? -INFINITY : l[i]);
@@ -328,7 +362,7 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
     int64_t lo = 0, hi = a->S;
     if (x->lim.has_lo && q0 + x->lim.lo > lo) lo = q0 + x->lim.lo;
     if (x->lim.has_hi && q0 + nq - 1 + x->lim.hi + 1 < hi) hi = q0 + nq - 1 + x->lim.hi + 1;
-    const uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->Sp;
+    const uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->vts;
     FT_CONFIG(tf);
     for (int64_t k0 = lo / 32 * 32; k0 < hi; k0 += FA_BF_KB) {
         const int64_t n = hi - k0 < FA_BF_KB ? hi - k0 : FA_BF_KB;
@@ -336,11 +370,12 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
         if (pad || fa_limits_cut(&x->lim, q0, FA_BF_MQ, k0, n)) FA_BF(mask)(x, pad, k0, n, q0, st);
         FA_BF(softmax)(st, n, x->c, m, l, alpha, pt);
         FA_BF(rescale)(ot, x->Evp, alpha);
-        FA_BF(pv)(tf, vt + k0, x->Sp, x->Evp, pt, (n + 31) / 32, ot);
+        FA_BF(pv)(tf, vt + k0, x->vts, x->Evp, pt, (n + 31) / 32, ot);
     }
     FT_RELEASE(tf);
     FA_BF(finish)(a, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
-                  a->lse.data ? (float *)a->lse.data + o[5] + q0 * a->lse.rs : NULL);
+                  a->lse.data ? (float *)a->lse.data + o[5] + q0 * a->lse.rs : NULL,
+                  (uint16_t *)st);
 }
 
 int FA_BF_FN(const fa_attention_args *a)
@@ -359,13 +394,14 @@ int FA_BF_FN(const fa_attention_args *a)
     x.Sp = fa_round_up(a->S, 32);
     x.Ep = fa_round_up(a->E, 32);
     x.Evp = fa_round_up(a->Ev, 16);
+    x.vts = x.Sp + 32;
     x.c = (float)(a->scale * 1.44269504088896340736);
     const int nt = fa_resolve_threads(a->num_threads);
     x.scratch_bytes = fa_round_up(fa_round_up(sizeof(fa_tilefile), 64) +
                                   (size_t)FA_BF_KB * FA_BF_MQ * 4 + (size_t)FA_BF_KB * 16 * 4 +
                                   (size_t)x.Evp * FA_BF_MQ * 4 + (size_t)(x.Ep / 32) * 2 * 512 * 2 +
                                   3 * FA_BF_MQ * 4, 64);
-    const size_t packed = (size_t)x.nb * (size_t)x.Sp * (size_t)(x.Ep + x.Evp) * 2;
+    const size_t packed = (size_t)x.nb * ((size_t)x.Sp * (size_t)x.Ep + (size_t)x.vts * (size_t)x.Evp) * 2;
     x.kp = (uint16_t *)fa_malloc(packed);
     x.scratch = (char *)fa_malloc(x.scratch_bytes * (size_t)nt + 64);
     x.bad = (int *)fa_calloc((size_t)x.nb, sizeof(int));

@@ -70,6 +70,14 @@ typedef int (*fa_bf16_flash_fn)(const struct fa_attention_args *a);
 #include "runtime/isa_list.h"
 #undef FA_ISA
 fa_bf16_flash_fn fa_bf16_flash_current(void);
+/* The test hook's native instructions (fastattn.h: fa_bf16_op):
+ * fa_bf16_native_ptr_<name>, NULL but for amx in a build with the real
+ * instructions; fa_bf16_native_op() gives it where the CPU runs amx. */
+typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
+#define FA_ISA(name, NAME, arch, required) extern const fa_bf16_op_fn fa_bf16_native_ptr_##name;
+#include "runtime/isa_list.h"
+#undef FA_ISA
+fa_bf16_op_fn fa_bf16_native_op(void);
 
 #endif /* FASTATTN_KERNELS_H */
 

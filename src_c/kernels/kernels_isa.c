@@ -29,3 +29,39 @@ const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = FA_BF_FN;
 #else
 const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = 0;
 #endif
+
+/* The test hook's native instructions (kernels.h): fa_bf16_native_ptr_<name> */
+#if defined(FA_SIMD_AMX) && !defined(FA_BF16_EMULATED)
+static int native_op(int op, const void *a, const void *b, void *c)
+{
+    switch (op) {
+    case FA_BF16_OP_TDPBF16PS: {
+        uint8_t cfg[64];
+        fa_tilecfg_fill(cfg);
+        _tile_loadconfig(cfg);
+        _tile_loadd(0, c, 64);
+        _tile_loadd(1, a, 64);
+        _tile_loadd(2, b, 64);
+        _tile_dpbf16ps(0, 1, 2);
+        _tile_stored(0, c, 64);
+        _tile_release();
+        return FA_OK;
+    }
+    case FA_BF16_OP_VDPBF16PS:
+        _mm512_storeu_ps(c, _mm512_dpbf16_ps(_mm512_loadu_ps(c), (__m512bh)_mm512_loadu_si512(a),
+                                             (__m512bh)_mm512_loadu_si512(b)));
+        return FA_OK;
+    case FA_BF16_OP_VCVTNE2PS2BF16:
+        _mm512_storeu_si512(c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a), _mm512_loadu_ps(b)));
+        return FA_OK;
+    case FA_BF16_OP_VCVTNEPS2BF16:
+        _mm256_storeu_si256((__m256i *)c, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a)));
+        return FA_OK;
+    default: /* TDPFP16PS: AMX-FP16 is not among the tiers' requirements */
+        return FA_EINVAL;
+    }
+}
+const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = native_op;
+#else
+const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = 0;
+#endif

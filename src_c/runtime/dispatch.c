@@ -100,6 +100,12 @@ static const fa_bf16_flash_fn *const g_bf16[FA_ISA_COUNT] = {
 };
 #undef FA_ISA
 
+#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(&fa_bf16_native_ptr_##name),
+static const fa_bf16_op_fn *const g_bf16op[FA_ISA_COUNT] = {
+#include "runtime/isa_list.h"
+};
+#undef FA_ISA
+
 static int g_supported[FA_ISA_COUNT] = {1}; /* the first path: portable C */
 static int g_isa = 0;
 
@@ -191,6 +197,10 @@ int fa_set_isa(int isa)
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
 fa_bf16_flash_fn fa_bf16_flash_current(void) { return g_bf16[g_isa] ? *g_bf16[g_isa] : NULL; }
+fa_bf16_op_fn fa_bf16_native_op(void)
+{
+    return g_supported[FA_ISA_AMX] && g_bf16op[FA_ISA_AMX] ? *g_bf16op[FA_ISA_AMX] : NULL;
+}
 
 static int isa_from_name(const char *s, size_t n)
 {

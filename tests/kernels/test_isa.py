@@ -14,7 +14,7 @@ from conftest import _randn, assert_close, finite_absmax
 def test_isa_api():
     isas = fastattn.available_isas()
     assert isinstance(isas, tuple) and "generic" in isas
-    assert set(isas) <= {"generic", "avx2", "avx512"}
+    assert set(isas) <= {"generic", "avx2", "avx512", "avx512_bf16", "amx"}
     assert fastattn.get_isa() in isas
     assert isinstance(fastattn.openmp_enabled(), bool)
 
@@ -55,7 +55,7 @@ def test_set_isa_unknown(name):
 
 def test_set_isa_unsupported_on_this_cpu():
     before = fastattn.get_isa()
-    for name in ("generic", "avx2", "avx512"):
+    for name in ("generic", "avx2", "avx512", "avx512_bf16", "amx"):
         if name not in fastattn.available_isas():
             with pytest.raises(ValueError):
                 fastattn.set_isa(name)
@@ -66,7 +66,8 @@ def test_set_isa_unsupported_on_this_cpu():
 # the FMA peak probe
 # ---------------------------------------------------------------------------
 
-LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8)}   # float32, float64
+# float32, float64 (the bfloat16 tiers run the avx512 kernels for these)
+LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8), "avx512_bf16": (16, 8), "amx": (16, 8)}
 
 
 def test_fma_probe_counts_the_flops_of_the_isa_in_use(isa):
