@@ -1,0 +1,164 @@
+"""The bfloat16 flash driver of the amx and avx512_bf16 tiers
+(src_c/driver/amx_flash.h): against fastattn.reference in float64 on the same
+bfloat16 values, within the bound its arithmetic allows; bitwise the same for
+any thread count; the calls it leaves to the float32-arithmetic path.
+
+The bound (kernels.h, README): Q.K^T sums exact bfloat16 products in float32
+(|ds| <= E 2^-24 scale sum_e |q_e k_e|, so each weight moves by at most a
+factor e^(2|ds|)); the weights' exp2 polynomial is within 7.5e-5; P is rounded
+to bfloat16 for P.V (relative 2^-8 per weight; l sums the unrounded P); P.V
+and l accumulate in float32 (S 2^-24 each); the output is rounded to
+bfloat16 (2^-8 of |out|).  So
+  |out - ref| <= (2^-8 + 2 * 7.5e-5 + 4 |ds| + (2 S + 16) 2^-24) sum_j w_j |v_j|
+                 + 2^-8 (|ref| + that),
+with w the reference's weights (sum_j w_j |v_j| = attention over |v|)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastattn
+from fastattn import reference
+
+ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+TIERS = [t for t in ("amx", "avx512_bf16") if t in fastattn.available_isas()]
+pytestmark = pytest.mark.skipif(not TIERS, reason="no amx / avx512_bf16 tier on this CPU "
+                                "(an emulation build, FASTATTN_AVX512_EMULATION=simde, has both)")
+
+
+@pytest.fixture(params=TIERS)
+def tier(request):
+    prev = fastattn.get_isa()
+    fastattn.set_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        fastattn.set_isa(prev)
+
+
+def bf16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(BF16)
+
+
+def bound(q, k, v, **kw):
+    """The derived bound of the module docstring, per output element."""
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    q64, k64, v64 = f(q), f(k), f(v)
+    E, S = q.shape[-1], k.shape[-2]
+    scale = kw.get("scale") or 1 / np.sqrt(E)
+    if kw.get("enable_gqa"):
+        k64 = np.repeat(k64, q.shape[-3] // k.shape[-3], axis=-3)
+    ds = E * 2.0**-24 * scale * np.max(np.abs(q64) @ np.swapaxes(np.abs(k64), -1, -2))
+    wv = reference.attention(q64, k64 if not kw.get("enable_gqa") else k64,
+                             np.abs(v64) if not kw.get("enable_gqa") else
+                             np.repeat(np.abs(v64), q.shape[-3] // v.shape[-3], axis=-3),
+                             **{a: b for a, b in kw.items() if a != "enable_gqa"})
+    core = (2.0**-8 + 2 * 7.5e-5 + 4 * ds + (2 * S + 16) * 2.0**-24) * wv
+    ref = reference.attention(q64, k64, v64, **kw)
+    return ref, core + 2.0**-8 * (np.abs(ref) + core)
+
+
+CASES = {
+    "plain": dict(),
+    "causal_upper_left": dict(is_causal=True),
+    "causal_lower_right": dict(is_causal="lower_right"),
+    "window": dict(window=(5, 3)),
+    "window_causal": dict(window=(17, 0), is_causal=True),
+    "scale": dict(scale=0.3),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("L,S,E,Ev", [(70, 90, 64, 64), (1, 300, 40, 24), (33, 17, 128, 80),
+                                      (300, 280, 16, 8)], ids=lambda x: str(x))
+def test_within_the_derived_bound(tier, case, L, S, E, Ev):
+    rng = np.random.default_rng(L * 1000 + S)
+    q, k, v = bf16(rng, (2, 3, L, E)), bf16(rng, (2, 3, S, E)), bf16(rng, (2, 3, S, Ev))
+    out = fastattn.attention(q, k, v, **CASES[case])
+    assert out.dtype == BF16 and out.shape == (2, 3, L, Ev)
+    ref, tol = bound(q, k, v, **CASES[case])
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= tol), (err.max(), tol[err > tol][:5])
+
+
+def test_gqa_key_padding_and_lse(tier):
+    rng = np.random.default_rng(5)
+    q, k, v = bf16(rng, (2, 4, 50, 64)), bf16(rng, (2, 2, 200, 64)), bf16(rng, (2, 2, 200, 32))
+    pad = rng.random((2, 200)) < 0.3
+    pad[1, :] = True                     # batch 1: every key padding -> zero rows, lse -inf
+    out, lse = fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=pad,
+                                  return_lse=True)
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    kk, vv = np.repeat(f(k), 2, axis=1), np.repeat(f(v), 2, axis=1)
+    ref, rlse = reference.attention(f(q), kk, vv, key_padding_mask=pad, return_lse=True)
+    _, tol = bound(q, kk.astype(BF16), vv.astype(BF16), key_padding_mask=pad)
+    assert np.all(np.abs(out.astype(np.float64) - ref) <= tol)
+    assert (out[1].astype(np.float32) == 0).all() and np.all(np.isneginf(lse[1]))
+    np.testing.assert_allclose(lse[0], rlse[0], rtol=0, atol=1e-3)
+
+
+def test_rounds_p_to_bfloat16_unlike_the_float32_path(tier):
+    """The bf16 driver ran (P rounded to bfloat16), not the float32-arithmetic
+    path: the two differ, each within its own bound."""
+    rng = np.random.default_rng(6)
+    q, k, v = bf16(rng, (2, 64, 64), 2.0), bf16(rng, (2, 256, 64), 2.0), bf16(rng, (2, 256, 64))
+    ours = fastattn.attention(q, k, v)
+    prev = fastattn.get_isa()
+    fastattn.set_isa("avx512")
+    try:
+        f32 = fastattn.attention(q, k, v)
+    finally:
+        fastattn.set_isa(prev)
+    assert not np.array_equal(ours.view(np.uint16), f32.view(np.uint16))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_threads_bitwise_identical(tier, causal):
+    rng = np.random.default_rng(7)
+    q, k, v = bf16(rng, (3, 2, 130, 64)), bf16(rng, (3, 2, 300, 64)), bf16(rng, (3, 2, 300, 64))
+    one = fastattn.attention(q, k, v, is_causal=causal, num_threads=1)
+    for nt in (2, 3, 5):
+        other = fastattn.attention(q, k, v, is_causal=causal, num_threads=nt)
+        np.testing.assert_array_equal(one.view(np.uint16), other.view(np.uint16))
+
+
+def test_falls_back_for_masks_options_and_nonfinite_values(tier):
+    """What the driver declines runs on the float32-arithmetic path with the
+    reference's semantics: a boolean mask, softcap, and a NaN value at a hidden
+    key (which must not reach the output)."""
+    rng = np.random.default_rng(8)
+    q, k, v = bf16(rng, (2, 40, 32)), bf16(rng, (2, 70, 32)), bf16(rng, (2, 70, 32))
+    mask = rng.random((40, 70)) < 0.7
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    for kw in (dict(attn_mask=mask), dict(softcap=5.0)):
+        out = fastattn.attention(q, k, v, **kw)
+        ref = reference.attention(f(q), f(k), f(v), **kw)
+        np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2**-7, atol=2**-7)
+    v2 = v.copy()
+    v2[:, -1, :] = np.nan
+    pad = np.zeros((2, 70), bool)
+    pad[:, -1] = True
+    out = fastattn.attention(q, k, v2, key_padding_mask=pad)
+    assert np.isfinite(out.astype(np.float32)).all()
+    ref = reference.attention(f(q), f(k), f(v2), key_padding_mask=pad)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2**-7, atol=2**-7)
+
+
+def test_float32_on_the_bf16_tiers_is_the_avx512_path_bitwise(tier):
+    """float32 and float64 are never computed in lower precision there: the
+    tiers run the avx512 kernels unchanged."""
+    if "avx512" not in fastattn.available_isas():
+        pytest.skip("no avx512 path")
+    rng = np.random.default_rng(9)
+    for dt in (np.float32, np.float64):
+        q, k, v = (rng.standard_normal((2, 50, 40)).astype(dt) for _ in range(3))
+        ours = fastattn.attention(q, k, v, is_causal=True)
+        prev = fastattn.get_isa()
+        fastattn.set_isa("avx512")
+        try:
+            base = fastattn.attention(q, k, v, is_causal=True)
+        finally:
+            fastattn.set_isa(prev)
+        np.testing.assert_array_equal(ours, base)
