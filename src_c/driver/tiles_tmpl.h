@@ -70,9 +70,19 @@ static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int
 {
     const int64_t E = a->E, rs = a->q.rs, cs = a->q.cs;
     if (FN(is_half)(a)) { /* widened once per tile */
-        for (int64_t r = 0; r < n; r++)
+        for (int64_t r = 0; r < n; r++) {
+            FA_T *dst = qp + r * E;
+#if !FA_IS_F64(FA_SFX)
+            if (cs == 1) {
+                const KT *K = KCUR();
+                K->widen_h[a->storage - FA_FLOAT16]((const uint16_t *)a->q.data + qoff + (i0 + r) * rs, dst, E);
+                K->scal(dst, E, sc);
+                continue;
+            }
+#endif
             for (int64_t d = 0; d < E; d++)
-                qp[r * E + d] = FN(ld)(a->q.data, qoff + (i0 + r) * rs + d * cs, a->storage) * sc;
+                dst[d] = FN(ld)(a->q.data, qoff + (i0 + r) * rs + d * cs, a->storage) * sc;
+        }
         memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
         return;
     }
