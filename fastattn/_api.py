@@ -424,7 +424,12 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
     result dtype, ``out`` itself when given (``weights`` and ``lse`` filled
     if given; ``opts``: the score options, None if there are none)."""
     if not _core.in_kernel_form(q, k, v, cdt):
-        q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
+        if cdt is _F32 and k.dtype == v.dtype and _half.is_half(k.dtype):
+            # float32 queries against 16-bit keys and values (a KV cache):
+            # the kernel reads K and V in place, never a float32 copy
+            q, k, v = _as_input(q, cdt), _as_input(k, k.dtype), _as_input(v, v.dtype)
+        else:
+            q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
     # The kernel writes out itself when it can, else a new array it allocates.
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:

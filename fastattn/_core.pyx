@@ -27,6 +27,7 @@ cdef extern from "fastattn.h" nogil:
     ctypedef struct fa_attention_args:
         int dtype
         int storage
+        int kv_storage
         int nbatch_dims
         int64_t batch_shape[32]
         int64_t L, S, E, Ev
@@ -124,7 +125,8 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
     validated, same float dtype (float32, float64, float16 or bfloat16: then
-    read in place and computed in float32), dims broadcastable to batch.  win_left,
+    read in place and computed in float32; or float32 q, out with k, v of
+    one 16-bit dtype), dims broadcastable to batch.  win_left,
     win_right: the sliding window's sides (>= 0; 2**63 - 1: unbounded).  The
     score options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1)
     or None; lse: None or (batch..., L, 1) of q's dtype (float32 for 16-bit
@@ -136,6 +138,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple bat
     if nb > FA_MAX_BATCH_DIMS:
         raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
     a.storage = _storage(q)
+    a.kv_storage = _storage(k)  # 16-bit k, v with float32 q: read in place
     a.dtype = FA_FLOAT64 if a.storage == FA_FLOAT64 else FA_FLOAT32
     a.nbatch_dims = nb
     for d in range(nb):

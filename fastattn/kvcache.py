@@ -179,7 +179,9 @@ class KVCache:
         ----------
         keys : array_like, shape (batch, num_kv_heads, T, head_dim)
         values : array_like, shape (batch, num_kv_heads, T, value_dim)
-            Cast to the cache's dtype (same-kind casting).
+            Cast to the cache's dtype (same-kind casting): into a float16 or
+            bfloat16 cache rounded to nearest even, values beyond its range
+            becoming ``+-inf``.
 
         Raises
         ------
@@ -205,8 +207,9 @@ class KVCache:
         n_new = k.shape[2]
         self._check_room(n_new)
         start = self._len
-        self._keys[:, :, start:start + n_new] = k
-        self._values[:, :, start:start + n_new] = v
+        with np.errstate(over="ignore"):  # beyond a 16-bit range: +-inf, documented
+            self._keys[:, :, start:start + n_new] = k
+            self._values[:, :, start:start + n_new] = v
         self._len = start + n_new
 
     def _filled(self):

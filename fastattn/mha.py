@@ -177,8 +177,9 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         Old tokens are not projected again and the cache is not copied, so a
         one-token step costs time proportional to the cached length.  The
         cache's batch size, head layout (``num_kv_heads``, ``d_k``, ``d_v``)
-        and dtype must match the call (a float16 call takes a float16 or a
-        float32 cache, see Notes).  Not allowed with ``context``.
+        and dtype must match the call (a float16 or bfloat16 call takes a
+        cache of its own dtype or a float32 one, see Notes).  Not allowed
+        with ``context``.
     return_weights : bool, optional
         Also return the attention weights of every head (not averaged over
         heads, unlike torch's default).
@@ -201,7 +202,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         Only with ``return_weights=True``.
     lse : ndarray, shape (N, num_heads, L) or (num_heads, L)
         Only with ``return_lse=True`` (always last): each row's log-sum-exp,
-        float32 for float16/float32 work, float64 for float64.
+        float32 for float16/bfloat16/float32 work, float64 for float64.
 
     Raises
     ------
@@ -224,10 +225,12 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     is within half a float16 ulp (relative ``2**-11`` ~ 4.9e-4, or ``2**-25``
     absolute below the normal range) of the float32 computation on the same
     inputs; results beyond 65504 become ``inf``.  The weights are rounded the
-    same way.  A float16 call may use a float32 ``kv_cache`` (same guarantee,
-    no copies) or a float16 one (half the memory; keys and values are rounded
-    to float16 when stored, one more relative ``2**-11`` on K and V, and each
-    call makes a float32 copy of the cached part for the kernels).
+    same way.  bfloat16 works the same way (relative ``2**-8``).  A float16
+    or bfloat16 call may use a float32 ``kv_cache`` (same guarantee, no
+    copies) or one of its own dtype (half the memory and half the bytes a
+    decoding step reads: keys and values are rounded when stored, one more
+    relative ``2**-11`` (``2**-8``) on K and V, and the kernels read the
+    cache in place, against the float32 queries).
 
     Examples
     --------
@@ -403,8 +406,7 @@ def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
             kv_cache.append(k_new, v_new)
             k, v = kv_cache._filled()
             causal = "lower_right"
-            if k.dtype != cdt:      # 16-bit cache: the kernels work in float32
-                k, v = k.astype(cdt), v.astype(cdt)
+            # a 16-bit cache is read in place by the kernels (float32 queries)
         else:
             k, v = k_new, v_new
         # Looked up at call time, so that a replaced _api.attention is the one called.

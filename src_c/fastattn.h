@@ -46,6 +46,9 @@ typedef struct fa_attention_args {
                                   or (dtype FA_FLOAT32 only) FA_FLOAT16 / FA_BFLOAT16,
                                   read in float32 and the output rounded once to
                                   nearest even; weights then have this type too */
+    int kv_storage;            /* the element type of k and v: storage, or FA_FLOAT16 /
+                                  FA_BFLOAT16 with storage FA_FLOAT32 (float32 queries
+                                  against 16-bit keys and values, e.g. a KV cache) */
     int nbatch_dims;           /* <= FA_MAX_BATCH_DIMS */
     int64_t batch_shape[FA_MAX_BATCH_DIMS];
     int64_t L, S, E, Ev;

@@ -72,8 +72,10 @@ int fa_attention(const fa_attention_args *a)
         a->E < 0 || a->Ev < 0 || a->win_left < 0 || a->win_right < 0 ||
         !(a->softcap <= 0 || isfinite(a->softcap)))
         return FA_EINVAL;
-    if (a->storage != a->dtype &&
-        !(a->dtype == FA_FLOAT32 && (a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16)))
+    const int half = a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16;
+    const int kv_half = a->kv_storage == FA_FLOAT16 || a->kv_storage == FA_BFLOAT16;
+    if ((a->storage != a->dtype && !(a->dtype == FA_FLOAT32 && half)) ||
+        (a->kv_storage != a->storage && !(a->storage == FA_FLOAT32 && kv_half)))
         return FA_EINVAL;
     if (a->storage == FA_BFLOAT16 && fa_bf16_flash_eligible(a)) {
         /* the amx / avx512_bf16 tiers' bfloat16 driver (kernels.h) */

@@ -35,9 +35,9 @@ static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     const int64_t E = a->E;
     const FA_T *qp = st->sc->qp + (t * st->mcp + g) * E;
 #if !FA_IS_F64(FA_SFX)
-    if (st->direct && FN(is_half)(a)) { /* 16-bit keys widened in registers */
+    if (st->direct && FN(kv_half)(a)) { /* 16-bit keys widened in registers */
         const uint16_t *kbase = (const uint16_t *)a->k.data + st->off->k;
-        K->qk_direct_h[a->storage - FA_FLOAT16](nb, nk_b, E, qp, kbase + (st->kb + j0) * a->k.rs,
+        K->qk_direct_h[a->kv_storage - FA_FLOAT16](nb, nk_b, E, qp, kbase + (st->kb + j0) * a->k.rs,
                                                 a->k.rs, s, FA_KC);
         return;
     }
@@ -61,9 +61,9 @@ static void FN(band_values)(const FN(fa_stream) *st, int64_t nb, int64_t j0, int
     const KT *K = st->K;
     const int64_t ldv = st->ldv;
 #if !FA_IS_F64(FA_SFX)
-    if (st->direct && FN(is_half)(a)) { /* 16-bit values widened in registers */
+    if (st->direct && FN(kv_half)(a)) { /* 16-bit values widened in registers */
         const uint16_t *vbase = (const uint16_t *)a->v.data + st->off->v;
-        K->pv_direct_h[a->storage - FA_FLOAT16](nb, nk_b, a->Ev, p, FA_KC,
+        K->pv_direct_h[a->kv_storage - FA_FLOAT16](nb, nk_b, a->Ev, p, FA_KC,
                                                 vbase + (st->kb + j0) * a->v.rs, a->v.rs, o, ldv);
         return;
     }

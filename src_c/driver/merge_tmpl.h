@@ -24,6 +24,12 @@ static void FN(write_out)(const fa_attention_args *a, const fa_offsets *off, int
         const FA_T *src = o + (i - r0) * ldv;
         const int64_t d0 = off->o + i * a->out.rs;
         if (half) { /* rounded once, here */
+#if !FA_IS_F64(FA_SFX)
+            if (a->out.cs == 1 || a->Ev <= 1) {
+                KCUR()->narrow_h[a->storage - FA_FLOAT16](src, inv, (uint16_t *)a->out.data + d0, a->Ev);
+                continue;
+            }
+#endif
             for (int64_t c = 0; c < a->Ev; c++)
                 FN(st)(a->out.data, d0 + c * a->out.cs, a->storage, src[c] * inv);
             continue;

@@ -6,10 +6,16 @@
  * pack_q_f32, pack_q_f64; likewise pack_k, pack_v, apply_masks, pv_careful,
  * count_pad, any_nonfinite. */
 
-/* 1 if the call's q, k, v, out are 16-bit (float16 or bfloat16) */
+/* 1 if the call's q, out (and add_mask) are 16-bit (float16 or bfloat16) */
 static FA_ALWAYS_INLINE int FN(is_half)(const fa_attention_args *a)
 {
     return a->storage == FA_FLOAT16 || a->storage == FA_BFLOAT16;
+}
+
+/* 1 if its k and v are 16-bit (a->kv_storage) */
+static FA_ALWAYS_INLINE int FN(kv_half)(const fa_attention_args *a)
+{
+    return a->kv_storage == FA_FLOAT16 || a->kv_storage == FA_BFLOAT16;
 }
 
 /* 1 if any of x[0..n) is NaN or +-Inf: an integer test of the exponent
@@ -34,7 +40,7 @@ static void FN(pack_k_half)(const fa_attention_args *a, const KT *K, int64_t kof
     const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
 #if !FA_IS_F64(FA_SFX)
     if (cs == 1 || E <= 1) {
-        K->pack_k_h[a->storage - FA_FLOAT16](nk, ncols, E,
+        K->pack_k_h[a->kv_storage - FA_FLOAT16](nk, ncols, E,
                                              (const uint16_t *)a->k.data + koff + kb * rs, rs, kp);
         return;
     }
@@ -42,7 +48,7 @@ static void FN(pack_k_half)(const fa_attention_args *a, const KT *K, int64_t kof
     for (int64_t j = 0; j < ncols; j++) {
         FA_T *dst = kp + (j / nr) * E * nr + (j % nr);
         for (int64_t d = 0; d < E; d++)
-            dst[d * nr] = j < nk ? FN(ld)(a->k.data, koff + (kb + j) * rs + d * cs, a->storage) : 0;
+            dst[d * nr] = j < nk ? FN(ld)(a->k.data, koff + (kb + j) * rs + d * cs, a->kv_storage) : 0;
     }
 }
 
@@ -52,13 +58,13 @@ static int FN(pack_v_half)(const fa_attention_args *a, const KT *K, int64_t voff
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs, npan = ldv / nr;
 #if !FA_IS_F64(FA_SFX)
     if (cs == 1 || Ev <= 1)
-        return K->pack_v_h[a->storage - FA_FLOAT16](
+        return K->pack_v_h[a->kv_storage - FA_FLOAT16](
             nk, Ev, ldv, (const uint16_t *)a->v.data + voff + kb * rs, rs, vp, FA_KC * nr);
 #endif
     for (int64_t j = 0; j < nk; j++)
         for (int64_t c = 0; c < ldv; c++)
             vp[(c / nr) * FA_KC * nr + j * nr + c % nr] =
-                c < Ev ? FN(ld)(a->v.data, voff + (kb + j) * rs + c * cs, a->storage) : 0;
+                c < Ev ? FN(ld)(a->v.data, voff + (kb + j) * rs + c * cs, a->kv_storage) : 0;
     int bad = 0;
     for (int64_t p = 0; p < npan; p++) bad |= FN(any_nonfinite)(vp + p * FA_KC * nr, nk * nr);
     return bad;
@@ -70,9 +76,19 @@ static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int
 {
     const int64_t E = a->E, rs = a->q.rs, cs = a->q.cs;
     if (FN(is_half)(a)) { /* widened once per tile */
-        for (int64_t r = 0; r < n; r++)
+        for (int64_t r = 0; r < n; r++) {
+            FA_T *dst = qp + r * E;
+#if !FA_IS_F64(FA_SFX)
+            if (cs == 1) {
+                const KT *K = KCUR();
+                K->widen_h[a->storage - FA_FLOAT16]((const uint16_t *)a->q.data + qoff + (i0 + r) * rs, dst, E);
+                K->scal(dst, E, sc);
+                continue;
+            }
+#endif
             for (int64_t d = 0; d < E; d++)
-                qp[r * E + d] = FN(ld)(a->q.data, qoff + (i0 + r) * rs + d * cs, a->storage) * sc;
+                dst[d] = FN(ld)(a->q.data, qoff + (i0 + r) * rs + d * cs, a->storage) * sc;
+        }
         memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
         return;
     }
@@ -94,7 +110,7 @@ static void FN(pack_k)(const fa_attention_args *a, const KT *K, int64_t koff, in
                        int64_t nk, int64_t ncols, int64_t nr, FA_T *kp)
 {
     const int64_t E = a->E, rs = a->k.rs, cs = a->k.cs;
-    if (FN(is_half)(a)) {
+    if (FN(kv_half)(a)) {
         FN(pack_k_half)(a, K, koff, kb, nk, ncols, nr, kp);
         return;
     }
@@ -123,7 +139,7 @@ static int FN(pack_v)(const fa_attention_args *a, const KT *K, int64_t voff, int
                       int64_t nk, int64_t ldv, int64_t nr, FA_T *vp)
 {
     const int64_t Ev = a->Ev, rs = a->v.rs, cs = a->v.cs;
-    if (FN(is_half)(a)) return FN(pack_v_half)(a, K, voff, kb, nk, ldv, nr, vp);
+    if (FN(kv_half)(a)) return FN(pack_v_half)(a, K, voff, kb, nk, ldv, nr, vp);
     const FA_T *v = (const FA_T *)a->v.data + voff;
     if (cs == 1 || Ev <= 1) return K->pack_v(nk, Ev, ldv, v + kb * rs, rs, vp, FA_KC * nr);
     const int64_t npan = ldv / nr;

@@ -150,6 +150,10 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
                            const uint16_t *k, int64_t krs, float *s, int64_t lds);
     void (*pv_direct_h[2])(int64_t rows, int64_t nkeys, int64_t Ev, const float *p,
                            int64_t ldp, const uint16_t *v, int64_t vrs, float *o, int64_t ldo);
+    /* dst[i] = src[i] widened (exact); dst[i] = a * src[i] rounded to nearest */
+    /* even (overflow to +-inf), for i < n */
+    void (*widen_h[2])(const uint16_t *src, float *dst, int64_t n);
+    void (*narrow_h[2])(const float *src, float a, uint16_t *dst, int64_t n);
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

@@ -9,15 +9,35 @@
  * e.g. pack_k_f16_avx512, qk_direct_bf16_avx2, pv_direct_f16_generic. */
 #define HN(name) FA_CAT3(name, FA_HSFX, FA_ISA_NAME)
 #define HLOAD FA_CAT(vf_load, FA_HSFX)                  /* vf_load_f16, vf_load_bf16 */
+#define HSTORE FA_CAT(vf_store, FA_HSFX)                /* vf_store_f16, vf_store_bf16 */
 #define HTOF FA_CAT3(fa, FA_HSFX, to_f32)               /* fa_f16_to_f32 (runtime/half.h) */
+#define FTOH FA_CAT(fa_f32_to, FA_HSFX)                 /* fa_f32_to_f16 */
 #define FA_HCHUNK 64 /* dims of a key row widened at a time in pack_k */
+#define FA_HPF_KEYS 16 /* decoding: keys (rows) prefetched ahead */
+#define FA_HPV_VECS 8 /* decoding: vectors of an output row held in registers */
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define FA_PREFETCH(p) ((void)(p))
+#endif
 
 /* dst[i] = src[i] widened, i < n */
-static FA_ALWAYS_INLINE void HN(widen)(const uint16_t *src, float *dst, int64_t n)
+static FA_ALWAYS_INLINE void HN(widen_in)(const uint16_t *src, float *dst, int64_t n)
 {
     int64_t i = 0;
     for (; i + VW <= n; i += VW) V(store)(dst + i, HLOAD(src + i));
     for (; i < n; i++) dst[i] = HTOF(src[i]);
+}
+
+static void HN(widen)(const uint16_t *src, float *dst, int64_t n) { HN(widen_in)(src, dst, n); }
+
+/* dst[i] = a * src[i] rounded to nearest even into 16 bits, i < n */
+static void HN(narrow)(const float *src, float a, uint16_t *dst, int64_t n)
+{
+    const VT va = V(set1)(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) HSTORE(dst + i, V(mul)(V(load)(src + i), va));
+    for (; i < n; i++) dst[i] = FTOH(src[i] * a);
 }
 
 /* kp panels [E x NR] (kernels.h) from 16-bit keys: TB keys at a time, their
@@ -33,7 +53,7 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
             const uint16_t *src = k + (j0 + jb) * krs;
             for (int64_t d0 = 0; d0 < E; d0 += FA_HCHUNK) {
                 const int64_t w = E - d0 < FA_HCHUNK ? E - d0 : FA_HCHUNK, wb = w / VC(TB) * VC(TB);
-                for (int64_t i = 0; i < VC(TB); i++) HN(widen)(src + i * krs + d0, buf + i * FA_HCHUNK, w);
+                for (int64_t i = 0; i < VC(TB); i++) HN(widen_in)(src + i * krs + d0, buf + i * FA_HCHUNK, w);
                 for (int64_t d = 0; d < wb; d += VC(TB))
                     V(transpose_block)(buf + d, FA_HCHUNK, pan + (d0 + d) * NR + jb, NR);
                 for (int64_t d = wb; d < w; d++)
@@ -84,42 +104,71 @@ static int HN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const uint16_t *v, in
     return hb != hb || sbad != sbad;
 }
 
-/* s[i][j] = q[i] . k[j] (q float, packed [rows x E]; k 16-bit, in place) */
+/* One score: q . k (E floats against E 16-bit values), two accumulators,
+ * the same sums as qk_direct of kernels_tmpl.h. */
+static FA_ALWAYS_INLINE float HN(dot)(const float *q, const uint16_t *k, int64_t E)
+{
+    VT a0 = V(zero)(), a1 = V(zero)();
+    int64_t d = 0;
+    for (; d + 2 * VW <= E; d += 2 * VW) {
+        a0 = V(fma)(V(load)(q + d), HLOAD(k + d), a0);
+        a1 = V(fma)(V(load)(q + d + VW), HLOAD(k + d + VW), a1);
+    }
+    float t = V(hsum)(V(add)(a0, a1));
+    for (; d < E; d++) t += q[d] * HTOF(k[d]);
+    return t;
+}
+
+/* s[i][j] = q[i] . k[j] (q float, packed [rows x E]; k 16-bit, in place).
+ * Decoding reads each key once from memory: the rows of key j + FA_HPF_KEYS
+ * are prefetched while key j is computed. */
 static void HN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const float *q,
                           const uint16_t *k, int64_t krs, float *s, int64_t lds)
 {
     for (int64_t j = 0; j < nkeys; j++) {
         const uint16_t *kj = k + j * krs;
-        for (int64_t i = 0; i < rows; i++) {
-            const float *qi = q + i * E;
-            VT a0 = V(zero)(), a1 = V(zero)();
-            int64_t d = 0;
-            for (; d + 2 * VW <= E; d += 2 * VW) {
-                a0 = V(fma)(V(load)(qi + d), HLOAD(kj + d), a0);
-                a1 = V(fma)(V(load)(qi + d + VW), HLOAD(kj + d + VW), a1);
-            }
-            float t = V(hsum)(V(add)(a0, a1));
-            for (; d < E; d++) t += qi[d] * HTOF(kj[d]);
-            s[i * lds + j] = t;
-        }
+        if (j + FA_HPF_KEYS < nkeys)
+            for (int64_t b = 0; b < E * 2; b += 64) FA_PREFETCH((const char *)(kj + FA_HPF_KEYS * krs) + b);
+        for (int64_t i = 0; i < rows; i++) s[i * lds + j] = HN(dot)(q + i * E, kj, E);
     }
 }
 
 /* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] (v 16-bit, in place), zero weights
- * skipped */
+ * skipped; FA_HPV_VECS vectors of a row of o held in registers over all the
+ * keys (the same sums, in the same order, as accumulating in memory). */
 static void HN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const float *p, int64_t ldp,
                           const uint16_t *v, int64_t vrs, float *o, int64_t ldo)
 {
     for (int64_t i = 0; i < rows; i++) {
         float *oi = o + i * ldo;
-        for (int64_t j = 0; j < nkeys; j++) {
-            const float w = p[i * ldp + j];
+        const float *pi = p + i * ldp;
+        int64_t c = 0;
+        for (; c + FA_HPV_VECS * VW <= Ev; c += FA_HPV_VECS * VW) {
+            VT acc[FA_HPV_VECS];
+#pragma GCC unroll 8
+            for (int u = 0; u < FA_HPV_VECS; u++) acc[u] = V(load)(oi + c + u * VW);
+            for (int64_t j = 0; j < nkeys; j++) {
+                const float w = pi[j];
+                if (w == 0) continue;
+                const uint16_t *vj = v + j * vrs + c;
+                if (j + FA_HPF_KEYS < nkeys)
+                    for (int64_t b = 0; b < FA_HPV_VECS * VW * 2; b += 64)
+                        FA_PREFETCH((const char *)(vj + FA_HPF_KEYS * vrs) + b);
+                const VT vw = V(set1)(w);
+#pragma GCC unroll 8
+                for (int u = 0; u < FA_HPV_VECS; u++) acc[u] = V(fma)(vw, HLOAD(vj + u * VW), acc[u]);
+            }
+#pragma GCC unroll 8
+            for (int u = 0; u < FA_HPV_VECS; u++) V(store)(oi + c + u * VW, acc[u]);
+        }
+        for (int64_t j = 0; j < nkeys && c < Ev; j++) { /* the last columns */
+            const float w = pi[j];
             if (w == 0) continue;
             const uint16_t *vj = v + j * vrs;
             const VT vw = V(set1)(w);
-            int64_t c = 0;
-            for (; c + VW <= Ev; c += VW) V(store)(oi + c, V(fma)(vw, HLOAD(vj + c), V(load)(oi + c)));
-            for (; c < Ev; c++) oi[c] += w * HTOF(vj[c]);
+            int64_t cc = c;
+            for (; cc + VW <= Ev; cc += VW) V(store)(oi + cc, V(fma)(vw, HLOAD(vj + cc), V(load)(oi + cc)));
+            for (; cc < Ev; cc++) oi[cc] += w * HTOF(vj[cc]);
         }
     }
 }
@@ -127,4 +176,9 @@ static void HN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const float *
 #undef HN
 #undef HLOAD
 #undef HTOF
+#undef HSTORE
+#undef FTOH
 #undef FA_HCHUNK
+#undef FA_HPF_KEYS
+#undef FA_HPV_VECS
+#undef FA_PREFETCH

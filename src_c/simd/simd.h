@@ -17,7 +17,8 @@
  *   s's sign), vf_where_below (a where x < lo, else b), vf_all_below (1 if
  *   every lane is < lo) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic); and, float
- *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly.
+ *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly,
+ *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h).
  * Same for vd_* and VD_*.  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.
  */

@@ -23,6 +23,23 @@ static inline vf vf_load_bf16(const uint16_t *p)
 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
+/* float vector rounded to nearest even into 16-bit storage (overflow to
+ * +-inf, NaN stays a quiet NaN) */
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline void vf_store_bf16(uint16_t *p, vf x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+    r = _mm256_srli_epi32(r, 16);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(r));
+}
 
 #else /* the operations of element type FA_SFX */
 #define FA_MM _mm256 /* MM(add) -> _mm256_add_ps, _mm256_add_pd (x86.h) */

@@ -26,11 +26,59 @@ typedef __m512d vd;
 #include "simd/transpose_x86.h"
 /* 16-bit storage widened to a float vector: vcvtph2ps (float16, AVX-512F),
  * a shift (bfloat16: the upper half of a float32); every lane exact. */
+#if !defined(FA_AVX512_SIMDE)
 static inline vf vf_load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline vf vf_load_bf16(const uint16_t *p)
 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
+#else /* SIMDe has neither conversion: two AVX2 halves through memory */
+static inline vf vf_load_f16(const uint16_t *p)
+{
+    float t[16];
+    _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+    _mm256_storeu_ps(t + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8))));
+    return _mm512_loadu_ps(t);
+}
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    uint32_t t[16];
+    for (int i = 0; i < 16; i++) t[i] = (uint32_t)p[i] << 16;
+    return _mm512_castsi512_ps(_mm512_loadu_si512((const void *)t));
+}
+#endif
+/* float vector rounded to nearest even into 16-bit storage (overflow to
+ * +-inf, NaN stays a quiet NaN) */
+static inline void vf_store_bf16(uint16_t *p, vf x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+                              _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+    r = _mm512_srli_epi32(r, 16);
+#if !defined(FA_AVX512_SIMDE)
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+#else
+    uint32_t t[16];
+    _mm512_storeu_si512((void *)t, r);
+    for (int i = 0; i < 16; i++) p[i] = (uint16_t)t[i];
+#endif
+}
+#if !defined(FA_AVX512_SIMDE)
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#else
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    float t[16];
+    _mm512_storeu_ps(t, x);
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(_mm256_loadu_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128((__m128i *)(p + 8), _mm256_cvtps_ph(_mm256_loadu_ps(t + 8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
 
 #else /* the operations of element type FA_SFX */
 #define FA_MM _mm512 /* MM(add) -> _mm512_add_ps, _mm512_add_pd (x86.h) */

@@ -21,6 +21,9 @@ typedef double vd;
 /* 16-bit storage widened to float (runtime/half.h: exact) */
 static inline vf vf_load_f16(const uint16_t *p) { return fa_f16_to_f32(*p); }
 static inline vf vf_load_bf16(const uint16_t *p) { return fa_bf16_to_f32(*p); }
+/* float rounded to nearest even into 16-bit storage (runtime/half.h) */
+static inline void vf_store_f16(uint16_t *p, vf x) { *p = fa_f32_to_f16(x); }
+static inline void vf_store_bf16(uint16_t *p, vf x) { *p = fa_f32_to_bf16(x); }
 
 #else /* the operations of element type FA_SFX */
 static inline VT V(load)(const FA_T *p) { return *p; }

@@ -1,0 +1,200 @@
+"""attention() on float16 and bfloat16 inputs, on every ISA path: read in
+place, computed in float32 and rounded once.  Each case is checked twice:
+bitwise against the float32 computation on the widened inputs, rounded to
+the dtype (so no step rounds in between and nothing is lost reading the
+16-bit data), and against the float64 reference within one ulp of the
+dtype plus float32 rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastattn
+from fastattn import reference
+
+from half_common import F32, HALF_IDS, HALVES, assert_bitwise, assert_half_close, randn
+
+# name -> (q shape, k shape, v shape, options); decode (L <= 8: the direct
+# kernels, and with S > 1024 the key split), prefill (packed panels), odd
+# sizes (vector tails), every mask kind and score option.
+CASES = {
+    "decode_key_split": ((2, 3, 1, 64), (2, 3, 1100, 64), (2, 3, 1100, 64), {}),
+    "decode_few_rows_lower_right": ((1, 2, 5, 40), (1, 2, 300, 40), (1, 2, 300, 24),
+                                    {"is_causal": "lower_right"}),
+    "prefill_causal_odd_sizes": ((1, 2, 150, 40), (1, 2, 150, 40), (1, 2, 150, 24),
+                                 {"is_causal": True}),
+    "window_lower_right": ((1, 1, 70, 32), (1, 1, 100, 32), (1, 1, 100, 32),
+                           {"is_causal": "lower_right", "window": (16, 4)}),
+    "gqa_decode": ((1, 4, 1, 32), (1, 2, 200, 32), (1, 2, 200, 32), {"enable_gqa": True}),
+    "gqa_prefill": ((2, 4, 33, 32), (2, 2, 90, 32), (2, 2, 90, 16), {"enable_gqa": True}),
+    "score_options_lse": ((1, 2, 20, 32), (1, 2, 130, 32), (1, 2, 130, 32),
+                          {"softcap": 3.0, "alibi_slopes": [0.25, 0.5], "sinks": [0.5, -1.0],
+                           "return_lse": True, "is_causal": "lower_right"}),
+    "decode_score_options_lse": ((1, 2, 1, 32), (1, 2, 1500, 32), (1, 2, 1500, 32),
+                                 {"softcap": 2.0, "sinks": [0.0, 1.0], "return_lse": True}),
+    "weights": ((1, 2, 17, 24), (1, 2, 45, 24), (1, 2, 45, 20),
+                {"return_weights": True, "is_causal": True}),
+    "key_padding": ((2, 2, 9, 16), (2, 2, 70, 16), (2, 2, 70, 16),
+                    {"key_padding_mask": "pad"}),
+}
+
+
+def _inputs(rng, case, dt):
+    qs, ks, vs, opts = CASES[case]
+    q, k, v = randn(rng, qs, dt), randn(rng, ks, dt), randn(rng, vs, dt, 2.0)
+    opts = dict(opts)
+    if opts.get("key_padding_mask") == "pad":
+        pad = rng.random((qs[0], ks[-2])) < 0.3
+        pad[:, 0] = False
+        opts["key_padding_mask"] = pad
+    return q, k, v, opts
+
+
+def _widened(x):
+    return x.astype(F32) if isinstance(x, np.ndarray) and x.dtype.itemsize == 2 else x
+
+
+def _check(q, k, v, dt, mask=None, **opts):
+    """The two checks of the module docstring; returns the result."""
+    got = fastattn.attention(q, k, v, mask, **opts)
+    f32 = fastattn.attention(_widened(q), _widened(k), _widened(v), _widened(mask), **opts)
+    ref = reference.attention(q, k, v, mask, **opts)
+    parts = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
+    names = ["out"] + (["weights"] if opts.get("return_weights") else []) + (
+        ["lse"] if opts.get("return_lse") else [])
+    for name, g, f, r in zip(names, parts(got), parts(f32), parts(ref)):
+        if name == "lse":   # float32 for 16-bit inputs
+            assert g.dtype == F32 and r.dtype == F32
+            assert_bitwise(g, f, err_msg=name)
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5, err_msg=name)
+            continue
+        assert g.dtype == dt and r.dtype == dt, (name, g.dtype, r.dtype)
+        assert_bitwise(g, f.astype(dt), err_msg=name)
+        ref64 = reference.attention(*(a.astype(np.float64) for a in (q, k, v)),
+                                    None if mask is None else mask.astype(np.float64)
+                                    if mask.dtype != bool else mask, **opts)
+        r64 = parts(ref64)[names.index(name)]
+        mag = np.abs(v.astype(np.float64)).max() if name == "out" else 1.0
+        assert_half_close(g, r64, dt, magnitude=mag, err_msg=name)
+    return got
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_half_inputs_match_float32_rounded_once_and_reference(isa, rng, dt, case):
+    q, k, v, opts = _inputs(rng, case, dt)
+    _check(q, k, v, dt, **opts)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 40])
+def test_half_additive_mask_in_the_half_dtype(isa, rng, dt, L):
+    q, k, v = randn(rng, (2, L, 32), dt), randn(rng, (2, 80, 32), dt), randn(rng, (2, 80, 32), dt)
+    mask = randn(rng, (2, L, 80), dt)
+    mask[:, :, 5:9] = -np.inf
+    _check(q, k, v, dt, mask)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 40])
+def test_half_bool_mask_and_strided_inputs(isa, rng, dt, L):
+    """Transposed (non-unit column stride) and sliced inputs: the
+    element-by-element readers."""
+    q = randn(rng, (32, L), dt).T
+    k = randn(rng, (32, 120), dt).T
+    v = randn(rng, (240, 24), dt)[::2]
+    mask = rng.random((L, 120)) < 0.7
+    mask[:, 0] = True
+    _check(q, k, v, dt, mask)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 24])
+def test_half_out_parameter_filled_and_returned(isa, rng, dt, L):
+    q, k, v = randn(rng, (3, L, 16), dt), randn(rng, (3, 50, 16), dt), randn(rng, (3, 50, 8), dt)
+    out = np.full((3, L, 8), np.nan, dt)
+    res = fastattn.attention(q, k, v, is_causal="lower_right", out=out)
+    assert res is out
+    assert_bitwise(out, fastattn.attention(q, k, v, is_causal="lower_right"))
+    strided = np.zeros((3, L, 16), dt)[..., ::2]          # not contiguous
+    assert fastattn.attention(q, k, v, is_causal="lower_right", out=strided) is strided
+    assert_bitwise(strided, out)
+    with pytest.raises(TypeError, match="dtype"):
+        fastattn.attention(q, k, v, out=np.zeros((3, L, 8), np.float32))
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 30])
+def test_half_nan_inf_in_hidden_positions_have_no_influence(isa, rng, dt, L):
+    S = 60
+    q, k, v = randn(rng, (2, L, 32), dt), randn(rng, (2, S, 32), dt), randn(rng, (2, S, 32), dt)
+    pad = np.zeros((2, S), bool)
+    pad[:, 10:14] = True
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[:, 10:14] = np.nan
+    v_bad[:, 10:12] = np.inf
+    v_bad[:, 12:14] = np.nan
+    clean = fastattn.attention(q, k, v, key_padding_mask=pad, is_causal="lower_right")
+    dirty = fastattn.attention(q, k_bad, v_bad, key_padding_mask=pad, is_causal="lower_right")
+    assert np.isfinite(dirty.astype(np.float64)).all()
+    assert_bitwise(dirty, clean)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 20])
+def test_half_rounding_to_nearest_even_exact_ties(isa, rng, dt, L):
+    """Two keys with equal scores (q = 0): out = (v0 + v1) / 2, exact in
+    float32 for values within 2**12 of each other, so the output must be
+    its correctly rounded value, ties to even included."""
+    Ev = 64
+    base = 2.0 ** rng.integers(-10, 10, size=Ev)
+    v0 = (base * rng.choice([-1, 1], Ev) * (1 + rng.integers(0, 8, Ev) / 8)).astype(dt)
+    v1 = (v0.astype(np.float64) + ulp_step(v0, dt)).astype(dt)   # neighbours: ties
+    v = np.stack([v0, v1])[None]
+    q = np.zeros((1, L, 8), dt)
+    k = randn(rng, (1, 2, 8), dt)
+    got = fastattn.attention(q, k, v)
+    exact = (v0.astype(np.float32) + v1.astype(np.float32)) * np.float32(0.5)
+    assert_bitwise(got, np.broadcast_to(exact.astype(dt), (1, L, Ev)))
+
+
+def ulp_step(x, dt):
+    from half_common import ulp
+    return ulp(x, dt)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+def test_half_every_value_round_trips(isa, dt):
+    """One key: out = v exactly, for every 16-bit pattern (subnormals,
+    the largest finite values, +-inf, NaN): widening and rounding are exact
+    inverses on representable values (-0 comes out +0: the accumulator
+    starts at +0)."""
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    v = bits.view(dt).reshape(1024, 1, 64)
+    q = np.zeros((1024, 1, 8), dt)
+    k = np.zeros((1024, 1, 8), dt)
+    want = v.copy()
+    want[want == 0] = 0
+    assert_bitwise(fastattn.attention(q, k, v), want)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 50])
+def test_float32_queries_against_16_bit_keys_values(isa, rng, dt, L):
+    """float32 queries with 16-bit K and V (a KV cache): float32 result,
+    bitwise the float32 computation on the widened K and V."""
+    q = randn(rng, (2, 2, L, 32), F32)
+    k, v = randn(rng, (2, 2, 1200, 32), dt), randn(rng, (2, 2, 1200, 32), dt)
+    got = fastattn.attention(q, k, v, is_causal="lower_right")
+    assert got.dtype == F32
+    assert_bitwise(got, fastattn.attention(q, k.astype(F32), v.astype(F32),
+                                           is_causal="lower_right"))
+
+
+def test_half_results_are_the_same_for_any_thread_count(rng):
+    for dt in HALVES:
+        q, k, v = randn(rng, (4, 2, 1, 64), dt), randn(rng, (4, 2, 3000, 64), dt), \
+            randn(rng, (4, 2, 3000, 64), dt)
+        one = fastattn.attention(q, k, v, num_threads=1)
+        assert_bitwise(fastattn.attention(q, k, v, num_threads=3), one)
