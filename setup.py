@@ -15,8 +15,11 @@
   the avx512 kernels are compiled for AVX2 (the `simde:` line of avx512.flags)
   with SIMDe (Debian: libsimde-dev) implementing their _mm512 intrinsics, and
   runtime/dispatch.c offers the avx512 path wherever AVX2 runs, so the AVX-512
-  kernels are executed and tested on a CPU without AVX-512.  Slow, and never
-  for a wheel: show_config() says so.
+  kernels are executed and tested on a CPU without AVX-512.  The same build
+  emulates the AMX tile and AVX512-BF16 instructions in plain C
+  (src_c/simd/bf16_emulate.h, FA_BF16_EMULATED; the `simde:` lines of
+  amx.flags and avx512_bf16.flags), and offers the amx and avx512_bf16 paths
+  wherever AVX2 runs too.  Slow, and never for a wheel: show_config() says so.
 * An extension with no source under src_c/ (e.g. a test-hook module) gets no
   kernels; fastattn/_build_config.py records each ISA's flags by ISA name.
 """
@@ -146,6 +149,8 @@ class BuildExt(build_ext):
                     macros.append(("FA_NO_X86_KERNELS", "1"))
                 if emulation:
                     macros.append(("FA_AVX512_EMULATED", "1"))
+                    # and the bfloat16 tiers' instructions: simd/bf16_emulate.h
+                    macros.append(("FA_BF16_EMULATED", "1"))
                 isa_jobs = [(ISA_UNIT, base + isa_flags[n] + extra, macros + [("FA_ISA_NAME", n)],
                              os.path.join(self.build_temp, "isa_" + n)) for n, _ in isas]
             jobs = common[:1] + isa_jobs + common[1:]

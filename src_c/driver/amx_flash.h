@@ -76,6 +76,43 @@ typedef struct FA_BF(ctx) {
     int *bad;                      /* per batch item: a non-finite input */
 } FA_BF(ctx);
 
+/* 16 x 16 dwords transposed in registers (unpack 32, 64 bits, then the
+ * 128-bit lanes): row j of the result is column j of the input. */
+static inline void fa_bf_tr16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    __m512i u[16]; /* u[4g + c]: lane l holds column 4l + c of rows 4g .. 4g+3 */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+        const __m512i b = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+        const __m512i d = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512i e = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_i32x4(a, d, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(a, d, 0xDD);
+        r[8 + c] = _mm512_shuffle_i32x4(b, e, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(b, e, 0xDD);
+    }
+}
+
+/* 16 bfloat16 of a row (n <= 16 of them, contiguous; zeros beyond) as the
+ * low halves (hi 0) or high halves (hi 1) of 16 dwords */
+static inline __m512i fa_bf_widen(const uint16_t *p, int64_t n, int hi)
+{
+    const __mmask32 m = n >= 16 ? 0xffffu : (((__mmask32)1 << n) - 1);
+    const __m512i w = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, p)));
+    return hi ? _mm512_slli_epi32(w, 16) : w;
+}
+
 /* element offsets of batch item b (q, k, v, out, pad, lse) */
 static void FA_BF(offsets)(const fa_attention_args *a, int64_t b, int64_t o[6])
 {
@@ -114,25 +151,36 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
         memset(d + E, 0, (size_t)(Ep - E) * 2);
     }
     memset(kp + S * Ep, 0, (size_t)((Sp - S) * Ep) * 2);
-    /* V^T in blocks of 32 keys: the 32-key segments of all Ev rows stay in L1 */
+    /* V^T in blocks of 32 keys x 16 columns: key pairs interleaved into
+     * dwords (rows 2k, 2k+1), then transposed: row e of V^T, 32 keys */
     unsigned nonfinite = 0;
     for (int64_t j0 = 0; j0 < Sp; j0 += 32) {
         const int64_t nj = S - j0 < 32 ? S - j0 : 32;
-        for (int64_t e = 0; e < Ev; e++) memset(vt + e * x->vts + j0 + nj, 0, (size_t)(32 - nj) * 2);
-        for (int64_t jj = 0; jj < nj; jj++) {
-            const uint16_t *r = v + (j0 + jj) * a->v.rs;
-            uint16_t *d = vt + j0 + jj;
-            if (a->v.cs == 1)
-                for (int64_t e = 0; e < Ev; e++) {
-                    d[e * x->vts] = r[e];
-                    nonfinite |= (unsigned)((r[e] & 0x7f80) == 0x7f80);
+        for (int64_t e0 = 0; e0 < Ev; e0 += 16) {
+            const int64_t ne = Ev - e0 < 16 ? Ev - e0 : 16;
+            __m512i r[16];
+            for (int64_t kq = 0; kq < 16; kq++) {
+                const int64_t j = j0 + 2 * kq;
+                __m512i w[2];
+                for (int u = 0; u < 2; u++) {
+                    if (j + u >= j0 + nj) { w[u] = _mm512_setzero_si512(); continue; }
+                    const uint16_t *row = v + (j + u) * a->v.rs + e0 * a->v.cs;
+                    if (a->v.cs == 1) {
+                        w[u] = fa_bf_widen(row, ne, u);
+                    } else {
+                        uint16_t tmp[16] = {0};
+                        for (int64_t e = 0; e < ne; e++) tmp[e] = row[e * a->v.cs];
+                        w[u] = fa_bf_widen(tmp, 16, u);
+                    }
                 }
-            else
-                for (int64_t e = 0; e < Ev; e++) {
-                    const uint16_t h = r[e * a->v.cs];
-                    d[e * x->vts] = h;
-                    nonfinite |= (unsigned)((h & 0x7f80) == 0x7f80);
-                }
+                r[kq] = _mm512_or_si512(w[0], w[1]);
+                /* exponent bits all ones in either half: NaN or Inf */
+                const __m512i ex = _mm512_set1_epi32(0x7f807f80);
+                const __m512i x = _mm512_and_si512(r[kq], ex);
+                nonfinite |= (unsigned)_mm512_cmpeq_epi16_mask(x, ex) != 0;
+            }
+            fa_bf_tr16(r);
+            for (int64_t e = 0; e < ne; e++) _mm512_storeu_si512((void *)(vt + (e0 + e) * x->vts + j0), r[e]);
         }
     }
     for (int64_t e = Ev; e < x->Evp; e++) memset(vt + e * x->vts, 0, (size_t)Sp * 2);
@@ -140,18 +188,31 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
 }
 
 /* Q^T of rows q0 .. q0+nq-1 as B tiles: tile (kk, h) = 16 rows (pairs of
- * E columns 32kk + 2r, +1) x 16 queries (16h + n), zero beyond L and E */
+ * E columns 32kk + 2r, +1) x 16 queries (16h + n), zero beyond L and E:
+ * the rows' dwords transposed 16 x 16 */
 static void FA_BF(pack_qt)(const fa_attention_args *a, const uint16_t *q, int64_t q0,
                             int64_t nq, int64_t nd, uint16_t *qt)
 {
-    memset(qt, 0, (size_t)(nd * 2 * 512) * 2);
-    for (int64_t i = 0; i < nq; i++) {
-        const int64_t h = i / 16, n = i % 16;
-        for (int64_t e = 0; e < a->E; e++) {
-            const int64_t kk = e / 32, r = (e % 32) / 2;
-            qt[(kk * 2 + h) * 512 + r * 32 + n * 2 + (e & 1)] = q[(q0 + i) * a->q.rs + e * a->q.cs];
+    for (int64_t kk = 0; kk < nd; kk++)
+        for (int h = 0; h < 2; h++) {
+            __m512i r[16];
+            const int64_t ne = a->E - 32 * kk < 32 ? a->E - 32 * kk : 32;
+            for (int n = 0; n < 16; n++) {
+                const int64_t i = 16 * h + n;
+                if (i >= nq) { r[n] = _mm512_setzero_si512(); continue; }
+                const uint16_t *row = q + (q0 + i) * a->q.rs + 32 * kk * a->q.cs;
+                uint16_t tmp[32] = {0};
+                if (a->q.cs == 1 && ne == 32) {
+                    r[n] = _mm512_loadu_si512((const void *)row);
+                    continue;
+                }
+                for (int64_t e = 0; e < ne; e++) tmp[e] = row[e * a->q.cs];
+                r[n] = _mm512_loadu_si512((const void *)tmp);
+            }
+            fa_bf_tr16(r);
+            for (int rr = 0; rr < 16; rr++)
+                _mm512_storeu_si512((void *)(qt + (kk * 2 + h) * 512 + rr * 32), r[rr]);
         }
-    }
 }
 
 /* S^T block: keys k0 .. k0 + 16*nt16 - 1 against the 32 queries, into st
@@ -313,7 +374,7 @@ static void FA_BF(rescale)(float *ot, int64_t Evp, const float *alpha)
 
 /* out rows q0 .. q0+nq-1 = O / l in bfloat16 (0 where l = 0: nothing
  * visible), lse = (m + log2 l) ln 2 (-inf there); bt: Evp x 32 bfloat16
- * scratch (O^T scaled and rounded by rows, then transposed) */
+ * scratch (for an output with column stride != 1) */
 static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const float *m,
                            const float *l, int64_t nq, uint16_t *out, float *lse, uint16_t *bt)
 {
@@ -323,17 +384,30 @@ static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const flo
         const __mmask16 z = _mm512_cmp_ps_mask(lv, _mm512_setzero_ps(), _CMP_EQ_OQ);
         inv[h] = _mm512_maskz_div_ps((__mmask16)~z, _mm512_set1_ps(1.0f), lv); /* NaN stays */
     }
-    for (int64_t e = 0; e < a->Ev; e++)
-        _mm512_storeu_si512((void *)(bt + e * FA_BF_MQ),
-                            fa_cvt2bf16(_mm512_mul_ps(_mm512_loadu_ps(ot + e * FA_BF_MQ + 16), inv[1]),
-                                        _mm512_mul_ps(_mm512_loadu_ps(ot + e * FA_BF_MQ), inv[0])));
-    for (int64_t i = 0; i < nq; i++) {
-        uint16_t *o = out + i * a->out.rs;
-        for (int64_t e = 0; e < a->Ev; e++) o[e * a->out.cs] = bt[e * FA_BF_MQ + i];
+    /* per 16 x 16 block: O^T rows (lanes = queries) scaled, transposed to
+     * query rows, rounded to bfloat16 */
+    for (int h = 0; h < 2 && 16 * h < nq; h++)
+        for (int64_t e0 = 0; e0 < a->Ev; e0 += 16) {
+            __m512i r[16];
+            for (int e = 0; e < 16; e++)
+                r[e] = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(ot + (e0 + e) * FA_BF_MQ + 16 * h), inv[h]));
+            fa_bf_tr16(r);
+            const int64_t ne = a->Ev - e0 < 16 ? a->Ev - e0 : 16;
+            for (int n = 0; n < 16 && 16 * h + n < nq; n++) {
+                uint16_t *o = out + (16 * h + n) * a->out.rs + e0 * a->out.cs;
+                const __m512i b16 = fa_cvt2bf16(_mm512_setzero_ps(), _mm512_castsi512_ps(r[n]));
+                if (a->out.cs == 1) {
+                    _mm512_mask_storeu_epi16(o, (__mmask32)((1u << ne) - 1), b16);
+                } else {
+                    _mm512_storeu_si512((void *)bt, b16);
+                    for (int64_t e = 0; e < ne; e++) o[e * a->out.cs] = bt[e];
+                }
+            }
+        }
+    for (int64_t i = 0; i < nq; i++)
         if (lse)
             lse[i * a->lse.rs] = l[i] > 0 ? (float)((m[i] + log2(l[i])) * 0.693147180559945309417)
                                           : (l[i] == 0 ? -INFINITY : l[i]);
-    }
 }
 
 /* phase 2, item it = (batch item, query block) */
