@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .cases import SECTIONS, Case
+from .cases import SECTIONS, Case, variant_kwargs
 from .machine import OPENBLAS_VARS
 from .timing import paired_ratio
 
@@ -33,6 +33,25 @@ def _ratio(a, b):
 
 
 
+# the options the bfloat16 driver of the amx / avx512_bf16 tiers leaves to the
+# float32-arithmetic path (src_c/kernels/kernels.h)
+_BF16_DECLINED = ("attn_mask", "softcap", "alibi_slopes", "sinks")
+
+
+def kernel_path(case: Case) -> str:
+    """The ISA path that ran the case, and for bfloat16 on the amx or
+    avx512_bf16 tiers whether their bfloat16 tiles took it."""
+    import fastattn
+    isa = fastattn.get_isa()
+    if case.kind != "attention" or case.dtype != "bfloat16" or isa not in ("amx", "avx512_bf16"):
+        return isa
+    B, H, L, S, D = case.shape
+    kw = variant_kwargs(case.variant, H, L, S) if case.variant else {}
+    if any(k in kw for k in _BF16_DECLINED) or D > 256:
+        return f"{isa} (float32 arithmetic)"
+    return f"{isa} (bf16 tiles)"
+
+
 def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dict) -> dict:
     """The row of fastattn variant ``var`` at ``t`` threads, before the peers."""
     flops = case.flops()
@@ -47,6 +66,7 @@ def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dic
         "shape": (dict(zip("BHLSD", case.shape)) if case.kind == "attention"
                   else dict(zip("MN", case.shape))),
         "dtype": case.dtype,
+        "path": kernel_path(case),
         "causal": case.causal,
         "threads": t,
         "flops": flops if math.isfinite(flops) else None,
@@ -141,16 +161,16 @@ def _cell_speed(row, peer):
 
 def format_table(rows: list[dict], peers) -> str:
     """The timings table (markdown), one line per row."""
-    hdr = ["case", "dtype", "causal", "thr", "fastattn", "GFLOP/s", "% peak"]
+    hdr = ["case", "dtype", "path", "causal", "thr", "fastattn", "GFLOP/s", "% peak"]
     for p in peers:
         hdr += [p, f"vs {p}"]
     hdr.append("notes")
     lines = ["| " + " | ".join(hdr) + " |",
-             "|" + "|".join("---" if i < 3 else "--:" for i in range(len(hdr) - 1))
+             "|" + "|".join("---" if i < 4 else "--:" for i in range(len(hdr) - 1))
              + "|---|"]
     for r in rows:
-        cells = [r["case"], r["dtype"], "yes" if r["causal"] else "no", str(r["threads"]),
-                 fmt_time(r["fastattn_s"]),
+        cells = [r["case"], r["dtype"], r.get("path", "?"), "yes" if r["causal"] else "no",
+                 str(r["threads"]), fmt_time(r["fastattn_s"]),
                  "—" if r["gflops"] is None else f"{r['gflops']:.1f}",
                  "—" if r["frac_peak"] is None else f"{100 * r['frac_peak']:.0f}%"]
         for p in peers:
