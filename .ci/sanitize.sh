@@ -6,7 +6,11 @@
 # SIMDe from Debian's libsimde-dev, installed here if missing): the
 # avx512 kernels run through SIMDe on AVX2, so every test parametrized over
 # the ISA paths runs them too -- on a CPU without AVX-512, the only place
-# they are ever executed.  FASTATTN_SANITIZE_NO_EMULATION=1 leaves it out.
+# they are ever executed.  The same build emulates the AMX tile and
+# AVX512-BF16 instructions in plain C (src_c/simd/bf16_emulate.h), so the amx
+# and avx512_bf16 paths (their bfloat16 flash driver, tests/kernels/
+# test_amx_*.py) run under the sanitizers on any x86-64 as well.
+# FASTATTN_SANITIZE_NO_EMULATION=1 leaves it out.
 #
 #   bash .ci/sanitize.sh [extra pytest args]
 #
@@ -93,6 +97,7 @@ print("importing", c.__file__, "| ISA paths:", fastattn.available_isas(),
       "| avx512 emulated:", c.avx512_emulated())
 if os.environ.get("FASTATTN_AVX512_EMULATION"):
     assert c.avx512_emulated() and "avx512" in fastattn.available_isas()
+    assert {"avx512_bf16", "amx"} <= set(fastattn.available_isas())
 PYEOF
 # Left out: the RSS tests (they measure the allocator, and ASan's allocator
 # holds freed memory in quarantine and maps shadow memory: nothing of the
