@@ -106,12 +106,21 @@ static inline void fa_bf_tr16(__m512i r[16])
 
 /* 16 bfloat16 of a row (n <= 16 of them, contiguous; zeros beyond) as the
  * low halves (hi 0) or high halves (hi 1) of 16 dwords */
+#if defined(FA_AVX512_SIMDE) /* SIMDe lacks these two; plain C then */
+static inline __m512i fa_bf_widen(const uint16_t *p, int64_t n, int hi)
+{
+    uint32_t w[16] = {0};
+    for (int64_t e = 0; e < n && e < 16; e++) w[e] = (uint32_t)p[e] << (hi ? 16 : 0);
+    return _mm512_loadu_si512((const void *)w);
+}
+#else
 static inline __m512i fa_bf_widen(const uint16_t *p, int64_t n, int hi)
 {
     const __mmask32 m = n >= 16 ? 0xffffu : (((__mmask32)1 << n) - 1);
     const __m512i w = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, p)));
     return hi ? _mm512_slli_epi32(w, 16) : w;
 }
+#endif
 
 /* element offsets of batch item b (q, k, v, out, pad, lse) */
 static void FA_BF(offsets)(const fa_attention_args *a, int64_t b, int64_t o[6])
@@ -175,9 +184,9 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
                 }
                 r[kq] = _mm512_or_si512(w[0], w[1]);
                 /* exponent bits all ones in either half: NaN or Inf */
-                const __m512i ex = _mm512_set1_epi32(0x7f807f80);
-                const __m512i x = _mm512_and_si512(r[kq], ex);
-                nonfinite |= (unsigned)_mm512_cmpeq_epi16_mask(x, ex) != 0;
+                const __m512i elo = _mm512_set1_epi32(0x7f80), ehi = _mm512_set1_epi32(0x7f800000);
+                nonfinite |= (unsigned)(_mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], elo), elo) |
+                                        _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], ehi), ehi)) != 0;
             }
             fa_bf_tr16(r);
             for (int64_t e = 0; e < ne; e++) _mm512_storeu_si512((void *)(vt + (e0 + e) * x->vts + j0), r[e]);
@@ -396,9 +405,12 @@ static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const flo
             for (int n = 0; n < 16 && 16 * h + n < nq; n++) {
                 uint16_t *o = out + (16 * h + n) * a->out.rs + e0 * a->out.cs;
                 const __m512i b16 = fa_cvt2bf16(_mm512_setzero_ps(), _mm512_castsi512_ps(r[n]));
+#if !defined(FA_AVX512_SIMDE) /* (SIMDe lacks the masked 16-bit store) */
                 if (a->out.cs == 1) {
                     _mm512_mask_storeu_epi16(o, (__mmask32)((1u << ne) - 1), b16);
-                } else {
+                } else
+#endif
+                {
                     _mm512_storeu_si512((void *)bt, b16);
                     for (int64_t e = 0; e < ne; e++) o[e * a->out.cs] = bt[e];
                 }
