@@ -488,18 +488,22 @@ int FA_BF_FN(const fa_attention_args *a)
                                   (size_t)x.Evp * FA_BF_MQ * 4 + (size_t)(x.Ep / 32) * 2 * 512 * 2 +
                                   3 * FA_BF_MQ * 4, 64);
     const size_t packed = (size_t)x.nb * ((size_t)x.Sp * (size_t)x.Ep + (size_t)x.vts * (size_t)x.Evp) * 2;
-    x.kp = (uint16_t *)fa_malloc(packed);
-    x.scratch = (char *)fa_malloc(x.scratch_bytes * (size_t)nt + 64);
+    /* both 64-byte aligned (a tile row, a cache line: unaligned rows would
+     * straddle two lines on every tile load) */
+    void *kmem = fa_malloc(packed + 64), *smem = fa_malloc(x.scratch_bytes * (size_t)nt + 64);
     x.bad = (int *)fa_calloc((size_t)x.nb, sizeof(int));
-    if (!x.kp || !x.scratch || !x.bad) {
-        fa_free(x.kp); fa_free(x.scratch); fa_free(x.bad);
+    if (!kmem || !smem || !x.bad) {
+        fa_free(kmem); fa_free(smem); fa_free(x.bad);
         return FA_ENOMEM;
     }
+    x.kp = (uint16_t *)((char *)kmem + (64 - (uintptr_t)kmem % 64) % 64);
+    x.scratch = (char *)smem + (64 - (uintptr_t)smem % 64) % 64;
     x.vt = x.kp + x.nb * x.Sp * x.Ep;
     fa_parallel_for(nt, FA_SCHED_STATIC, x.nb, FA_BF(pack), &x);
     int bad = 0;
     for (int64_t b = 0; b < x.nb; b++) bad |= x.bad[b];
-    if (!bad) fa_parallel_for(nt, FA_SCHED_STATIC, x.nb * x.nqb, FA_BF(item), &x);
-    fa_free(x.kp); fa_free(x.scratch); fa_free(x.bad);
+    /* dynamic: an item's result does not depend on the thread that runs it */
+    if (!bad) fa_parallel_for(nt, FA_SCHED_DYNAMIC, x.nb * x.nqb, FA_BF(item), &x);
+    fa_free(kmem); fa_free(smem); fa_free(x.bad);
     return bad ? FA_BF16_DECLINED : FA_OK;
 }
