@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, make_inputs, variant_has_peers, variant_kwargs, variant_visible
+from .cases import (HALF_DTYPES, Case, make_inputs, variant_has_peers, variant_kwargs,
+                    variant_visible)
 
 PEERS = ("torch", "numpy")
 
@@ -150,7 +151,7 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
         return fast, peer_fns, skipped
     if "torch" in peers:
         F = tools.torch.nn.functional
-        tq, tk, tv = (tools.torch.from_numpy(a) for a in (q, k, v))
+        tq, tk, tv = (_to_torch(tools.torch, a) for a in (q, k, v))
         tkw = {"is_causal": causal}
         if case.variant:
             tkw = {"attn_mask": tools.torch.from_numpy(
@@ -158,12 +159,21 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
         peer_fns["torch"] = lambda: F.scaled_dot_product_attention(tq, tk, tv, **tkw)
     if "numpy" in peers:
         need = numpy_peak_bytes(case)
-        if need > numpy_max_bytes:
+        if case.dtype in HALF_DTYPES:
+            skipped["numpy"] = "n/a: NumPy has no 16-bit matmul of its own (BLAS)"
+        elif need > numpy_max_bytes:
             skipped["numpy"] = (f"skipped: would need ~{need / 2 ** 30:.1f} GiB "
                                 f"(> {numpy_max_bytes / 2 ** 30:.1f} GiB)")
         else:
             peer_fns["numpy"] = _numpy_attention(case, q, k, v, tools.scipy.special.softmax)
     return fast, peer_fns, skipped
+
+
+def _to_torch(torch, a: np.ndarray):
+    """a as a torch tensor of its dtype, sharing memory (bfloat16 by its bits)."""
+    if a.dtype.itemsize == 2 and a.dtype != np.float16:
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_bytes,
@@ -208,7 +218,7 @@ def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool
         return None, None, True
     ref = res[ref_name]["output"]
     if hasattr(ref, "numpy"):
-        ref = ref.numpy()
+        ref = ref.float().numpy() if str(ref.dtype) == "torch.bfloat16" else ref.numpy()
     ref = np.asarray(ref, dtype=np.float64)
     got = np.asarray(res["fastattn"]["output"], dtype=np.float64)
     if got.shape != ref.shape:
@@ -217,6 +227,9 @@ def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool
         diff = float(np.max(np.abs(got - ref))) if got.size else 0.0
     if case.dtype == "float64":
         ok = np.allclose(got, ref, rtol=1e-7, atol=1e-9)
+    elif case.dtype in HALF_DTYPES:  # a few ulps of the dtype (either rounds once)
+        tol = 4e-3 if case.dtype == "float16" else 3e-2
+        ok = np.allclose(got, ref, rtol=tol, atol=tol)
     else:
         ok = np.allclose(got, ref, rtol=2e-3, atol=2e-4)
     return diff, ref_name, bool(ok)
