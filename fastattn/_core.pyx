@@ -4,7 +4,7 @@ and calls the C kernels of ``src_c/`` with the GIL released.  Validation,
 broadcasting and dtype rules live in ``fastattn/_api.py``."""
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 cnp.import_array()
 
@@ -60,6 +60,7 @@ cdef extern from "fastattn.h" nogil:
     const char *fa_openmp_runtime()
     void fa_debug_fail_alloc_after(int64_t n_ok)
     int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
+    int fa_read_probe(const void *p, int64_t nbytes, int num_threads, uint64_t *sink)
     int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
     int fa_tanh(int dtype, int64_t n, const void *x, void *y)
     int fa_bf16_op(int op, int native, const void *a, const void *b, void *c)
@@ -273,6 +274,22 @@ def fma_probe(str dtype, int64_t n, int num_threads):
         status = fa_fma_probe(dt, n, num_threads, &flops)
     _check(status)
     return flops
+
+
+def read_probe(cnp.ndarray a, int num_threads):
+    """Read the C-contiguous array a once on num_threads threads (the
+    benchmark's read-bandwidth probe: divide a.nbytes by the wall time);
+    returns the OR of its 8-byte words."""
+    cdef uint64_t sink = 0
+    cdef int status
+    cdef const void *p = cnp.PyArray_DATA(a)
+    cdef int64_t nbytes = a.nbytes
+    if not a.flags.c_contiguous:
+        raise ValueError("read_probe needs a C-contiguous array")
+    with nogil:
+        status = fa_read_probe(p, nbytes, num_threads, &sink)
+    _check(status)
+    return sink
 
 
 # The test hooks, declared in _core.pxd: C-level only, for fastattn/_testing.pyx.

@@ -134,6 +134,10 @@ const char *fa_openmp_runtime(void);
  * only FMA probe on each thread of a team of num_threads (<= 0: the OpenMP
  * default); *flops = the floating point operations done by the team. */
 int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops);
+/* The machine's read bandwidth, for the benchmark: the nbytes at p (8-byte
+ * aligned) read once, split among num_threads threads (<= 0: the OpenMP
+ * default); *sink = a value that depends on every word read. */
+int fa_read_probe(const void *p, int64_t nbytes, int num_threads, uint64_t *sink);
 
 /* Test hook: make the next n_ok allocations succeed and the following fail;
  * -1 disables.  Used by the tests to prove allocation failures are handled. */

@@ -29,6 +29,12 @@ SCORE_VARIANTS = {
     "sinks": lambda H: {"sinks": np.linspace(-1.0, 1.0, H)},
     "return_lse": lambda H: {"return_lse": True},
 }
+# The 16-bit storage dtypes (read in place, float32 arithmetic): their
+# prefill cases in the attention section, and with float32 the dtypes of the
+# decode section's KV caches (one row each, GB/s of cache read beside the
+# machine's read bandwidth; a new cache dtype is one more name here).
+HALF_DTYPES = ("float16", "bfloat16")
+CACHE_DTYPES = ("float32",) + HALF_DTYPES
 # other names of a suite
 SUITE_ALIASES = {"targets": "default", "all": "default"}
 
@@ -66,6 +72,7 @@ class Profile:
     softmax: tuple         # (M, N) shapes
     memory: tuple          # (H, L, S, D)
     variants: tuple        # ((B, H, L, S, D), variant names) of the variants section
+    half_prefill: tuple = ()  # causal (B, H, L, S, D) shapes timed in HALF_DTYPES too
 
 
 DEFAULT = Profile(
@@ -81,6 +88,7 @@ DEFAULT = Profile(
     memory=(1, 8192, 8192, 64),
     variants=(((1, 8, 8192, 8192, 64), MASK_VARIANTS),
               ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS))),
+    half_prefill=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64)),
 )
 
 QUICK = Profile(
@@ -94,6 +102,7 @@ QUICK = Profile(
     memory=(1, 1024, 1024, 64),
     variants=(((1, 2, 2048, 2048, 64), MASK_VARIANTS),
               ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS))),
+    half_prefill=((1, 4, 256, 256, 64),),
 )
 
 
@@ -116,6 +125,11 @@ class Case:
         s = f"{s} {self.variant}" if self.variant else s
         return f"{self.section} {s}" if self.section != "attention" else s
 
+    def kv_bytes(self) -> int:
+        """Bytes of K and V an attention case reads (a decoding step: its cache)."""
+        B, H, L, S, D = self.shape
+        return 2 * B * H * S * D * storage_dtype(self.dtype).itemsize
+
     def flops(self) -> float:
         if self.kind != "attention":
             return float("nan")
@@ -123,6 +137,17 @@ class Case:
         if self.variant:
             return 4.0 * B * H * D * float(variant_visible(self.variant, L, S).sum())
         return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a case's dtype name ("bfloat16": ml_dtypes')."""
+    from .._half import as_storage_dtype
+    return as_storage_dtype(name)
+
+
+def arith_dtype(name: str) -> str:
+    """The arithmetic dtype of a case (its peaks): float32 for 16-bit ones."""
+    return "float32" if name in HALF_DTYPES else name
 
 
 def variant_causal(variant: str) -> bool:
@@ -219,9 +244,14 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
         for shp in shapes:
             for c in causals:
                 cases.append(Case("attention", "attention", shp, dt, c))
+        if dt == "float32" and not args.shapes_parsed:
+            for shp in profile.half_prefill:
+                for hd in HALF_DTYPES:
+                    cases.append(Case("attention", "attention", shp, hd, True))
     if "decode" in sections:
         for shp in profile.decode:
-            cases.append(Case("decode", "attention", shp, dt, False))
+            for cd in (CACHE_DTYPES if dt == "float32" else (dt,)):
+                cases.append(Case("decode", "attention", shp, cd, False))
     if "overhead" in sections:
         for shp in profile.overhead:
             cases.append(Case("overhead", "attention", shp, dt, False))
@@ -241,7 +271,7 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
 def make_inputs(case: Case, seed: int = 0):
     """The inputs of ``case``: ``x`` (softmax) or ``(q, k, v)`` (attention)."""
     rng = np.random.default_rng(seed)
-    dt = np.dtype(case.dtype)
+    dt = storage_dtype(case.dtype)
     if case.kind == "softmax":
         return (rng.standard_normal(case.shape) * 4).astype(dt)
     B, H, L, S, D = case.shape

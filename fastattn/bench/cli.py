@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(fa, fa_core, tools, profile, threads, peers, args.repeats,
                   int(args.numpy_max_gib * 2 ** 30), progress)
     peaks, fma, rows = run_cases(bench, cases)
+    meta["read_bandwidth"] = bench.read_bw
     mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
                      threadpoolctl=tools.threadpoolctl is not None)
     elapsed = time.perf_counter() - t_start

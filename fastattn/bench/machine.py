@@ -223,3 +223,23 @@ def measure_fma_peak(core, dtype: str, threads: list, profile: Profile, limits: 
         out.append(rec)
     return out
 
+
+def measure_read_bandwidth(core, threads: list, limits: dict, repeats: int,
+                           nbytes: int = 512 * 2**20) -> list[dict]:
+    """GB/s of reading memory (the decode section's bound: a decoding step
+    reads its KV cache once) at each thread count: fastattn's read probe
+    over an nbytes array (far beyond the caches), split among the threads,
+    best of ``repeats``."""
+    a = np.ones(nbytes // 8, dtype=np.uint64)
+    out = []
+    for t in threads:
+        with limits[t]:
+            core.read_probe(a, t)                     # warm: pages, threads
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                core.read_probe(a, t)
+                ts.append(time.perf_counter() - t0)
+        out.append({"threads": t, "bytes": a.nbytes, "times_s": ts,
+                    "gbps": a.nbytes / min(ts) / 1e9})
+    return out

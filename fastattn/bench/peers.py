@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, make_inputs, variant_has_peers, variant_kwargs, variant_visible
+from .cases import (HALF_DTYPES, Case, make_inputs, variant_has_peers, variant_kwargs,
+                    variant_visible)
 
 PEERS = ("torch", "numpy")
 
@@ -123,8 +124,11 @@ def _softmax_impls(case: Case, fa, tools: Tools, peers) -> tuple[dict, dict, tup
 
 
 def _numpy_attention(case: Case, q, k, v, softmax):
-    """The numpy peer's call for an attention case (mask built once, here)."""
-    dt = np.dtype(case.dtype)
+    """The numpy peer's call for an attention case (mask built once, here);
+    16-bit inputs are widened to float32 in the call (NumPy's BLAS has no
+    16-bit matmul) and the result rounded back."""
+    half = case.dtype in HALF_DTYPES
+    dt = np.dtype("float32" if half else case.dtype)
     scale = dt.type(1.0 / math.sqrt(case.shape[-1]))
     mask = None
     L, S = case.shape[2], case.shape[3]
@@ -132,6 +136,9 @@ def _numpy_attention(case: Case, q, k, v, softmax):
         mask = np.where(variant_visible(case.variant, L, S), dt.type(0), dt.type(-np.inf))
     elif case.causal:
         mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
+    if half:
+        return lambda: numpy_composition(softmax, q.astype(dt), k.astype(dt), v.astype(dt),
+                                         scale, mask).astype(q.dtype)
     return lambda: numpy_composition(softmax, q, k, v, scale, mask)
 
 
@@ -150,7 +157,7 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
         return fast, peer_fns, skipped
     if "torch" in peers:
         F = tools.torch.nn.functional
-        tq, tk, tv = (tools.torch.from_numpy(a) for a in (q, k, v))
+        tq, tk, tv = (_to_torch(tools.torch, a) for a in (q, k, v))
         tkw = {"is_causal": causal}
         if case.variant:
             tkw = {"attn_mask": tools.torch.from_numpy(
@@ -164,6 +171,13 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
         else:
             peer_fns["numpy"] = _numpy_attention(case, q, k, v, tools.scipy.special.softmax)
     return fast, peer_fns, skipped
+
+
+def _to_torch(torch, a: np.ndarray):
+    """a as a torch tensor of its dtype, sharing memory (bfloat16 by its bits)."""
+    if a.dtype.itemsize == 2 and a.dtype != np.float16:
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_bytes,
@@ -208,7 +222,7 @@ def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool
         return None, None, True
     ref = res[ref_name]["output"]
     if hasattr(ref, "numpy"):
-        ref = ref.numpy()
+        ref = ref.float().numpy() if str(ref.dtype) == "torch.bfloat16" else ref.numpy()
     ref = np.asarray(ref, dtype=np.float64)
     got = np.asarray(res["fastattn"]["output"], dtype=np.float64)
     if got.shape != ref.shape:
@@ -217,6 +231,9 @@ def check_outputs(case: Case, res: dict) -> tuple[float | None, str | None, bool
         diff = float(np.max(np.abs(got - ref))) if got.size else 0.0
     if case.dtype == "float64":
         ok = np.allclose(got, ref, rtol=1e-7, atol=1e-9)
+    elif case.dtype in HALF_DTYPES:  # a few ulps of the dtype (either rounds once)
+        tol = 4e-3 if case.dtype == "float16" else 3e-2
+        ok = np.allclose(got, ref, rtol=tol, atol=tol)
     else:
         ok = np.allclose(got, ref, rtol=2e-3, atol=2e-4)
     return diff, ref_name, bool(ok)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .cases import SECTIONS, Case, variant_kwargs
+from .cases import SECTIONS, Case, arith_dtype, variant_kwargs
 from .machine import OPENBLAS_VARS
 from .timing import paired_ratio
 
@@ -55,7 +55,7 @@ def kernel_path(case: Case) -> str:
 def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dict) -> dict:
     """The row of fastattn variant ``var`` at ``t`` threads, before the peers."""
     flops = case.flops()
-    peak = peaks.get((case.dtype, t))
+    peak = peaks.get((arith_dtype(case.dtype), t))
     fa_s = res[var]["median_s"]
     gflops = flops / fa_s / 1e9 if math.isfinite(flops) else None
     return {
@@ -290,6 +290,10 @@ def format_header(meta: dict, peaks: list[dict], fma: list[dict] = ()) -> str:
     for p in peaks:
         lines.append(f"- matmul peak {p['dtype']} {p['threads']} thread(s): "
                      f"{p['gflops']:.1f} GFLOP/s (np.matmul {p['n']}²)")
+    for r in meta.get("read_bandwidth") or []:
+        lines.append(f"- read bandwidth {r['threads']} thread(s): {r['gbps']:.1f} GB/s "
+                     f"(fastattn's read probe over {r['bytes'] / 2**20:.0f} MiB: a decoding "
+                     f"step's bound)")
     for f in fma:
         lines.append(f"- FMA peak {f['dtype']} {f['threads']} thread(s): "
                      f"{f['gflops']:.1f} GFLOP/s (fastattn's register-only FMA probe, "

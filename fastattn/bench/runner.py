@@ -8,8 +8,8 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 
-from .cases import Case, Profile
-from .machine import ThreadLimit, measure_fma_peak, measure_peak
+from .cases import Case, Profile, arith_dtype
+from .machine import ThreadLimit, measure_fma_peak, measure_peak, measure_read_bandwidth
 from .peers import Tools, build_impls, check_outputs
 from .progress import Progress
 from .report import fmt_time, make_rows
@@ -29,6 +29,7 @@ class Bench:
     numpy_max_bytes: int
     progress: Progress
     limits: dict = dataclasses.field(init=False)   # t -> ThreadLimit
+    read_bw: list = dataclasses.field(default_factory=list)  # measure_read_bandwidth's
 
     def __post_init__(self):
         self.limits = {t: ThreadLimit(t, self.tools.threadpoolctl, self.tools.torch)
@@ -36,8 +37,9 @@ class Bench:
 
 
 def peak_dtypes(cases: list[Case]) -> list[str]:
-    """The dtypes whose peaks are measured: float32, and those of the cases."""
-    dtypes = ["float32"] + [c.dtype for c in cases if c.kind == "attention"]
+    """The dtypes whose peaks are measured: float32, and the arithmetic dtypes
+    of the cases (float32 for the 16-bit ones)."""
+    dtypes = ["float32"] + [arith_dtype(c.dtype) for c in cases if c.kind == "attention"]
     return list(dict.fromkeys(dtypes)) if cases else []
 
 
@@ -89,9 +91,9 @@ def _machine_probe(b: Bench, case: Case, probe_steps: dict):
     """t -> the FMA probe on t threads, timed as "machine@t" in the rounds of
     ``case`` (the cores' own scaling at that time: on a shared VM two threads
     sometimes get one core's worth), or None."""
-    steps = probe_steps.get(case.dtype)
+    steps = probe_steps.get(arith_dtype(case.dtype))
     if steps and 1 in b.threads and len(b.threads) > 1:
-        return (lambda t, dt=case.dtype, n=steps:
+        return (lambda t, dt=arith_dtype(case.dtype), n=steps:
                 lambda: b.core.fma_probe(dt, n, t))
     return None
 
@@ -127,9 +129,22 @@ def time_case(b: Bench, case: Case, peaks: dict, probe_steps: dict) -> list[dict
         res = {n.rsplit("@", 1)[0]: r for n, r in res_all.items() if thread_of[n] == t}
         check = check_outputs(case, res) if case.kind == "attention" else None
         new = make_rows(case, t, res, skipped, variants, peaks, check)
+        if case.section == "decode":
+            _add_read_rate(case, t, new, b.read_bw)
         rows.extend(new)
         b.progress.step(_step_line(label, t, new))
     return rows
+
+
+def _add_read_rate(case: Case, t: int, rows: list[dict], read_bw: list[dict]) -> None:
+    """A decoding row's GB/s of K and V (the cache) read, beside the
+    machine's measured read bandwidth at t threads."""
+    bw = next((r["gbps"] for r in read_bw if r["threads"] == t), None)
+    for r in rows:
+        r["kv_gbps"] = case.kv_bytes() / r["fastattn_s"] / 1e9
+        r["read_bw_gbps"] = bw
+        r["notes"].append(f"K+V read {r['kv_gbps']:.1f} GB/s"
+                          + (f" (machine {bw:.1f} GB/s)" if bw else ""))
 
 
 def update_fractions(rows: list[dict], peaks: dict, fma: list[dict]) -> None:
@@ -137,10 +152,11 @@ def update_fractions(rows: list[dict], peaks: dict, fma: list[dict]) -> None:
     fma_by = {(f["dtype"], f["threads"]): f["gflops"] for f in fma}
     for r in rows:
         if r["gflops"]:
-            r["peak_gflops"] = peaks[(r["dtype"], r["threads"])]["gflops"]
+            adt = arith_dtype(r["dtype"])
+            r["peak_gflops"] = peaks[(adt, r["threads"])]["gflops"]
             r["frac_peak"] = r["gflops"] / r["peak_gflops"]
             r["frac_peak_f32"] = r["gflops"] / peaks[("float32", r["threads"])]["gflops"]
-            r["frac_fma_peak"] = r["gflops"] / fma_by[(r["dtype"], r["threads"])]
+            r["frac_fma_peak"] = r["gflops"] / fma_by[(adt, r["threads"])]
 
 
 def run_cases(b: Bench, cases: list[Case]) -> tuple[dict, list[dict], list[dict]]:
@@ -155,6 +171,12 @@ def run_cases(b: Bench, cases: list[Case]) -> tuple[dict, list[dict], list[dict]
     with torch.inference_mode() if torch is not None else contextlib.nullcontext():
         peaks = measure_peaks(b, dtypes)
         fma = measure_fma(b, dtypes)
+        if any(c.section == "decode" for c in cases):
+            b.progress.status("read bandwidth")
+            b.read_bw = measure_read_bandwidth(b.core, b.threads, b.limits,
+                                               b.profile.peak_repeats)
+            b.progress.note("read bandwidth: " + ", ".join(
+                f"{r['threads']} thread(s) {r['gbps']:.1f} GB/s" for r in b.read_bw))
         # FMA probe steps per thread for ~round_probe_s on one thread
         probe_steps = {f["dtype"]: max(1, int(f["n"] * b.profile.round_probe_s
                                               / b.profile.probe_s))

@@ -102,7 +102,8 @@ def test_quick_json_fields(quick_run):
         assert ("speedup_vs_1" in f) == (t == 2)
     for r in rows:
         if r["kind"] == "attention":
-            assert r["frac_fma_peak"] == r["gflops"] / fma[(r["dtype"], r["threads"])]["gflops"]
+            adt = "float32" if r["dtype"] in ("float16", "bfloat16") else r["dtype"]
+            assert r["frac_fma_peak"] == r["gflops"] / fma[(adt, r["threads"])]["gflops"]
     mem = doc["memory"]
     assert {m["impl"] for m in mem} >= {"fastattn", "numpy"}
     for m in mem:
