@@ -24,9 +24,10 @@
  *             the 48 KiB L1 between Q.K^T, the softmax and P.V.
  * Phase 1 (parallel over the batch): K copied to zero-padded rows of
  * round_up(E, 32) (S rounded up to 32 rows), V transposed to V^T
- * (round_up(Ev, 16) x round_up(S, 32)); a non-finite V entry declines (a
- * hidden key's NaN or Inf value must not reach the output, and 0 x NaN is
- * NaN in P.V: the float32-arithmetic path keeps those semantics).
+ * (round_up(Ev, 16) x round_up(S, 32)); a NaN or Inf of V is packed as 0
+ * (a hidden key's must not reach the output, and 0 x NaN is NaN in P.V)
+ * and its key noted; the rows that see such a key get those columns
+ * patched to IEEE's sum (FA_BF(nonfinite)).
  * Phase 2 (parallel over batch x query blocks, static, so results are
  * bitwise the same for any thread count): per key block Q.K^T, masks (causal,
  * window, key padding), the online softmax step, P.V; then out = O / l. */
@@ -40,16 +41,17 @@
 
 /* 2^x for the softmax weights that P.V rounds to bfloat16 (relative error
  * 2^-9): x clamped to >= -160 (NaN kept), n = round(x), 2^(x - n) by a
- * degree-3 polynomial (relative error 7.5e-5 < 2^-13 on [-1/2, 1/2]: the
- * minimax of the relative error, fitted like vmath.h's), scaled by 2^n with
+ * degree-3 polynomial with constant term 1 (relative error 1.02e-4 < 2^-13
+ * on [-1/2, 1/2]: the minimax of the relative error, fitted like vmath.h's),
+ * scaled by 2^n with
  * VSCALEFPS; below 2^-150 the result is exactly 0 (so exp2(-inf) = 0).  Four
  * operations fewer per vector than vf_exp2 of vmath_tmpl.h, whose degree 5
  * (9e-8) the bfloat16 rounding of P does not need. */
 #define FA_BF_EXP2_MIN (-160.0f)
-#define FA_BF_EXP2_P0 0x1.fff692p-1f
-#define FA_BF_EXP2_P1 0x1.62f31cp-1f
-#define FA_BF_EXP2_P2 0x1.f0de20p-3f
-#define FA_BF_EXP2_P3 0x1.c3f742p-5f
+#define FA_BF_EXP2_P0 1.0f /* exactly 1: equal scores give equal weights of exactly 1 */
+#define FA_BF_EXP2_P1 0x1.62f5fcp-1f
+#define FA_BF_EXP2_P2 0x1.f00c50p-3f
+#define FA_BF_EXP2_P3 0x1.c2a20ap-5f
 static inline __m512 fa_bf_exp2(__m512 x)
 {
     x = _mm512_max_ps(_mm512_set1_ps(FA_BF_EXP2_MIN), x); /* NaN: the 2nd operand */
@@ -73,7 +75,8 @@ typedef struct FA_BF(ctx) {
     char *scratch;                 /* per thread */
     size_t scratch_bytes;
     float c;                       /* scale * log2(e) */
-    int *bad;                      /* per batch item: a non-finite input */
+    int64_t *nnf;                  /* per batch item: 1 if its V has a NaN or Inf */
+    uint8_t *nfk;                  /* nfk[b * S + j]: key j's V row has one */
 } FA_BF(ctx);
 
 /* 16 x 16 dwords transposed in registers (unpack 32, 64 bits, then the
@@ -183,17 +186,26 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
                     }
                 }
                 r[kq] = _mm512_or_si512(w[0], w[1]);
-                /* exponent bits all ones in either half: NaN or Inf */
+                /* exponent bits all ones in a half: NaN or Inf, packed as 0
+                 * (a hidden key's must not reach the output: 0 x NaN is
+                 * NaN in P.V); a visible one is put back by FA_BF(nonfinite) */
                 const __m512i elo = _mm512_set1_epi32(0x7f80), ehi = _mm512_set1_epi32(0x7f800000);
-                nonfinite |= (unsigned)(_mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], elo), elo) |
-                                        _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], ehi), ehi)) != 0;
+                const __mmask16 blo = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], elo), elo);
+                const __mmask16 bhi = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], ehi), ehi);
+                if (blo | bhi) {
+                    r[kq] = _mm512_mask_and_epi32(r[kq], blo, r[kq], _mm512_set1_epi32((int)0xffff0000u));
+                    r[kq] = _mm512_mask_and_epi32(r[kq], bhi, r[kq], _mm512_set1_epi32(0xffff));
+                    if (blo) x->nfk[b * S + j] = 1;
+                    if (bhi) x->nfk[b * S + j + 1] = 1;
+                    nonfinite = 1;
+                }
             }
             fa_bf_tr16(r);
             for (int64_t e = 0; e < ne; e++) _mm512_storeu_si512((void *)(vt + (e0 + e) * x->vts + j0), r[e]);
         }
     }
     for (int64_t e = Ev; e < x->Evp; e++) memset(vt + e * x->vts, 0, (size_t)Sp * 2);
-    x->bad[b] = (int)nonfinite;
+    x->nnf[b] = (int64_t)nonfinite;
 }
 
 /* Q^T of rows q0 .. q0+nq-1 as B tiles: tile (kk, h) = 16 rows (pairs of
@@ -422,6 +434,38 @@ static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const flo
                                           : (l[i] == 0 ? -INFINITY : l[i]);
 }
 
+/* The output columns of rows q0 .. q0+nq-1 that see a key with a NaN or Inf
+ * value (packed as 0): IEEE's sum of w_j v_j over the visible keys there --
+ * NaN for a NaN or for +Inf and -Inf together, else the infinity (weights
+ * taken as > 0, as they are unless exp underflows). */
+static void FA_BF(nonfinite)(const FA_BF(ctx) *x, int64_t b, const int64_t o[6], int64_t q0,
+                              int64_t nq, const float *l, uint16_t *out)
+{
+    const fa_attention_args *a = x->a;
+    const uint8_t *flag = x->nfk + b * a->S;
+    const uint8_t *pad = a->pad.data ? (const uint8_t *)a->pad.data + o[4] : NULL;
+    const uint16_t *v = (const uint16_t *)a->v.data + o[2];
+    for (int64_t i = 0; i < nq; i++) {
+        if (!(l[i] > 0)) continue; /* nothing visible, or already NaN */
+        const int64_t qi = q0 + i;
+        for (int64_t j = 0; j < a->S; j++) {
+            if (!flag[j] || (pad && pad[j * a->pad.cs]) || (x->lim.has_hi && j > qi + x->lim.hi) ||
+                (x->lim.has_lo && j < qi + x->lim.lo))
+                continue;
+            for (int64_t e = 0; e < a->Ev; e++) {
+                const uint16_t h = v[j * a->v.rs + e * a->v.cs];
+                if ((h & 0x7f80) != 0x7f80) continue;
+                uint16_t *d = out + i * a->out.rs + e * a->out.cs;
+                const int dnan = (*d & 0x7fff) > 0x7f80, dinf = (*d & 0x7fff) == 0x7f80;
+                if ((h & 0x7f) || dnan || (dinf && *d != h))
+                    *d = 0x7fc0; /* NaN */
+                else
+                    *d = h; /* the infinity */
+            }
+        }
+    }
+}
+
 /* phase 2, item it = (batch item, query block) */
 static void FA_BF(item)(void *vctx, int64_t it, int tid)
 {
@@ -462,6 +506,8 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
     FA_BF(finish)(a, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
                   a->lse.data ? (float *)a->lse.data + o[5] + q0 * a->lse.rs : NULL,
                   (uint16_t *)st);
+    if (x->nnf[b])
+        FA_BF(nonfinite)(x, b, o, q0, nq, l, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs);
 }
 
 int FA_BF_FN(const fa_attention_args *a)
@@ -491,19 +537,18 @@ int FA_BF_FN(const fa_attention_args *a)
     /* both 64-byte aligned (a tile row, a cache line: unaligned rows would
      * straddle two lines on every tile load) */
     void *kmem = fa_malloc(packed + 64), *smem = fa_malloc(x.scratch_bytes * (size_t)nt + 64);
-    x.bad = (int *)fa_calloc((size_t)x.nb, sizeof(int));
-    if (!kmem || !smem || !x.bad) {
-        fa_free(kmem); fa_free(smem); fa_free(x.bad);
+    x.nnf = (int64_t *)fa_calloc((size_t)x.nb, sizeof(int64_t) + (size_t)a->S);
+    if (!kmem || !smem || !x.nnf) {
+        fa_free(kmem); fa_free(smem); fa_free(x.nnf);
         return FA_ENOMEM;
     }
+    x.nfk = (uint8_t *)(x.nnf + x.nb);
     x.kp = (uint16_t *)((char *)kmem + (64 - (uintptr_t)kmem % 64) % 64);
     x.scratch = (char *)smem + (64 - (uintptr_t)smem % 64) % 64;
     x.vt = x.kp + x.nb * x.Sp * x.Ep;
     fa_parallel_for(nt, FA_SCHED_STATIC, x.nb, FA_BF(pack), &x);
-    int bad = 0;
-    for (int64_t b = 0; b < x.nb; b++) bad |= x.bad[b];
     /* dynamic: an item's result does not depend on the thread that runs it */
-    if (!bad) fa_parallel_for(nt, FA_SCHED_DYNAMIC, x.nb * x.nqb, FA_BF(item), &x);
-    fa_free(kmem); fa_free(smem); fa_free(x.bad);
-    return bad ? FA_BF16_DECLINED : FA_OK;
+    fa_parallel_for(nt, FA_SCHED_DYNAMIC, x.nb * x.nqb, FA_BF(item), &x);
+    fa_free(kmem); fa_free(smem); fa_free(x.nnf);
+    return FA_OK;
 }

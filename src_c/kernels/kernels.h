@@ -54,7 +54,7 @@ const fa_kernels_f64 *fa_kernels_f64_current(void);
  * avx512_bf16 tiers): fa_attention's arguments with q, k, v, out in bfloat16
  * (storage FA_BFLOAT16, arithmetic float32), lse (if any) float32.  It runs
  * no weights, no boolean or additive mask, no softcap, ALiBi or sinks, E
- * and Ev <= 256, scale > 0, finite v; causal (any offset), window,
+ * and Ev <= 256, scale > 0; causal (any offset), window,
  * key padding and any batch strides (grouped-query views) it runs.  Anything
  * else returns FA_BF16_DECLINED having written nothing, and the caller
  * takes its float32-arithmetic path.  Semantics: Q.K^T from the bfloat16
