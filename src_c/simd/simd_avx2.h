@@ -33,6 +33,8 @@ static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo) { return MM(blendv)(b
 /* lanes of acc become all-ones bits (a NaN) where x is NaN */
 static inline VT V(nan_acc)(VT acc, VT x) { return MM(or)(acc, MM(cmp)(x, x, _CMP_UNORD_Q)); }
 #if !FA_IS_F64(FA_SFX)
+/* VF_W int8 at p, sign-extended and converted to float (the int8 KV cache) */
+static inline vf vf_load_i8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 /* p * 2^n by the exponent bits of 2^n: normal for n in [-126, 0] */
 static inline vf vf_ldexp(vf p, vf n)
 {

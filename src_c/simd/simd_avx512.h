@@ -54,6 +54,8 @@ static inline VT V(nan_acc)(VT acc, VT x) { return MM(mask_mov)(acc, MMASK(cmp)(
 static inline __m256 vf_hi256(vf a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
 static inline float vf_hmax(vf a) { return fa_hmax256_ps(_mm256_max_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
 static inline float vf_hsum(vf a) { return fa_hsum256_ps(_mm256_add_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
+/* VF_W int8 at p, sign-extended and converted to float (the int8 KV cache) */
+static inline vf vf_load_i8(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
 #else
 static inline __m256d vd_hi256(vd a) { return _mm512_extractf64x4_pd(a, 1); }
 static inline double vd_hmax(vd a) { return fa_hmax256_pd(_mm256_max_pd(_mm512_castpd512_pd256(a), vd_hi256(a))); }
