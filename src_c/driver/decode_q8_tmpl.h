@@ -69,41 +69,63 @@ static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, int6
 #undef Q8_SCORES
 }
 
-/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] v_scale[j] v8[j] for the keys
- * j = j0 + jj, jj < n; a key whose weights are all 0 is skipped.  Each value
- * is converted once, in registers, for all R rows. */
-static FA_ALWAYS_INLINE void Q8(pv_r)(int R, const fa_q8_item *it, int64_t j0, int64_t n,
-                                      const float *restrict p, float *restrict o, int64_t ldo)
+/* o[r*ldo + c0 + 0..NV*VW) += sum_jj p[r*NB + jj] v_scale[j] v8[j][c0 ..]
+ * for the PR rows and the keys j = j0 + jj, jj < n: a PR x NV register tile
+ * held over the whole block, each value vector converted once for PR rows. */
+static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const fa_q8_item *it, int64_t j0,
+                                         int64_t n, const float *restrict p,
+                                         float *restrict o, int64_t ldo, int64_t c0)
 {
-    const int64_t Ev = it->Ev, Evec = Ev / VW * VW;
-    for (int64_t jj = 0; jj < n; jj++) {
-        const int8_t *vj = it->v + (j0 + jj) * it->v_rs;
+    vf acc[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < PR; r++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) acc[r][u] = vf_load(o + r * ldo + c0 + u * VW);
+    const int8_t *vj = it->v + j0 * it->v_rs + c0;
+    for (int64_t jj = 0; jj < n; jj++, vj += it->v_rs) {
         const float vs = it->v_scale[j0 + jj];
-        float w[RB];
-        int any = 0;
+        vf w[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < PR; r++) w[r] = vf_set1(p[r * NB + jj] * vs);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            w[r] = p[r * NB + jj] * vs;
-            any |= w[r] != 0;
+        for (int u = 0; u < NV; u++) {
+            const vf vv = vf_load_i8(vj + u * VW);
+#pragma GCC unroll 4
+            for (int r = 0; r < PR; r++) acc[r][u] = vf_fma(w[r], vv, acc[r][u]);
         }
-        if (!any) continue;
-        for (int64_t c = 0; c < Evec; c += VW) {
-            const vf vv = vf_load_i8(vj + c);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                vf_store(o + r * ldo + c, vf_fma(vf_set1(w[r]), vv, vf_load(o + r * ldo + c)));
-        }
-        for (int64_t c = Evec; c < Ev; c++)
-            for (int r = 0; r < R; r++) o[r * ldo + c] += w[r] * (float)vj[c];
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < PR; r++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) vf_store(o + r * ldo + c0 + u * VW, acc[r][u]);
 }
 
+/* Rows r < PR of P.V over the block: whole NV-vector tiles, single vectors,
+ * then the last Ev % VW columns one by one. */
+static FA_ALWAYS_INLINE void Q8(pv_rows)(int PR, int NV, const fa_q8_item *it, int64_t j0,
+                                         int64_t n, const float *p, float *o, int64_t ldo)
+{
+    const int64_t Ev = it->Ev;
+    int64_t c = 0;
+    for (; c + NV * VW <= Ev; c += NV * VW) Q8(pv_tile)(PR, NV, it, j0, n, p, o, ldo, c);
+    for (; c + VW <= Ev; c += VW) Q8(pv_tile)(PR, 1, it, j0, n, p, o, ldo, c);
+    for (; c < Ev; c++)
+        for (int64_t jj = 0; jj < n; jj++) {
+            const float x = it->v_scale[j0 + jj] * (float)it->v[(j0 + jj) * it->v_rs + c];
+            for (int r = 0; r < PR; r++) o[r * ldo + c] += p[r * NB + jj] * x;
+        }
+}
+
+/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] v_scale[j] v8[j] for the R rows
+ * and the keys j = j0 + jj, jj < n: rows by fours (2-vector tiles), then a
+ * pair (4 vectors), then one (8 vectors): 8 accumulators each time. */
 static void Q8(pv)(int R, const fa_q8_item *it, int64_t j0, int64_t n, const float *p, float *o,
                    int64_t ldo)
 {
-#define Q8_PV(c) Q8(pv_r)(c, it, j0, n, p, o, ldo)
-    Q8_ROW_CASES(Q8_PV)
-#undef Q8_PV
+    int r = 0;
+    for (; r + 4 <= R; r += 4) Q8(pv_rows)(4, 2, it, j0, n, p + r * NB, o + r * ldo, ldo);
+    for (; r + 2 <= R; r += 2) Q8(pv_rows)(2, 4, it, j0, n, p + r * NB, o + r * ldo, ldo);
+    for (; r < R; r++) Q8(pv_rows)(1, 8, it, j0, n, p + r * NB, o + r * ldo, ldo);
 }
 
 /* a + b, b >= 0, saturating at INT64_MAX; a - b likewise at INT64_MIN */
