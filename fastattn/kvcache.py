@@ -18,8 +18,6 @@ from . import _kvcache_q8
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-    _Float = NDArray[np.floating[Any]]
-
 __all__ = ["KVCache"]
 
 
@@ -199,15 +197,17 @@ class KVCache:
 
     # -- contents ------------------------------------------------------------
     @property
-    def keys(self) -> _Float:
-        """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys."""
+    def keys(self) -> NDArray[Any]:
+        """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys
+        (the int8 levels for an int8 cache: see :attr:`key_scales`)."""
         view = self._keys[:, :, :self._len]
         view.flags.writeable = False
         return view
 
     @property
-    def values(self) -> _Float:
-        """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values."""
+    def values(self) -> NDArray[Any]:
+        """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values
+        (the int8 levels for an int8 cache: see :attr:`value_scales`)."""
         view = self._values[:, :, :self._len]
         view.flags.writeable = False
         return view
