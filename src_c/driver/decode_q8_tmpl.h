@@ -61,9 +61,43 @@ static FA_ALWAYS_INLINE void Q8(scores_r)(int R, const fa_q8_item *it, const flo
     }
 }
 
+/* One row (plain decode): keys VW at a time, each with its own accumulator,
+ * the VW dot products finished by one vf_hsum_lanes and scaled as a vector
+ * (the same roundings as scores_r); the last n % VW keys by scores_r. */
+static void Q8(scores1)(const fa_q8_item *it, const float *q, int64_t j0, int64_t n,
+                        float *restrict s)
+{
+    const int64_t E = it->E, Evec = E / VW * VW, krs = it->k_rs;
+    const vf vsc = vf_set1(it->scale);
+    int64_t jj = 0;
+    for (; jj + VW <= n; jj += VW) {
+        const int8_t *kb = it->k + (j0 + jj) * krs;
+        vf acc[VW];
+        float tail[VW];
+#pragma GCC unroll 16
+        for (int l = 0; l < VW; l++) acc[l] = vf_zero();
+        for (int64_t d = 0; d < Evec; d += VW) {
+            const vf qv = vf_load(q + d);
+#pragma GCC unroll 16
+            for (int l = 0; l < VW; l++) acc[l] = vf_fma(qv, vf_load_i8(kb + l * krs + d), acc[l]);
+        }
+        for (int l = 0; l < VW; l++) {
+            tail[l] = 0;
+            for (int64_t d = Evec; d < E; d++) tail[l] += q[d] * (float)kb[l * krs + d];
+        }
+        const vf dot = Evec < E ? vf_add(vf_hsum_lanes(acc), vf_load(tail)) : vf_hsum_lanes(acc);
+        vf_store(s + jj, vf_mul(vf_mul(vsc, vf_load(it->k_scale + j0 + jj)), dot));
+    }
+    if (jj < n) Q8(scores_r)(1, it, &q, j0 + jj, n - jj, s + jj);
+}
+
 static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, int64_t j0,
                        int64_t n, float *s)
 {
+    if (R == 1) {
+        Q8(scores1)(it, qr[0], j0, n, s);
+        return;
+    }
 #define Q8_SCORES(c) Q8(scores_r)(c, it, qr, j0, n, s)
     Q8_ROW_CASES(Q8_SCORES)
 #undef Q8_SCORES

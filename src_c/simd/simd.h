@@ -17,7 +17,8 @@
  *   s's sign), vf_where_below (a where x < lo, else b), vf_all_below (1 if
  *   every lane is < lo) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic).
- * Same for vd_* and VD_*.  float only: vf_load_i8 (VF_W int8, converted).  A new ISA: one mapping header, one line in
+ * Same for vd_* and VD_*.  float only: vf_load_i8 (VF_W int8, converted),
+ * vf_hsum_lanes (x[0..VF_W) -> the vector of their horizontal sums).  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.
  */
 #ifndef FASTATTN_SIMD_H

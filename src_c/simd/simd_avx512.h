@@ -54,6 +54,24 @@ static inline VT V(nan_acc)(VT acc, VT x) { return MM(mask_mov)(acc, MMASK(cmp)(
 static inline __m256 vf_hi256(vf a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
 static inline float vf_hmax(vf a) { return fa_hmax256_ps(_mm256_max_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
 static inline float vf_hsum(vf a) { return fa_hsum256_ps(_mm256_add_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
+/* lane i = the sum of x[i]'s lanes, for the 16 vectors x[0..16): pairs of
+ * 256-bit halves added, then 128-bit quarters, then a 4 x 4 transpose-add
+ * within the quarters; the inputs taken as x[4m + k] -> slot 4k + m so that
+ * lane 4m + k, which sums slot 4k + m, is x[4m + k]'s. */
+static inline vf vf_hsum_lanes(const vf *x)
+{
+    vf y[8], z[4];
+    for (int i = 0; i < 8; i++) {
+        const vf a = x[(2 * i) % 4 * 4 + (2 * i) / 4], b = x[(2 * i + 1) % 4 * 4 + (2 * i + 1) / 4];
+        y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    }
+    for (int i = 0; i < 4; i++)
+        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0xdd));
+    const vf t0 = _mm512_add_ps(_mm512_unpacklo_ps(z[0], z[1]), _mm512_unpackhi_ps(z[0], z[1]));
+    const vf t1 = _mm512_add_ps(_mm512_unpacklo_ps(z[2], z[3]), _mm512_unpackhi_ps(z[2], z[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xee));
+}
 /* VF_W int8 at p, sign-extended and converted to float (the int8 KV cache) */
 static inline vf vf_load_i8(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
 #else

@@ -161,6 +161,7 @@ def test_int8_cache_dtype_parsing_and_errors():
 @pytest.mark.parametrize("B, Hq, Hkv, L, S, E, Ev", [
     (1, 4, 4, 1, 300, 64, 64),     # plain decode, several key blocks
     (2, 8, 2, 1, 130, 33, 17),     # GQA, odd head dims (vector tails)
+    (1, 2, 2, 1, 100, 19, 24),     # one row per kv head, a key tail and a dim tail
     (1, 6, 1, 3, 257, 16, 40),     # multi-query, a multi-token append
     (2, 4, 2, 5, 5, 7, 1),         # prefill: L = S
     (1, 2, 1, 12, 9, 8, 8),        # L > S: the first rows see nothing
