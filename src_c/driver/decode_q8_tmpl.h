@@ -91,9 +91,22 @@ static void Q8(scores1)(const fa_q8_item *it, const float *q, int64_t j0, int64_
     if (jj < n) Q8(scores_r)(1, it, &q, j0 + jj, n - jj, s + jj);
 }
 
+/* Ask for the block's values (P.V reads them next) and the next block's
+ * keys while this block's scores are computed: the int8 rows of a block span
+ * several 4 KiB pages, past which the hardware prefetchers do not run. */
+static void Q8(prefetch)(const fa_q8_item *it, int64_t j0, int64_t n)
+{
+    const int64_t kn = it->S - (j0 + n) < NB ? it->S - (j0 + n) : NB;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t c = 0; c < it->Ev; c += 64) FA_Q8_PREFETCH(it->v + (j0 + j) * it->v_rs + c);
+    for (int64_t j = 0; j < kn; j++)
+        for (int64_t c = 0; c < it->E; c += 64) FA_Q8_PREFETCH(it->k + (j0 + n + j) * it->k_rs + c);
+}
+
 static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, int64_t j0,
                        int64_t n, float *s)
 {
+    Q8(prefetch)(it, j0, n);
     if (R == 1) {
         Q8(scores1)(it, qr[0], j0, n, s);
         return;
@@ -115,8 +128,8 @@ static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const fa_q8_item *it, i
     for (int r = 0; r < PR; r++)
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++) acc[r][u] = vf_load(o + r * ldo + c0 + u * VW);
-    const int8_t *vj = it->v + j0 * it->v_rs + c0;
-    for (int64_t jj = 0; jj < n; jj++, vj += it->v_rs) {
+    for (int64_t jj = 0; jj < n; jj++) {
+        const int8_t *vj = it->v + (j0 + jj) * it->v_rs + c0;
         const float vs = it->v_scale[j0 + jj];
         vf w[4];
 #pragma GCC unroll 4
