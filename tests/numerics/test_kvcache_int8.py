@@ -10,11 +10,14 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fastattn
 import fastattn._testing as _testing
 import fastattn.reference as reference
 from fastattn.mha import KVCache, multi_head_attention
+from conftest import examples
 
 U = 2.0 ** -24  # float32 unit roundoff
 KC = 128        # keys per block of the kernel (kernels/blocking.h FA_Q8_KC)
@@ -224,6 +227,30 @@ def test_int8_attend_options_match_reference(rng, isa, opts):
     assert (np.abs(out - ref) <= bound[..., None] * 4).all(), np.abs(out - ref).max()
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
+
+
+@settings(max_examples=examples(40))
+@given(B=st.integers(1, 2), Hkv=st.integers(1, 3), G=st.integers(1, 3), L=st.integers(1, 4),
+       S=st.integers(0, 300), E=st.integers(1, 40), Ev=st.integers(1, 40),
+       left=st.one_of(st.none(), st.integers(0, 300)), seed=st.integers(0, 2 ** 32 - 1))
+def test_int8_attend_random_problems_match_reference(isa, B, Hkv, G, L, S, E, Ev, left, seed):
+    rng = np.random.default_rng(seed)
+    cache, _, _ = _filled_cache(rng, B, Hkv, S, E, Ev, max_len=max(S, 1))
+    q = rng.standard_normal((B, Hkv * G, L, E)).astype(np.float32)
+    out, lse = cache.attend(q, window=(left, None), return_lse=True)
+    ref, ref_lse = reference.attention(q.astype(np.float64), *_dequantised(cache, G),
+                                       is_causal="lower_right", window=(left, None),
+                                       return_lse=True)
+    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S)
+    assert (np.abs(out - ref) <= bound[..., None]).all()
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
+
+
+def test_int8_float16_queries_are_computed_as_float32(rng):
+    cache, _, _ = _filled_cache(rng, 1, 2, 50, 16, 16)
+    q = rng.standard_normal((1, 4, 2, 16)).astype(np.float16)
+    np.testing.assert_array_equal(cache.attend(q), cache.attend(q.astype(np.float32)))
 
 
 def test_int8_hostile_queries_give_reference_nan_pattern(rng, isa):
