@@ -372,3 +372,16 @@ def test_int8_mha_rejects_unsupported_options_before_caching(rng):
                                     return_lse=True, window=1, softcap=5.0,
                                     key_padding_mask=np.array([False, True]))
     assert out.shape == (1, 2, d_model) and lse.shape == (1, heads, 2) and len(cache) == 2
+
+
+def test_float_cache_attend_is_attention_lower_right(rng):
+    k = rng.standard_normal((2, 2, 7, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 2, 7, 8)).astype(np.float32)
+    cache = KVCache(2, 2, 8, max_len=10)
+    cache.append(k, v)
+    q = rng.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    pad = rng.random((2, 7)) < 0.3
+    got = cache.attend(q, key_padding_mask=pad, window=2)
+    want = fastattn.attention(q, k, v, is_causal="lower_right", enable_gqa=True,
+                              key_padding_mask=pad, window=2)
+    np.testing.assert_array_equal(got, want)
