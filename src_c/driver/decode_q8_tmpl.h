@@ -34,6 +34,17 @@
     case 7: call(7); break; default: call(8); break;                             \
     }
 
+/* Ask for key j's value row (P.V reads it next) and the key row a block
+ * ahead, while key j's scores are computed: the rows of a block span several
+ * 4 KiB pages, past which the hardware prefetchers do not run; spread over
+ * the keys, the requests never pile up behind the line-fill buffers. */
+static inline void Q8(prefetch)(const fa_q8_item *it, int64_t j)
+{
+    for (int64_t c = 0; c < it->Ev; c += 64) FA_Q8_PREFETCH(it->v + j * it->v_rs + c);
+    if (j + NB < it->S)
+        for (int64_t c = 0; c < it->E; c += 64) FA_Q8_PREFETCH(it->k + (j + NB) * it->k_rs + c);
+}
+
 /* s[r*NB + jj] = scale k_scale[j] (q_r . k8[j]) for the R (<= RB) rows at
  * qr[r] and the keys j = j0 + jj, jj < n.  Each key is converted once, in
  * registers, for all R rows. */
@@ -43,6 +54,7 @@ static FA_ALWAYS_INLINE void Q8(scores_r)(int R, const fa_q8_item *it, const flo
     const int64_t E = it->E, Evec = E / VW * VW;
     for (int64_t jj = 0; jj < n; jj++) {
         const int8_t *kj = it->k + (j0 + jj) * it->k_rs;
+        Q8(prefetch)(it, j0 + jj);
         vf acc[RB];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) acc[r] = vf_zero();
@@ -74,6 +86,7 @@ static void Q8(scores1)(const fa_q8_item *it, const float *q, int64_t j0, int64_
         const int8_t *kb = it->k + (j0 + jj) * krs;
         vf acc[VW];
         float tail[VW];
+        for (int l = 0; l < VW; l++) Q8(prefetch)(it, j0 + jj + l);
 #pragma GCC unroll 16
         for (int l = 0; l < VW; l++) acc[l] = vf_zero();
         for (int64_t d = 0; d < Evec; d += VW) {
@@ -91,22 +104,9 @@ static void Q8(scores1)(const fa_q8_item *it, const float *q, int64_t j0, int64_
     if (jj < n) Q8(scores_r)(1, it, &q, j0 + jj, n - jj, s + jj);
 }
 
-/* Ask for the block's values (P.V reads them next) and the next block's
- * keys while this block's scores are computed: the int8 rows of a block span
- * several 4 KiB pages, past which the hardware prefetchers do not run. */
-static void Q8(prefetch)(const fa_q8_item *it, int64_t j0, int64_t n)
-{
-    const int64_t kn = it->S - (j0 + n) < NB ? it->S - (j0 + n) : NB;
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t c = 0; c < it->Ev; c += 64) FA_Q8_PREFETCH(it->v + (j0 + j) * it->v_rs + c);
-    for (int64_t j = 0; j < kn; j++)
-        for (int64_t c = 0; c < it->E; c += 64) FA_Q8_PREFETCH(it->k + (j0 + n + j) * it->k_rs + c);
-}
-
 static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, int64_t j0,
                        int64_t n, float *s)
 {
-    Q8(prefetch)(it, j0, n);
     if (R == 1) {
         Q8(scores1)(it, qr[0], j0, n, s);
         return;
