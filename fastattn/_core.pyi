@@ -51,3 +51,23 @@ def set_default_threads(n: int) -> None: ...
 def openmp_runtime() -> str: ...
 def fma_probe(dtype: str, n: int, num_threads: int) -> float: ...
 def read_probe(a: _Array, num_threads: int) -> int: ...
+def decode_q8(
+    q: _Array,
+    k: _Array,
+    k_scale: _Array,
+    v: _Array,
+    v_scale: _Array,
+    out: _Array,
+    lse: _Array | None,
+    scale: float,
+    causal: int,
+    causal_offset: int,
+    win_left: int,
+    win_right: int,
+    pad: _Array | None,
+    softcap: float,
+    alibi: _Array | None,
+    sinks: _Array | None,
+    num_threads: int,
+) -> None: ...
+def quantize_q8(x: _Array, y: _Array, scale: _Array) -> None: ...

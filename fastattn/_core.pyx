@@ -66,6 +66,30 @@ cdef extern from "fastattn.h" nogil:
     int fa_bf16_op(int op, int native, const void *a, const void *b, void *c)
     void fa_init_threads()
     void fa_set_default_threads(int n)
+    ctypedef struct fa_decode_q8_args:
+        int64_t B, Hq, Hkv, L, S, E, Ev
+        const float *q
+        int64_t q_bs, q_hs, q_rs
+        const signed char *k
+        const signed char *v
+        int64_t k_bs, k_hs, k_rs, v_bs, v_hs, v_rs
+        const float *k_scale
+        const float *v_scale
+        int64_t ks_bs, ks_hs, vs_bs, vs_hs
+        float *out
+        int64_t o_bs, o_hs, o_rs
+        double scale
+        int causal
+        int64_t causal_offset, win_left, win_right
+        const uint8_t *pad
+        double softcap
+        const double *alibi
+        const double *sinks
+        float *lse
+        int num_threads
+    int fa_decode_q8(const fa_decode_q8_args *args)
+    int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, signed char *y,
+                       int64_t y_rs, float *scale)
 
 MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
 
@@ -290,6 +314,71 @@ def read_probe(cnp.ndarray a, int num_threads):
         status = fa_read_probe(p, nbytes, num_threads, &sink)
     _check(status)
     return sink
+
+
+def decode_q8(cnp.ndarray q, cnp.ndarray k, cnp.ndarray k_scale, cnp.ndarray v,
+              cnp.ndarray v_scale, cnp.ndarray out, object lse, double scale, int causal,
+              int64_t causal_offset, int64_t win_left, int64_t win_right, object pad,
+              double softcap, object alibi, object sinks, int num_threads):
+    """Fill ``out`` (B, Hq, L, Ev) float32 (and ``lse`` (B, Hq, L) float32 if
+    given) with attention of the float32 queries ``q`` (B, Hq, L, E) over the
+    int8 cache rows ``k`` (B, Hkv, S, E), ``v`` (B, Hkv, S, Ev) and their
+    float32 scales (B, Hkv, S); every row of every array has unit column
+    stride, scales unit stride along S; pad None or (B, S) uint8 C-ordered;
+    alibi, sinks None or (B, Hq) float64 C-ordered (validated by the caller)."""
+    cdef fa_decode_q8_args a
+    cdef int status
+    a.B, a.Hq, a.L, a.E = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+    a.Hkv, a.S, a.Ev = k.shape[1], k.shape[2], v.shape[3]
+    a.q = <const float *>cnp.PyArray_DATA(q)
+    a.q_bs, a.q_hs, a.q_rs = q.strides[0] // 4, q.strides[1] // 4, q.strides[2] // 4
+    a.k = <const signed char *>cnp.PyArray_DATA(k)
+    a.k_bs, a.k_hs, a.k_rs = k.strides[0], k.strides[1], k.strides[2]
+    a.v = <const signed char *>cnp.PyArray_DATA(v)
+    a.v_bs, a.v_hs, a.v_rs = v.strides[0], v.strides[1], v.strides[2]
+    a.k_scale = <const float *>cnp.PyArray_DATA(k_scale)
+    a.ks_bs, a.ks_hs = k_scale.strides[0] // 4, k_scale.strides[1] // 4
+    a.v_scale = <const float *>cnp.PyArray_DATA(v_scale)
+    a.vs_bs, a.vs_hs = v_scale.strides[0] // 4, v_scale.strides[1] // 4
+    a.out = <float *>cnp.PyArray_DATA(out)
+    a.o_bs, a.o_hs, a.o_rs = out.strides[0] // 4, out.strides[1] // 4, out.strides[2] // 4
+    a.scale = scale
+    a.causal = causal
+    a.causal_offset = causal_offset
+    a.win_left = win_left
+    a.win_right = win_right
+    a.pad = NULL
+    a.alibi = NULL
+    a.sinks = NULL
+    a.lse = NULL
+    if pad is not None:
+        a.pad = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>pad)
+    if alibi is not None:
+        a.alibi = <const double *>cnp.PyArray_DATA(<cnp.ndarray>alibi)
+    if sinks is not None:
+        a.sinks = <const double *>cnp.PyArray_DATA(<cnp.ndarray>sinks)
+    if lse is not None:
+        a.lse = <float *>cnp.PyArray_DATA(<cnp.ndarray>lse)
+    a.softcap = softcap
+    a.num_threads = num_threads
+    with nogil:
+        status = fa_decode_q8(&a)
+    _check(status)
+
+
+def quantize_q8(cnp.ndarray x, cnp.ndarray y, cnp.ndarray scale):
+    """Quantise the rows of the 2-D float32 ``x`` (unit column stride) into
+    the int8 ``y`` (same shape, unit column stride) and ``scale`` (rows,
+    contiguous); a non-finite ``x`` raises ValueError, nothing written."""
+    cdef int64_t rows = x.shape[0], n = x.shape[1]
+    cdef int64_t xrs = x.strides[0] // 4, yrs = y.strides[0]
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef signed char *yp = <signed char *>cnp.PyArray_DATA(y)
+    cdef float *sp = <float *>cnp.PyArray_DATA(scale)
+    cdef int status
+    with nogil:
+        status = fa_quantize_q8(rows, n, xp, xrs, yp, yrs, sp)
+    _check(status)
 
 
 # The test hooks, declared in _core.pxd: C-level only, for fastattn/_testing.pyx.

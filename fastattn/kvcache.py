@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 import numpy as np
 
 from . import _half
+from . import _kvcache_q8
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
-
-    _Float = NDArray[np.floating[Any]]
 
 __all__ = ["KVCache"]
 
@@ -39,6 +38,24 @@ def _as_float_array(a, name):
     if arr.dtype.kind != "f" and not _half.is_bfloat16(arr.dtype):
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr
+
+
+def _storage(dtype) -> tuple[str, np.dtype[Any]]:
+    """The cache's kind and storage dtype for the ``dtype`` argument:
+    ("float", float16/bfloat16/float32/float64) or ("int8", int8).  The one place a
+    cache dtype is parsed."""
+    if isinstance(dtype, str) and dtype == "int8":
+        return "int8", np.dtype(np.int8)
+    try:
+        dt = _half.as_storage_dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype: {exc}") from None
+    if dt == np.int8:
+        return "int8", dt
+    if dt not in (np.float16, np.float32, np.float64) and not _half.is_bfloat16(dt):
+        raise TypeError(f"dtype must be float16, bfloat16, float32, float64 or 'int8', "
+                        f"got {dt}")
+    return "float", dt
 
 
 class KVCache:
@@ -63,7 +80,9 @@ class KVCache:
         also use float32).  A 16-bit cache halves the memory and the bytes a
         decoding step reads: the kernels read it in place, in float32
         arithmetic; keys and values appended in float32 are rounded to nearest
-        even when stored.
+        even when stored.  ``"int8"`` (or ``np.int8``): an int8 cache for
+        float32 (and float16) calls, a quarter of float32's memory and reads;
+        see Notes.
     value_dim : int, optional
         Size ``d_v`` of one value head (default ``head_dim``).
 
@@ -75,6 +94,33 @@ class KVCache:
     cache.  :attr:`keys` and :attr:`values` are read-only views of that filled
     part; they share memory with the cache, so a view taken before
     :meth:`reset` sees whatever is written into those positions later.
+
+    **int8 cache.**  Each appended (token, kv head) row ``x`` of the keys and
+    of the values is stored as int8 levels with one float32 scale
+    (symmetric): ``scale = max|x| / 127`` and ``level = x / scale`` rounded
+    to nearest (ties to even), so the row reads back as ``scale * level``
+    with ``|x - scale * level| <= scale / 2`` for every entry; a row of
+    zeros is stored as zeros with scale 0.  (When ``max|x| / 127`` is
+    subnormal, below 1.2e-38, the scale is rounded up by a few ulps so that
+    no level passes 127.)  NaN and infinities cannot be represented: an
+    append holding any raises ValueError and leaves the cache unchanged.
+    :attr:`keys` and :attr:`values` are then the int8 levels and
+    :attr:`key_scales`, :attr:`value_scales` the scales.  :meth:`attend`
+    and :func:`fastattn.multi_head_attention` read the levels directly: the
+    queries stay float32, each level is converted to float32 in registers
+    and scaled there, nothing is dequantised to memory.  The scores, the
+    softmax and the sums are float32.  The result matches
+    :func:`fastattn.reference.attention` over the dequantised cache
+    (``scale * level`` in float64) within float32 rounding, and over the
+    original float keys and values within
+
+    ``(exp(2 d) - 1) max|v| + max(value_scales) / 2``,  with
+    ``d = max_j |softmax scale| * key_scales[j] / 2 * sum_c |q_c|``
+
+    per query row (plus the same float32 rounding): ``d`` bounds the change
+    of any logit, ``max(value_scales) / 2`` the change of any value entry.
+    With a float64 call the int8 cache is a TypeError; ``attn_mask`` and
+    ``return_weights`` are not supported with it (ValueError).
 
     Examples
     --------
@@ -89,23 +135,32 @@ class KVCache:
     >>> cache.reset()
     >>> len(cache)
     0
+
+    An int8 cache: decode one query per head against it.
+
+    >>> rng = np.random.default_rng(0)
+    >>> c8 = KVCache(1, 2, 4, max_len=8, dtype="int8")
+    >>> c8.append(rng.standard_normal((1, 2, 5, 4)), rng.standard_normal((1, 2, 5, 4)))
+    >>> c8.keys.dtype, c8.key_scales.shape
+    (dtype('int8'), (1, 2, 5))
+    >>> out = c8.attend(rng.standard_normal((1, 2, 1, 4)).astype(np.float32))
+    >>> out.shape, out.dtype
+    ((1, 2, 1, 4), dtype('float32'))
     """
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_len: int,
-                 dtype: DTypeLike = np.float32, value_dim: int | None = None) -> None:
+                 dtype: DTypeLike | str = np.float32, value_dim: int | None = None) -> None:
         batch_size = _positive_int(batch_size, "batch_size")
         num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads")
         head_dim = _positive_int(head_dim, "head_dim")
         max_len = _positive_int(max_len, "max_len")
         value_dim = head_dim if value_dim is None else _positive_int(value_dim, "value_dim")
-        try:
-            dtype = _half.as_storage_dtype(dtype)
-        except TypeError as exc:
-            raise TypeError(f"dtype: {exc}") from None
-        if dtype not in (np.float16, np.float32, np.float64) and not _half.is_bfloat16(dtype):
-            raise TypeError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype}")
+        self._kind, dtype = _storage(dtype)
         self._keys = np.zeros((batch_size, num_kv_heads, max_len, head_dim), dtype)
         self._values = np.zeros((batch_size, num_kv_heads, max_len, value_dim), dtype)
+        if self._kind == "int8":  # one float32 scale per (token, kv head) row
+            self._k_scale = np.zeros((batch_size, num_kv_heads, max_len), np.float32)
+            self._v_scale = np.zeros((batch_size, num_kv_heads, max_len), np.float32)
         self._len = 0
 
     # -- shape information -------------------------------------------------
@@ -136,7 +191,7 @@ class KVCache:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        """dtype of the stored keys and values."""
+        """dtype of the stored keys and values (int8 for an int8 cache)."""
         return self._keys.dtype
 
     def __len__(self) -> int:
@@ -149,16 +204,37 @@ class KVCache:
 
     # -- contents ------------------------------------------------------------
     @property
-    def keys(self) -> _Float:
-        """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys."""
+    def keys(self) -> NDArray[Any]:
+        """Read-only view ``(batch, num_kv_heads, len, head_dim)`` of the cached keys
+        (the int8 levels for an int8 cache: see :attr:`key_scales`)."""
         view = self._keys[:, :, :self._len]
         view.flags.writeable = False
         return view
 
     @property
-    def values(self) -> _Float:
-        """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values."""
+    def values(self) -> NDArray[Any]:
+        """Read-only view ``(batch, num_kv_heads, len, value_dim)`` of the cached values
+        (the int8 levels for an int8 cache: see :attr:`value_scales`)."""
         view = self._values[:, :, :self._len]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def key_scales(self) -> NDArray[np.float32]:
+        """int8 cache only: read-only view ``(batch, num_kv_heads, len)`` of
+        the keys' row scales (key = scale * level)."""
+        return self._scales("_k_scale")
+
+    @property
+    def value_scales(self) -> NDArray[np.float32]:
+        """int8 cache only: read-only view ``(batch, num_kv_heads, len)`` of
+        the values' row scales."""
+        return self._scales("_v_scale")
+
+    def _scales(self, name):
+        if self._kind != "int8":
+            raise AttributeError(f"a {self.dtype} cache has no scales (only an int8 one)")
+        view = getattr(self, name)[:, :, :self._len]
         view.flags.writeable = False
         return view
 
@@ -181,13 +257,15 @@ class KVCache:
         values : array_like, shape (batch, num_kv_heads, T, value_dim)
             Cast to the cache's dtype (same-kind casting): into a float16 or
             bfloat16 cache rounded to nearest even, values beyond its range
-            becoming ``+-inf``.
+            becoming ``+-inf``; an int8 cache takes real numbers and quantises
+            each row (see the class Notes).
 
         Raises
         ------
         ValueError
-            If the shapes do not match the cache, or if ``len(self) + T``
-            exceeds :attr:`max_len`.  The cache is unchanged then.
+            If the shapes do not match the cache, if ``len(self) + T``
+            exceeds :attr:`max_len`, or (int8 cache) if an entry is NaN or
+            infinite.  The cache is unchanged then.
         """
         k = np.asarray(keys)
         v = np.asarray(values)
@@ -200,6 +278,9 @@ class KVCache:
             raise ValueError(
                 f"values must have shape (batch_size={b}, num_kv_heads={h}, T={k.shape[2]}, "
                 f"value_dim={self.value_dim}), got {v.shape}")
+        if self._kind == "int8":
+            self._append_q8(k, v)
+            return
         for arr, what in ((k, "keys"), (v, "values")):
             if not np.can_cast(arr.dtype, self.dtype, casting="same_kind"):
                 raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in a "
@@ -211,6 +292,62 @@ class KVCache:
             self._keys[:, :, start:start + n_new] = k
             self._values[:, :, start:start + n_new] = v
         self._len = start + n_new
+
+    def _append_q8(self, k, v):
+        for arr, what in ((k, "keys"), (v, "values")):
+            if arr.dtype.kind not in "biuf":
+                raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in an int8 "
+                                "cache (real numbers only)")
+        n_new = k.shape[2]
+        self._check_room(n_new)
+        k8, ks = _kvcache_q8.quantize_rows(k, "keys")
+        v8, vs = _kvcache_q8.quantize_rows(v, "values")
+        start, stop = self._len, self._len + n_new
+        self._keys[:, :, start:stop] = k8
+        self._values[:, :, start:stop] = v8
+        self._k_scale[:, :, start:stop] = ks
+        self._v_scale[:, :, start:stop] = vs
+        self._len = stop
+
+    def attend(self, query: ArrayLike, *, scale: SupportsFloat | None = None,
+               key_padding_mask: ArrayLike | None = None,
+               window: int | tuple[int | None, int | None] | None = None,
+               softcap: SupportsFloat | None = None, alibi_slopes: ArrayLike | None = None,
+               sinks: ArrayLike | None = None, return_lse: bool = False,
+               num_threads: SupportsIndex | None = None) -> Any:
+        """Attention of ``query`` over the cached positions, causal, lower-right
+        aligned (query ``i`` of ``L`` sits at position ``len(self) - L + i``).
+
+        Parameters
+        ----------
+        query : array_like, shape (batch, Hq, L, head_dim)
+            ``Hq`` a multiple of :attr:`num_kv_heads` (query head ``h`` reads
+            kv head ``h // (Hq // num_kv_heads)``).  For an int8 cache,
+            float32 or float16 (computed in float32, never quantised).
+        scale, key_padding_mask, window, softcap, alibi_slopes, sinks, return_lse, num_threads
+            As in :func:`fastattn.attention` (``key_padding_mask``: bool,
+            shape ``(len(self),)`` or ``(batch, len(self))``).
+
+        Returns
+        -------
+        out : ndarray, shape (batch, Hq, L, value_dim)
+            float32 for an int8 cache; else :func:`fastattn.attention`'s.
+        lse : ndarray, shape (batch, Hq, L)
+            Only with ``return_lse=True``.
+        """
+        opts = dict(scale=scale, key_padding_mask=key_padding_mask, window=window,
+                    softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                    return_lse=return_lse, num_threads=num_threads)
+        k, v = self._filled()
+        if self._kind == "int8":
+            return _kvcache_q8.attend(k, self._k_scale[:, :, :self._len], v,
+                                      self._v_scale[:, :, :self._len], self.num_kv_heads,
+                                      self.head_dim, query, **opts)
+        from . import _api
+        q = np.asarray(query)
+        return _api.attention(q, k, v, is_causal="lower_right",
+                              enable_gqa=q.ndim == 4 and q.shape[1] != self.num_kv_heads,
+                              **opts)
 
     def _filled(self):
         # Internal, writable views of the filled part (no copies).

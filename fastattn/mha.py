@@ -178,8 +178,10 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
         one-token step costs time proportional to the cached length.  The
         cache's batch size, head layout (``num_kv_heads``, ``d_k``, ``d_v``)
         and dtype must match the call (a float16 or bfloat16 call takes a
-        cache of its own dtype or a float32 one, see Notes).  Not allowed
-        with ``context``.
+        cache of its own dtype or a float32 one, see Notes; an int8 cache
+        serves float32 and float16 calls, without ``attn_mask`` or
+        ``return_weights``: see :class:`KVCache`).  Not allowed with
+        ``context``.
     return_weights : bool, optional
         Also return the attention weights of every head (not averaged over
         heads, unlike torch's default).
@@ -276,6 +278,9 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
                      (x, w_q, w_k, w_v, w_o), num_kv_heads)
         kv_cache._check_room(S_new)
         S += len(kv_cache)
+        if kv_cache.dtype == np.int8 and (attn_mask is not None or return_weights):
+            raise ValueError("an int8 kv_cache supports neither attn_mask nor return_weights "
+                             "(key_padding_mask, window and the score options work)")
     # masks and window: shapes only, before anything is cached
     check_window(window)
     attn_mask, key_padding_mask = check_head_masks(attn_mask, key_padding_mask, n, num_heads,
@@ -374,6 +379,12 @@ def _check_cache(kv_cache, is_causal, want: tuple, odt, cdt, arrays, num_kv_head
             "kv_cache layout (batch_size, num_kv_heads, head_dim, value_dim)="
             f"{have} does not match the call's {want} (x has shape {x.shape}, "
             f"w_k {w_k.shape}, w_v {w_v.shape}, num_kv_heads={num_kv_heads})")
+    if kv_cache.dtype == np.int8:      # int8 cache: float32 work only (see KVCache)
+        if cdt != np.float32:
+            raise TypeError(f"an int8 kv_cache serves float32 (and float16) calls, not "
+                            f"{cdt} ones (x {x.dtype}, weights {w_q.dtype}/{w_k.dtype}/"
+                            f"{w_v.dtype}/{w_o.dtype})")
+        return
     allowed = (odt, cdt) if _half.is_half(odt) else (odt,)
     if kv_cache.dtype not in allowed:
         raise TypeError(f"kv_cache has dtype {kv_cache.dtype} but this call needs "
@@ -404,6 +415,8 @@ def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
     try:
         if kv_cache is not None:
             kv_cache.append(k_new, v_new)
+            if kv_cache.dtype == np.int8:   # read in place by its own kernel
+                return _attend_int8(q, kv_cache, options)
             k, v = kv_cache._filled()
             causal = "lower_right"
             # a 16-bit cache is read in place by the kernels (float32 queries)
@@ -415,6 +428,14 @@ def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
         if kv_cache is not None:
             kv_cache._len = old_len      # an error leaves the cache as it was
         raise
+
+
+def _attend_int8(q, kv_cache, options: dict):
+    """KVCache.attend for an int8 cache; attn_mask and return_weights are not
+    supported there (checked before anything is appended, in _check_cache)."""
+    opts = {n: options[n] for n in ("key_padding_mask", "num_threads", "window",
+                                    "alibi_slopes", "softcap", "sinks", "return_lse")}
+    return kv_cache.attend(q, **opts)
 
 
 def _merge_heads(heads, w_o, cdt, odt):

@@ -112,6 +112,42 @@ int fa_tanh(int dtype, int64_t n, const void *x, void *y);
 enum { FA_BF16_OP_TDPBF16PS = 0, FA_BF16_OP_TDPFP16PS = 1, FA_BF16_OP_VDPBF16PS = 2,
        FA_BF16_OP_VCVTNE2PS2BF16 = 3, FA_BF16_OP_VCVTNEPS2BF16 = 4 };
 int fa_bf16_op(int op, int native, const void *a, const void *b, void *c);
+/* Attention of float32 queries over an int8 KV cache (fastattn/kvcache.py),
+ * read in place: key j of kv head h in batch b is k_scale[b,h,j] *
+ * k[b,h,j,:] (int8 levels, one float32 scale per row), value j likewise;
+ * the levels are converted and scaled in registers, never dequantised to
+ * memory.  Query head hq uses kv head hq / (Hq / Hkv).  All arithmetic is
+ * float32; work is split over (batch, kv head) only, so the result is
+ * bitwise the same for any thread count.  Strides in elements; every
+ * row's columns are contiguous. */
+typedef struct fa_decode_q8_args {
+    int64_t B, Hq, Hkv, L, S, E, Ev;    /* Hq a multiple of Hkv; E, Ev >= 1 */
+    const float *q;                     /* (B, Hq, L, E) */
+    int64_t q_bs, q_hs, q_rs;
+    const int8_t *k, *v;                /* (B, Hkv, S, E), (B, Hkv, S, Ev) */
+    int64_t k_bs, k_hs, k_rs, v_bs, v_hs, v_rs;
+    const float *k_scale, *v_scale;     /* (B, Hkv, S), unit stride along S */
+    int64_t ks_bs, ks_hs, vs_bs, vs_hs;
+    float *out;                         /* (B, Hq, L, Ev), written */
+    int64_t o_bs, o_hs, o_rs;
+    double scale;
+    /* fa_attention_args' meaning: causal, causal_offset, win_left/right */
+    int causal;
+    int64_t causal_offset, win_left, win_right;
+    const uint8_t *pad;                 /* NULL or (B, S) contiguous, 1 = padding */
+    double softcap;                     /* <= 0: none */
+    const double *alibi, *sinks;        /* NULL or (B, Hq) contiguous */
+    float *lse;                         /* NULL or (B, Hq, L) contiguous, written */
+    int num_threads;                    /* <= 0: the OpenMP default */
+} fa_decode_q8_args;
+int fa_decode_q8(const fa_decode_q8_args *args);
+/* Symmetric int8 rows: for each row r < rows of n floats at x + r*x_rs,
+ * scale[r] = max|x| / 127 (float32; nudged up by ulps if the quotient's
+ * rounding would put a level past 127), y[r*y_rs + c] = x / scale rounded to
+ * nearest even; a row of zeros gives zeros and scale 0.  FA_EINVAL, nothing
+ * written, if any x is NaN or +-inf. */
+int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t *y,
+                   int64_t y_rs, float *scale);
 
 /* ISA selection (runtime/dispatch.c). */
 int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */

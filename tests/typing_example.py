@@ -86,7 +86,12 @@ def multi_head() -> npt.NDArray[np.floating]:
     keys: npt.NDArray[np.floating] = cache.keys
     cache.append(np.zeros((1, kv_heads, 1, d_k)), np.zeros((1, kv_heads, 1, d_k)))
     cache.reset()
-    print(n, keys.shape, step.shape, w.shape, cache.max_len, cache.dtype)
+    c8 = KVCache(1, kv_heads, d_k, max_len=5, dtype="int8")
+    c8.append(np.ones((1, kv_heads, 2, d_k)), np.ones((1, kv_heads, 2, d_k)))
+    scales: npt.NDArray[np.float32] = c8.key_scales
+    dec = c8.attend(np.ones((1, heads, 1, d_k), np.float32), num_threads=1)
+    print(n, keys.shape, step.shape, w.shape, cache.max_len, cache.dtype, scales.shape,
+          dec.shape)
     return out
 
 

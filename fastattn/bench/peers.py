@@ -142,6 +142,18 @@ def _numpy_attention(case: Case, q, k, v, softmax):
     return lambda: numpy_composition(softmax, q, k, v, scale, mask)
 
 
+INT8_CACHE = "fastattn_int8cache"  # the decode section's variant: an int8 KV cache
+
+
+def int8_cache(fa, k, v):
+    """k, v (B, H, S, D) in a full int8 KVCache (decode: the query attends to
+    all of it, lower-right aligned, which for one query is no mask at all)."""
+    B, H, S, D = k.shape
+    cache = fa.KVCache(B, H, D, S, dtype="int8", value_dim=v.shape[-1])
+    cache.append(k, v)
+    return cache
+
+
 def _attention_impls(case: Case, fa, tools: Tools, peers,
                      numpy_max_bytes) -> tuple[dict, dict, dict]:
     """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
@@ -152,6 +164,9 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
     if case.variant:  # the variants section: the peers get the equivalent dense mask
         kw = variant_kwargs(case.variant, case.shape[1], L, S)
     fast = {"fastattn": lambda t: (lambda: fa.attention(q, k, v, num_threads=t, **kw))}
+    if case.section == "decode" and case.dtype != "float64":  # K, V in an int8 KV cache
+        cache = int8_cache(fa, k, v)
+        fast[INT8_CACHE] = lambda t: (lambda: cache.attend(q, num_threads=t))
     peer_fns, skipped = {}, {}
     if case.variant and not variant_has_peers(case.variant):  # the score options
         return fast, peer_fns, skipped
@@ -200,7 +215,7 @@ def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_by
         skipped = {}
     else:
         fast, peer_fns, skipped = _attention_impls(case, fa, tools, peers, numpy_max_bytes)
-        variants = ("fastattn",)
+        variants = tuple(fast)
     impls, thread_of = {}, {}
     for t in threads:
         for name, make in fast.items():

@@ -60,7 +60,8 @@ def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dic
     gflops = flops / fa_s / 1e9 if math.isfinite(flops) else None
     return {
         "section": case.section,
-        "case": case.label + (" out=x" if var.endswith("_inplace") else ""),
+        "case": case.label + (" out=x" if var.endswith("_inplace") else
+                              " int8 cache" if var.endswith("_int8cache") else ""),
         "kind": case.kind,
         "variant": var,
         "shape": (dict(zip("BHLSD", case.shape)) if case.kind == "attention"
@@ -122,6 +123,15 @@ def _other_notes(case: Case, res: dict, skipped: dict, fa_s: float) -> list[str]
     return notes
 
 
+def _cache_bytes(case: Case, var: str) -> int:
+    """Bytes of K and V a decode case reads: its dtype's, or int8 levels and
+    one float32 scale per row for the int8 cache."""
+    B, H, _, S, D = case.shape
+    if var.endswith("_int8cache"):
+        return 2 * B * H * S * (D + 4)
+    return 2 * B * H * S * D * np.dtype(case.dtype).itemsize
+
+
 def make_rows(case: Case, t: int, res: dict, skipped: dict, variants, peaks: dict,
               check) -> list[dict]:
     """The result rows of ``case`` at ``t`` threads (one per fastattn variant)
@@ -135,6 +145,9 @@ def make_rows(case: Case, t: int, res: dict, skipped: dict, variants, peaks: dic
         if check is not None:
             _add_check(row, check)
         row["notes"] += _other_notes(case, res, skipped, row["fastattn_s"])
+        if case.section == "decode":
+            row["notes"].append(f"{_cache_bytes(case, var) / row['fastattn_s'] / 1e9:.1f} GB/s "
+                                "of K+V read")
         rows.append(row)
     return rows
 

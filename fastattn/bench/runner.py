@@ -101,7 +101,7 @@ def _machine_probe(b: Bench, case: Case, probe_steps: dict):
 def _step_line(label: str, t: int, new: list[dict]) -> str:
     """The progress line of a case at t threads."""
     parts = []
-    for n in ("fastattn", "fastattn_inplace", "torch", "numpy"):
+    for n in ("fastattn", "fastattn_inplace", "fastattn_int8cache", "torch", "numpy"):
         r0 = new[0]["impls"].get(n)
         if r0:
             parts.append(f"{n} {fmt_time(r0['median_s'])}")

@@ -43,6 +43,14 @@
  * the FMA latency on two pipes (4 cycles x 2 = 8 on Zen 3 and Skylake-X),
  * few enough to stay in the 16 vector registers of AVX2. */
 #define FA_PROBE_CHAINS 12
+/* The int8 KV cache's decode (driver/decode_q8_tmpl.h): query rows sharing
+ * one pass over a kv head's keys (a GQA group x the new tokens; one int8 key
+ * converted once serves them all: FA_Q8_ROWS accumulators + the key vector
+ * fit AVX2's 16 registers), and keys per block (the FA_Q8_ROWS x FA_Q8_KC
+ * float scores, 4 KiB, and the block's int8 K and V, 16-32 KiB at E = 64-128,
+ * stay in L1 between the scores, the softmax and P.V). */
+#define FA_Q8_ROWS 8
+#define FA_Q8_KC 128
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
 

@@ -17,6 +17,10 @@
  *   s   score tile, row-major with leading dimension lds;
  *   p   probabilities, row-major with leading dimension ldp;
  *   o   output accumulator, row-major with leading dimension ldo.
+ *
+ * The int8 KV cache's kernel is not in these tables: kernels_isa.c also
+ * builds driver/decode_q8_tmpl.h per ISA (fa_decode_q8_item_<name>, its
+ * contract in driver/decode_q8.h), on the f32 kernels of its ISA.
  */
 #ifndef FA_KERNELS_TABLE /* the header proper */
 #ifndef FASTATTN_KERNELS_H

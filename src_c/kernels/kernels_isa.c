@@ -4,9 +4,11 @@
  * simd/<name>.flags; simd/simd.h then maps the vector operations to that
  * ISA.  It instantiates kernels_tmpl.h for float and double and defines
  *   fa_kernels_f32_<name>, fa_kernels_f64_<name>
- * (fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f64_avx512, ...). */
+ * (fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f64_avx512, ...),
+ * and the int8 KV cache's kernel fa_decode_q8_item_<name> (driver/decode_q8_tmpl.h). */
 #include <string.h>
 
+#include "driver/decode_q8.h"
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
 #include "runtime/half.h"
@@ -65,3 +67,6 @@ const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = native_op;
 #else
 const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = 0;
 #endif
+#define FA_SFX f32
+#include "driver/decode_q8_tmpl.h" /* fa_decode_q8_item_<name>, on the f32 kernels above */
+#undef FA_SFX

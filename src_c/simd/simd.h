@@ -18,7 +18,9 @@
  *   every lane is < lo) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic); and, float
  *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly,
- *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h).
+ *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h);
+ *   vf_load_i8 (VF_W int8, converted), vf_hsum_lanes (x[0..VF_W) -> the
+ *   vector of their horizontal sums).
  * Same for vd_* and VD_*.  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.
  */

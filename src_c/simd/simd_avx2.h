@@ -57,6 +57,16 @@ static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo) { return MM(blendv)(b
 /* lanes of acc become all-ones bits (a NaN) where x is NaN */
 static inline VT V(nan_acc)(VT acc, VT x) { return MM(or)(acc, MM(cmp)(x, x, _CMP_UNORD_Q)); }
 #if !FA_IS_F64(FA_SFX)
+/* lane i = the sum of x[i]'s lanes, for the 8 vectors x[0..8): three
+ * rounds of horizontal adds, then the 128-bit halves added */
+static inline vf vf_hsum_lanes(const vf *x)
+{
+    const vf g0 = _mm256_hadd_ps(_mm256_hadd_ps(x[0], x[1]), _mm256_hadd_ps(x[2], x[3]));
+    const vf g1 = _mm256_hadd_ps(_mm256_hadd_ps(x[4], x[5]), _mm256_hadd_ps(x[6], x[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+/* VF_W int8 at p, sign-extended and converted to float (the int8 KV cache) */
+static inline vf vf_load_i8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 /* p * 2^n by the exponent bits of 2^n: normal for n in [-126, 0] */
 static inline vf vf_ldexp(vf p, vf n)
 {

@@ -109,6 +109,39 @@ static inline VT V(nan_acc)(VT acc, VT x) { return MM(mask_mov)(acc, MMASK(cmp)(
 static inline __m256 vf_hi256(vf a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
 static inline float vf_hmax(vf a) { return fa_hmax256_ps(_mm256_max_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
 static inline float vf_hsum(vf a) { return fa_hsum256_ps(_mm256_add_ps(_mm512_castps512_ps256(a), vf_hi256(a))); }
+/* lane i = the sum of x[i]'s lanes, for the 16 vectors x[0..16): pairs of
+ * 256-bit halves added, then 128-bit quarters, then a 4 x 4 transpose-add
+ * within the quarters; the inputs taken as x[4m + k] -> slot 4k + m so that
+ * lane 4m + k, which sums slot 4k + m, is x[4m + k]'s. */
+/* _mm512_shuffle_f32x4 spelled through its integer twin (SIMDe has only that) */
+#define FA_SHUF128(a, b, imm) \
+    _mm512_castsi512_ps(_mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), imm))
+static inline vf vf_hsum_lanes(const vf *x)
+{
+    vf y[8], z[4];
+    for (int i = 0; i < 8; i++) {
+        const vf a = x[(2 * i) % 4 * 4 + (2 * i) / 4], b = x[(2 * i + 1) % 4 * 4 + (2 * i + 1) / 4];
+        y[i] = _mm512_add_ps(FA_SHUF128(a, b, 0x44), FA_SHUF128(a, b, 0xee));
+    }
+    for (int i = 0; i < 4; i++)
+        z[i] = _mm512_add_ps(FA_SHUF128(y[2 * i], y[2 * i + 1], 0x88),
+                             FA_SHUF128(y[2 * i], y[2 * i + 1], 0xdd));
+    const vf t0 = _mm512_add_ps(_mm512_unpacklo_ps(z[0], z[1]), _mm512_unpackhi_ps(z[0], z[1]));
+    const vf t1 = _mm512_add_ps(_mm512_unpacklo_ps(z[2], z[3]), _mm512_unpackhi_ps(z[2], z[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xee));
+}
+/* VF_W int8 at p, sign-extended and converted to float (the int8 KV cache);
+ * SIMDe has no 512-bit cvtepi8_epi32 / cvtepi32_ps: element by element there */
+#if defined(FA_AVX512_SIMDE)
+static inline vf vf_load_i8(const int8_t *p)
+{
+    float t[16];
+    for (int i = 0; i < 16; i++) t[i] = (float)p[i];
+    return _mm512_loadu_ps(t);
+}
+#else
+static inline vf vf_load_i8(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+#endif
 #else
 static inline __m256d vd_hi256(vd a) { return _mm512_extractf64x4_pd(a, 1); }
 static inline double vd_hmax(vd a) { return fa_hmax256_pd(_mm256_max_pd(_mm512_castpd512_pd256(a), vd_hi256(a))); }

@@ -41,6 +41,8 @@ static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
 static inline FA_T V(hsum)(VT a) { return a; }
 #if !FA_IS_F64(FA_SFX)
+static inline vf vf_load_i8(const int8_t *p) { return (float)*p; } /* the int8 KV cache */
+static inline vf vf_hsum_lanes(const vf *x) { return x[0]; }
 static inline vf vf_exp(vf x) { return x < VF_EXP_LO ? 0.0f : expf(x); }
 static inline vf vf_exp2(vf x) { return x < -126.0f ? 0.0f : exp2f(x); }
 static inline vf vf_tanh(vf x) { return tanhf(x); }

@@ -1,0 +1,99 @@
+"""The int8 KV cache's two operations, for :class:`fastattn.kvcache.KVCache`:
+quantising appended rows (:func:`quantize_rows`) and attention of float32
+queries over the cache (:func:`attend`), both in C (``fa_quantize_q8``,
+``fa_decode_q8``).  Validation lives here; the bridge only passes pointers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _core
+from ._api import _scale, _threads
+from ._masks import check_window
+from ._scores import check_softcap, per_head
+
+__all__ = ["attend", "quantize_rows"]
+
+_UNBOUNDED = 2 ** 63 - 1  # FA_UNBOUNDED: a window side that bounds nothing
+
+
+def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``x[..., :]`` as ``(levels int8, scales float32)``, symmetric:
+    scale = max|row| / 127, levels = round-half-even(row / scale).  A
+    non-finite entry cannot be represented: ValueError naming ``name``."""
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    if x32.size and not np.isfinite(x32).all():
+        bad = x32[~np.isfinite(x32)][:4]
+        raise ValueError(f"{name} of shape {x.shape} has non-finite entries {bad}: an int8 "
+                         "cache cannot store NaN or +-inf (the cache was left unchanged)")
+    rows = x32.reshape(-1, x32.shape[-1])
+    levels = np.empty(rows.shape, np.int8)
+    scales = np.empty(rows.shape[0], np.float32)
+    if rows.size:
+        _core.quantize_q8(rows, levels, scales)
+    else:
+        scales[:] = 0
+    return levels.reshape(x32.shape), scales.reshape(x32.shape[:-1])
+
+
+def _query(query, batch_size: int, num_kv_heads: int, head_dim: int) -> np.ndarray:
+    """``query`` as a float32 (B, Hq, L, E) array with unit column stride."""
+    q = np.asarray(query)
+    if q.dtype.kind not in "f" or q.dtype == np.float64:
+        raise TypeError(f"query must be float32 or float16 for an int8 cache (it serves "
+                        f"float32 work), got dtype {q.dtype}")
+    if (q.ndim != 4 or q.shape[0] != batch_size or q.shape[3] != head_dim
+            or q.shape[1] % num_kv_heads != 0 or q.shape[1] == 0):
+        raise ValueError(f"query must have shape (batch_size={batch_size}, Hq, L, "
+                         f"head_dim={head_dim}) with Hq a multiple of num_kv_heads="
+                         f"{num_kv_heads}, got {q.shape}")
+    q = q.astype(np.float32, copy=False)
+    if q.strides[3] != 4 or not q.flags.aligned:
+        q = np.ascontiguousarray(q)
+    return q
+
+
+def _padding(key_padding_mask, B: int, S: int) -> np.ndarray | None:
+    """``key_padding_mask`` (bool, True = padding, shape (S,) or (B, S)) as
+    C-ordered uint8 (B, S), or None."""
+    if key_padding_mask is None:
+        return None
+    m = np.asarray(key_padding_mask)
+    if m.dtype != bool:
+        raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
+                        f"{m.dtype}")
+    if m.shape not in ((S,), (B, S)):
+        raise ValueError(f"key_padding_mask has shape {m.shape}; expected ({S},) or "
+                         f"({B}, {S}) (S={S} cached keys)")
+    return np.ascontiguousarray(np.broadcast_to(m, (B, S)), dtype=np.uint8)
+
+
+def _per_head(name, values, B, Hq, *, neg_inf_ok=False):
+    a = per_head(name, values, (B, Hq), np.float64, neg_inf_ok=neg_inf_ok)
+    return None if a is None else np.ascontiguousarray(a)
+
+
+def attend(k8, ks, v8, vs, num_kv_heads, head_dim, query, *, scale, key_padding_mask,
+           window, softcap, alibi_slopes, sinks, return_lse, num_threads):
+    """Attention of ``query`` (B, Hq, L, E) over the filled int8 cache
+    ``k8``, ``v8`` (B, Hkv, S, d) with scales ``ks``, ``vs`` (B, Hkv, S),
+    causal, lower-right aligned -> out float32 (B, Hq, L, Ev) [, lse]."""
+    B, _, S, _ = k8.shape
+    q = _query(query, B, num_kv_heads, head_dim)
+    Hq, L = q.shape[1], q.shape[2]
+    sc = 1.0 / math.sqrt(head_dim) if scale is None else _scale(scale, np.dtype(np.float32))
+    left, right = check_window(window)
+    cap = check_softcap(softcap)
+    alibi = _per_head("alibi_slopes", alibi_slopes, B, Hq)
+    sink = _per_head("sinks", sinks, B, Hq, neg_inf_ok=True)
+    pad = _padding(key_padding_mask, B, S)
+    nt = _threads(num_threads)
+    out = np.empty((B, Hq, L, v8.shape[3]), np.float32)
+    lse = np.empty((B, Hq, L), np.float32) if return_lse else None
+    _core.decode_q8(q, k8, ks, v8, vs, out, lse, sc, 1, S - L,
+                    _UNBOUNDED if left is None else left,
+                    _UNBOUNDED if right is None else right, pad,
+                    0.0 if cap is None else cap, alibi, sink, nt)
+    return (out, lse) if return_lse else out
