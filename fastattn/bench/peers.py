@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, make_inputs, variant_has_peers, variant_kwargs, variant_visible
+from .cases import (VARLEN_VARIANTS, Case, make_inputs, variant_has_peers, variant_kwargs,
+                    variant_visible, varlen_inputs)
 
 PEERS = ("torch", "numpy")
 
@@ -135,9 +136,22 @@ def _numpy_attention(case: Case, q, k, v, softmax):
     return lambda: numpy_composition(softmax, q, k, v, scale, mask)
 
 
+def _varlen_impls(case: Case, fa) -> dict:
+    """The varlen case: attention_varlen on the packed sequences ("fastattn")
+    and one causal call on them padded, with a key_padding_mask
+    ("fastattn_padded"), each on t threads."""
+    (q, k, v), cu, (pq, pk, pv), pad = varlen_inputs(case)
+    return {"fastattn": lambda t: (lambda: fa.attention_varlen(
+                q, k, v, cu, cu, is_causal=True, num_threads=t)),
+            "fastattn_padded": lambda t: (lambda: fa.attention(
+                pq, pk, pv, is_causal=True, key_padding_mask=pad, num_threads=t))}
+
+
 def _attention_impls(case: Case, fa, tools: Tools, peers,
                      numpy_max_bytes) -> tuple[dict, dict, dict]:
     """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
+    if case.variant in VARLEN_VARIANTS:
+        return _varlen_impls(case, fa), {}, {}
     q, k, v = make_inputs(case)
     causal = case.causal
     kw = {"is_causal": causal}
@@ -186,7 +200,7 @@ def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_by
         skipped = {}
     else:
         fast, peer_fns, skipped = _attention_impls(case, fa, tools, peers, numpy_max_bytes)
-        variants = ("fastattn",)
+        variants = tuple(fast)
     impls, thread_of = {}, {}
     for t in threads:
         for name, make in fast.items():

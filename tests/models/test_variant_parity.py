@@ -30,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (needed for the model parity tests)")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (needed for the model parity tests)")
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (needed for the model parity tests)")
 F = torch.nn.functional
