@@ -22,6 +22,10 @@ VARIANT_W = 512  # the variants section: its window, and the keys its bool mask 
 # score options against the plain causal call at a shorter one, fastattn only
 # (no peer has them).
 MASK_VARIANTS = ("plain", "causal", "window512", "bool_first512", "bool_causal")
+# The packed batch: B causal sequences of lengths spread over L/32 .. L (64
+# .. 2048 at L = 2048) through attention_varlen, against the same sequences
+# padded to L with a key_padding_mask in one attention call (fastattn both).
+VARLEN_VARIANTS = ("varlen",)
 # name: the keywords of a causal call with that option, given the heads H
 SCORE_VARIANTS = {
     "softcap": lambda H: {"softcap": 30.0},
@@ -87,7 +91,8 @@ DEFAULT = Profile(
     softmax=((2048, 4096),),
     memory=(1, 8192, 8192, 64),
     variants=(((1, 8, 8192, 8192, 64), MASK_VARIANTS),
-              ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS))),
+              ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS)),
+              ((16, 8, 2048, 2048, 64), VARLEN_VARIANTS)),
     half_prefill=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64)),
 )
 
@@ -101,7 +106,8 @@ QUICK = Profile(
     softmax=((256, 1024),),
     memory=(1, 1024, 1024, 64),
     variants=(((1, 2, 2048, 2048, 64), MASK_VARIANTS),
-              ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS))),
+              ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS)),
+              ((16, 2, 256, 256, 64), VARLEN_VARIANTS)),
     half_prefill=((1, 4, 256, 256, 64),),
 )
 
@@ -134,6 +140,9 @@ class Case:
         if self.kind != "attention":
             return float("nan")
         B, H, L, S, D = self.shape
+        if self.variant in VARLEN_VARIANTS:  # the work of the sequences, not of the padding
+            n = varlen_lengths(B, L).astype(float)
+            return 4.0 * H * D * float((n * (n + 1) / 2).sum())
         if self.variant:
             return 4.0 * B * H * D * float(variant_visible(self.variant, L, S).sum())
         return 4.0 * B * H * L * S * D * causal_fraction(L, S, self.causal)
@@ -157,7 +166,32 @@ def variant_causal(variant: str) -> bool:
 
 def variant_has_peers(variant: str) -> bool:
     """Whether the peers time a variants-section case (with a dense mask)."""
-    return variant not in SCORE_VARIANTS
+    return variant not in SCORE_VARIANTS and variant not in VARLEN_VARIANTS
+
+
+def varlen_lengths(B: int, L: int) -> np.ndarray:
+    """The B sequence lengths of the varlen case: evenly spread over L/32 ..
+    L, in a fixed shuffled order (int64)."""
+    n = np.linspace(max(L // 32, 1), L, B).round().astype(np.int64)
+    return n[np.random.default_rng(0).permutation(B)]
+
+
+def varlen_inputs(case: "Case"):
+    """The varlen case's packed (total, H, D) q, k, v and cu_seqlens, and the
+    same sequences padded: (B, H, L, D) q, k, v (zeros past each length) and
+    the (B, L) key_padding_mask (True = padding)."""
+    B, H, L, S, D = case.shape
+    n = varlen_lengths(B, L)
+    cu = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+    rng = np.random.default_rng(0)
+    dt = np.dtype(case.dtype)
+    packed = [rng.standard_normal((int(cu[-1]), H, D)).astype(dt) for _ in range(3)]
+    padded = [np.zeros((B, H, L, D), dt) for _ in range(3)]
+    for b in range(B):
+        for x, y in zip(packed, padded):
+            y[b, :, :n[b]] = np.swapaxes(x[cu[b]:cu[b + 1]], 0, 1)
+    pad = np.arange(L)[None, :] >= n[:, None]
+    return packed, cu, padded, pad
 
 
 def variant_visible(variant: str, L: int, S: int) -> np.ndarray:

@@ -29,7 +29,9 @@ EPILOG = textwrap.dedent("""\
     sliding window of 512 keys vs full causal, a bool mask showing the first
     512 keys vs no mask, a causal bool mask vs is_causal=True, torch SDPA given
     the equivalent dense bool mask; at (1, 8, 2048, 64), softcap, ALiBi, sinks
-    and return_lse vs the plain causal call, fastattn only).
+    and return_lse vs the plain causal call, fastattn only; 16 causal
+    sequences of 64 .. 2048 tokens through attention_varlen vs the same
+    padded to 2048 with a key_padding_mask).
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import (HALF_DTYPES, Case, make_inputs, variant_has_peers, variant_kwargs,
-                    variant_visible)
+from .cases import (HALF_DTYPES, VARLEN_VARIANTS, Case, make_inputs, variant_has_peers,
+                    variant_kwargs, variant_visible, varlen_inputs)
 
 PEERS = ("torch", "numpy")
 
@@ -154,9 +154,22 @@ def int8_cache(fa, k, v):
     return cache
 
 
+def _varlen_impls(case: Case, fa) -> dict:
+    """The varlen case: attention_varlen on the packed sequences ("fastattn")
+    and one causal call on them padded, with a key_padding_mask
+    ("fastattn_padded"), each on t threads."""
+    (q, k, v), cu, (pq, pk, pv), pad = varlen_inputs(case)
+    return {"fastattn": lambda t: (lambda: fa.attention_varlen(
+                q, k, v, cu, cu, is_causal=True, num_threads=t)),
+            "fastattn_padded": lambda t: (lambda: fa.attention(
+                pq, pk, pv, is_causal=True, key_padding_mask=pad, num_threads=t))}
+
+
 def _attention_impls(case: Case, fa, tools: Tools, peers,
                      numpy_max_bytes) -> tuple[dict, dict, dict]:
     """-> (fastattn -> (t -> callable), peer -> callable, skipped: peer -> reason)."""
+    if case.variant in VARLEN_VARIANTS:
+        return _varlen_impls(case, fa), {}, {}
     q, k, v = make_inputs(case)
     causal = case.causal
     kw = {"is_causal": causal}

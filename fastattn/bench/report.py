@@ -61,7 +61,8 @@ def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dic
     return {
         "section": case.section,
         "case": case.label + (" out=x" if var.endswith("_inplace") else
-                              " int8 cache" if var.endswith("_int8cache") else ""),
+                              " int8 cache" if var.endswith("_int8cache") else
+                              " padded+key_padding_mask" if var.endswith("_padded") else ""),
         "kind": case.kind,
         "variant": var,
         "shape": (dict(zip("BHLSD", case.shape)) if case.kind == "attention"
@@ -117,6 +118,10 @@ def _other_notes(case: Case, res: dict, skipped: dict, fa_s: float) -> list[str]
         if n in res and len(res[n]["times_s"]) < 3:
             k = len(res[n]["times_s"])
             notes.append(f"{n}: slow, {k} sample{'s' if k > 1 else ''}")
+    if "fastattn_padded" in res:  # the varlen case: the padded call's time over its own
+        x = paired_ratio(res["fastattn_padded"]["times_s"], res["fastattn"]["times_s"])
+        if x is not None:
+            notes.append(f"padded {x:.2f}x slower")
     if case.kind == "softmax":
         nbytes = 2 * int(np.prod(case.shape)) * np.dtype(case.dtype).itemsize
         notes.append(f"{nbytes / fa_s / 1e9:.1f} GB/s")

@@ -92,14 +92,15 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     const int bmixed = st->tmixed[t]; /* the boolean mask: neither all hidden nor all visible */
     const int masked = cut || st->pad_some || bmixed || a->add_mask.data;
     const int opts = a->softcap > 0 || a->alibi.data; /* the scores change after Q.K^T */
-    /* Q.K^T's row maxima (from its register tiles) stand for the band's
-     * only when every score it computes is one the softmax sees: no mask,
-     * no score option, no padded key column */
+    /* The row maxima come from Q.K^T's register tiles, or from the score
+     * options' pass, and stand for the band's when every score computed is
+     * one the softmax sees: no mask; no padded key column in Q.K^T's case */
     FA_T *s = sc->st + j0;
-    FA_T *vmax = !st->direct && !masked && !opts && fa_round_up(n, st->K->nr) == n
+    FA_T *vmax = !st->direct && !masked && (opts || fa_round_up(n, st->K->nr) == n)
                      ? sc->vmax : NULL;
-    FN(band_scores)(st, t, g, nb, j0, n, s, vmax);
-    if (opts) FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, n, st->base2);
+    FN(band_scores)(st, t, g, nb, j0, n, s, opts ? NULL : vmax);
+    if (opts && !FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, n, st->base2, vmax))
+        vmax = NULL;
     if (masked)
         FN(apply_masks)(a, st->off, s, FA_KC, ib, nb, kb, n, cut ? &st->lim : NULL,
                         st->pad_some, bmixed);

@@ -6,43 +6,44 @@
  * units, so the cap and the slopes are multiplied by u = log2(e) or 1 (tanh's
  * form c tanh(s / c) holds in any unit with c in that unit).  Part of
  * attention_tmpl.h (FA_SFX; FA_T, KT): FN(score_opts) -> score_opts_f32,
- * score_opts_f64; likewise alibi_rows, row_finish. */
+ * score_opts_f64; likewise row_finish. */
 
-/* s[ni x nk] (ld lds), rows i0.., keys kb..: s -= slope |p(i) - j| with
- * p(i) = i + causal_offset, slope in the scores' units: the ISA's kernel
- * while the distances are exact in FA_T (as the reference's cast of the
- * integer), beyond that in double. */
-static void FN(alibi_rows)(const fa_attention_args *a, const KT *K, FA_T slope, FA_T *s,
-                           int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk)
-{
-    const double exact = FA_IS_F64(FA_SFX) ? 0x1p53 : 0x1p24;
-    for (int64_t i = 0; i < ni; i++) {
-        FA_T *row = s + i * lds;
-        const int64_t p = i0 + i + a->causal_offset - kb; /* the key at distance 0 */
-        if (fabs((double)p) + FA_KC < exact)
-            K->alibi(row, nk, (FA_T)p, slope);
-        else
-            for (int64_t j = 0; j < nk; j++) row[j] -= slope * (FA_T)fabs((double)p - (double)j);
-    }
-}
-
-/* The soft cap, then ALiBi, on the scores s[ni x nk] of rows i0.., keys
- * kb.. of the batch index at off (base2: log2 units). */
-static void FN(score_opts)(const fa_attention_args *a, const KT *K, const fa_offsets *off,
-                           FA_T *s, int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk,
-                           int base2)
+/* The soft cap, then ALiBi, on the scores s[ni x nk] (ld lds) of rows
+ * i0.., keys kb.. of the batch index at off (base2: log2 units), one pass
+ * per row (the ISA's score_row), ALiBi's -slope |p(i) - j| with p(i) = i +
+ * causal_offset and the slope in the scores' units.  vmax NULL or [ni x
+ * vw]: filled with the rows' lane-wise maxima (as qk's), unless the
+ * distances are not all exact in FA_T (as the reference's cast of the
+ * integer): then ALiBi is applied in double, row by row, and 0 is returned
+ * (vmax left unfilled); otherwise 1. */
+static int FN(score_opts)(const fa_attention_args *a, const KT *K, const fa_offsets *off, FA_T *s,
+                          int64_t lds, int64_t i0, int64_t ni, int64_t kb, int64_t nk, int base2,
+                          FA_T *vmax)
 {
     const double u = base2 ? FA_LOG2E : 1.0;
-    if (a->softcap > 0) {
-        const FA_T cap = (FA_T)(a->softcap * u); /* finite: plan_make checks */
-        for (int64_t i = 0; i < ni; i++) K->softcap(s + i * lds, nk, cap);
-    }
+    const FA_T cap = a->softcap > 0 ? (FA_T)(a->softcap * u) : 0; /* finite: plan_make checks */
+    double slope = 0;
     if (a->alibi.data) {
-        double slope = ((const double *)a->alibi.data)[off->al] * u;
         const double big = (double)FA_TYPE_MAX(FA_SFX);
+        slope = ((const double *)a->alibi.data)[off->al] * u;
         slope = slope > big ? big : (slope < -big ? -big : slope); /* never inf * 0 */
-        FN(alibi_rows)(a, K, (FA_T)slope, s, lds, i0, ni, kb, nk);
     }
+    const double exact = FA_IS_F64(FA_SFX) ? 0x1p53 : 0x1p24;
+    const int64_t p0 = i0 + a->causal_offset - kb; /* row 0's key at distance 0 */
+    const double far = fmax(fabs((double)p0), fabs((double)(p0 + ni - 1)));
+    if (slope == 0 || far + FA_KC < exact) {
+        for (int64_t i = 0; i < ni; i++)
+            K->score_row(s + i * lds, nk, cap, (FA_T)(p0 + i), (FA_T)slope,
+                         vmax ? vmax + i * K->vw : NULL);
+        return 1;
+    }
+    for (int64_t i = 0; i < ni; i++) { /* distances beyond FA_T's integers: in double */
+        FA_T *row = s + i * lds;
+        K->score_row(row, nk, cap, 0, 0, NULL);
+        for (int64_t j = 0; j < nk; j++)
+            row[j] -= (FA_T)slope * (FA_T)fabs((double)(p0 + i) - (double)j);
+    }
+    return 0;
 }
 
 /* Row i of the batch index at off, finalised from its streaming state m, l

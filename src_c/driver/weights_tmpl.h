@@ -35,7 +35,7 @@ static void FN(weights_scores)(const fa_attention_args *a, const KT *K, const fa
         FN(pack_k)(a, K, off->k, kb, nk, ncols, nr, sc->kp);
         K->qk(fa_round_up(ni, K->mr), ncols, E, sc->qp, sc->kp, sc->st, FA_KC, NULL);
         if (a->softcap > 0 || a->alibi.data)
-            FN(score_opts)(a, K, off, sc->st, FA_KC, i0, ni, kb, nk, 0);
+            FN(score_opts)(a, K, off, sc->st, FA_KC, i0, ni, kb, nk, 0, NULL);
         if (cut || pad_some || bool_some || a->add_mask.data)
             FN(apply_masks)(a, off, sc->st, FA_KC, i0, ni, kb, nk, cut ? &w : NULL, pad_some,
                             bool_some);

@@ -137,10 +137,12 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* x[i] = cap * tanh(x[i] / cap) for i < n, cap > 0 (the soft cap of the */
     /* scores; tanh by simd/vmath_tmpl.h: +-inf -> +-cap, NaN stays NaN) */
     void (*softcap)(FA_T *x, int64_t n, FA_T cap);
-    /* x[j] -= slope * |p - j| for j < n (ALiBi on one row of scores, p the */
-    /* row's position relative to the first key); p integral, |p| + n < 2^24 */
-    /* (float) or 2^53 (double), so the distances are exact */
-    void (*alibi)(FA_T *x, int64_t n, FA_T p, FA_T slope);
+    /* the score options of one row, in one pass: x[j] = cap * tanh(x[j] / */
+    /* cap) if cap > 0, then x[j] -= slope * |p - j| if slope != 0 (ALiBi, p */
+    /* the row's position relative to the first key; p integral, |p| + n < */
+    /* 2^24 (float) or 2^53 (double): exact distances), for j < n; vmax NULL */
+    /* or [vw]: the lane-wise max of the results, NaN ignored (as qk's) */
+    void (*score_row)(FA_T *x, int64_t n, FA_T cap, FA_T p, FA_T slope, FA_T *vmax);
     /* 16-bit storage (kernels_half_tmpl.h), read in float32: the same */
     /* contracts as pack_k, pack_v, qk_direct and pv_direct with the keys or */
     /* values (k, v) in float16 ([0]) or bfloat16 ([1]), index storage - */

@@ -228,21 +228,76 @@ static void FN(softcap)(FA_T *x, int64_t n, FA_T cap)
     }
 }
 
-/* x[j] -= slope |p - j| for j < n (ALiBi; p is integral and |p| + n exact
- * in FA_T, so every distance is exact). */
-static void FN(alibi)(FA_T *x, int64_t n, FA_T p, FA_T slope)
+/* One vector of scores x at key positions j (relative to the row's first
+ * key): the soft cap (do_cap: vc tanh(x vi), vi = 1 / vc), then ALiBi
+ * (do_al: x -= vs |vp - j|, exact distances), as the reference orders them.
+ * With vmath_tmpl.h's tanh, the cap of a lane with y = x vi, y^2 <
+ * TANH_SMALL^2 (tanh's small branch, see simd/vmath.h) is x + x z R(z),
+ * z = y^2: c tanh(y) = c y (1 + z R(z)) without the round trip through y;
+ * of any other lane vc tanh(y).  Each
+ * lane's result depends on its own score only (the vector's other lanes
+ * choose no branch for it). */
+static FA_ALWAYS_INLINE VT FN(score_vec)(VT x, VT j, int do_cap, VT vc, VT vi, int do_al, VT vp,
+                                         VT vs)
+{
+#ifdef FA_SIMD_LIBM_EXP /* the C library's tanh (generic): no branch of ours */
+    if (do_cap) x = V(mul)(vc, V(tanh)(V(mul)(x, vi)));
+#else
+    if (do_cap) {
+        const FA_T small2 = VC(TANH_SMALL) * VC(TANH_SMALL); /* exact: 0.390625 */
+        const VT y = V(mul)(x, vi), z = V(mul)(y, y);
+        VT r;
+        VC(TANH_R)(VT, r, z);
+        const VT near0 = V(fma)(V(mul)(x, z), r, x);
+        x = V(all_below)(z, small2) ? near0
+                                    : V(where_below)(near0, V(mul)(vc, V(tanh)(y)), z, small2);
+    }
+#endif
+    if (do_al) x = V(fnma)(vs, V(abs)(V(sub)(vp, j)), x);
+    return x;
+}
+
+/* score_row with do_cap and do_al constants (inlined three ways below). */
+static FA_ALWAYS_INLINE void FN(score_row_any)(FA_T *x, int64_t n, FA_T cap, FA_T p, FA_T slope,
+                                               FA_T *vmax, int do_cap, int do_al)
 {
     FA_T lane[VW];
     for (int64_t l = 0; l < VW; l++) lane[l] = (FA_T)l;
+    const VT vc = V(set1)(cap), vi = V(set1)(do_cap ? (FA_T)1 / cap : (FA_T)1);
     const VT vs = V(set1)(slope), vp = V(set1)(p), step = V(set1)((FA_T)VW);
-    VT j = V(load)(lane);
+    VT j = V(load)(lane), mx = V(set1)((FA_T)-INFINITY);
     int64_t i = 0;
-    for (; i + VW <= n; i += VW, j = V(add)(j, step))
-        V(store)(x + i, V(fnma)(vs, V(abs)(V(sub)(vp, j)), V(load)(x + i)));
-    for (; i < n; i++) {
-        const FA_T d = p - (FA_T)i;
-        x[i] -= slope * (d < 0 ? -d : d);
+    for (; i + VW <= n; i += VW, j = V(add)(j, step)) {
+        const VT y = FN(score_vec)(V(load)(x + i), j, do_cap, vc, vi, do_al, vp, vs);
+        V(store)(x + i, y);
+        mx = V(max_acc)(mx, y);
     }
+    if (i < n) { /* the tail through a padded vector: the same operations */
+        FA_T buf[VW];
+        for (int64_t l = 0; l < VW; l++) buf[l] = i + l < n ? x[i + l] : (FA_T)0;
+        V(store)(buf, FN(score_vec)(V(load)(buf), j, do_cap, vc, vi, do_al, vp, vs));
+        for (int64_t l = 0; l < VW; l++) {
+            if (i + l < n) x[i + l] = buf[l];
+            else buf[l] = (FA_T)-INFINITY;
+        }
+        mx = V(max_acc)(mx, V(load)(buf));
+    }
+    if (vmax) V(store)(vmax, mx);
+}
+
+/* x[j] = cap tanh(x[j] / cap) if cap > 0, then x[j] -= slope |p - j| if
+ * slope != 0, for j < n, in one pass (p integral, |p| + n exact in FA_T);
+ * vmax NULL or [VW]: the lane-wise max of the results, NaN ignored. */
+static void FN(score_row)(FA_T *x, int64_t n, FA_T cap, FA_T p, FA_T slope, FA_T *vmax)
+{
+    if (cap > 0 && slope != 0)
+        FN(score_row_any)(x, n, cap, p, slope, vmax, 1, 1);
+    else if (cap > 0)
+        FN(score_row_any)(x, n, cap, p, slope, vmax, 1, 0);
+    else if (slope != 0)
+        FN(score_row_any)(x, n, cap, p, slope, vmax, 0, 1);
+    else
+        FN(score_row_any)(x, n, cap, p, slope, vmax, 0, 0);
 }
 
 /* One key block of the streaming (online) softmax, over the rows of a score
@@ -381,7 +436,7 @@ const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FA_STR(FA_ISA_NAME), MR, NR, VW,
     FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
     FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
-    FN(alibi), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
+    FN(score_row), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
     FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow)};
 #undef FA_HALF_ENTRIES
 

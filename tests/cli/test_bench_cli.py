@@ -387,3 +387,25 @@ def test_run_with_torch_times_it(tmp_path):
     assert all(r["speedup"]["torch"] > 0 for r in doc["results"])
     assert {m["impl"] for m in doc["memory"]} == {"fastattn", "torch"}
     assert all("error" not in m for m in doc["memory"])
+
+
+def test_varlen_case_packed_and_padded_calls_agree():
+    """The variants section's packed batch: lengths spread over L/32 .. L,
+    attention_varlen and the padded call with a key_padding_mask give the
+    same rows, and the flops count the sequences' own causal work."""
+    import numpy as np
+
+    import fastattn
+
+    B, H, L, D = 5, 2, 64, 8
+    case = cases.Case("variants", "attention", (B, H, L, L, D), "float32", True, "varlen")
+    n = cases.varlen_lengths(B, L)
+    assert sorted(n.tolist()) == [2, 18, 33, 48, 64]
+    fns = peers._varlen_impls(case, fastattn)
+    packed, padded = fns["fastattn"](1)(), fns["fastattn_padded"](1)()
+    cu = np.concatenate([[0], np.cumsum(n)])
+    for b in range(B):
+        np.testing.assert_allclose(packed[cu[b]:cu[b + 1]],
+                                   np.swapaxes(padded[b, :, :n[b]], 0, 1), rtol=1e-5, atol=1e-6)
+    assert case.flops() == 4.0 * H * D * sum(x * (x + 1) / 2 for x in n.tolist())
+    assert not cases.variant_has_peers("varlen")
