@@ -180,7 +180,7 @@ def scaled_dot_product_attention(
     >>> y = torch.empty(3, 2)
     >>> r = scaled_dot_product_attention(x, x, x, is_causal=True, window=(1, 0), out=y)
     >>> r is y, y[2]
-    (True, tensor([0.3302, 0.6698]))
+    (True, tensor([0.6698, 1.0000]))
     """
     if dropout_p or _is_grad_enabled():
         _refuse_training(dropout_p, query, key, value)
