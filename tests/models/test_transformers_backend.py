@@ -63,11 +63,13 @@ def _logits(model, impl, ids, mask):
         return model(input_ids=ids, attention_mask=mask).logits
 
 
-def _generate(model, impl, ids, mask, **kw):
+def _generate(model, impl, ids, mask, logits=False, **kw):
     model.set_attn_implementation(impl)
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW,
-                         min_new_tokens=NEW, do_sample=False, pad_token_id=0, **kw)
-    return out[:, PROMPT:]
+                         min_new_tokens=NEW, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True, output_logits=True, **kw)
+    new = out.sequences[:, PROMPT:]
+    return (new, torch.stack(out.logits, 1)) if logits else new
 
 
 MODELS = ["llama", "mistral", "qwen2", "gemma2", "gptoss"]
@@ -88,9 +90,12 @@ def test_greedy_generation_gives_the_same_tokens(name):
     model = _model(name)
     ids, mask = _inputs()
     peer = "eager" if name in NO_SDPA else "sdpa"
-    got = _generate(model, "fastattn", ids, mask)
+    got, got_logits = _generate(model, "fastattn", ids, mask, logits=True)
+    want, want_logits = _generate(model, peer, ids, mask, logits=True)
     assert got.shape == (2, NEW)
-    assert torch.equal(got, _generate(model, peer, ids, mask))
+    assert torch.equal(got, want)
+    # every decoding step's logits (KV cache, window, padding) agree too
+    torch.testing.assert_close(got_logits, want_logits, atol=2e-6, rtol=1e-5)
 
 
 def test_generation_with_a_static_cache_uses_the_full_mask_and_agrees():
@@ -172,3 +177,29 @@ def test_minilm_padded_batch_matches_sdpa():
         want = ref_model.eval()(**enc).last_hidden_state
     real = enc["attention_mask"].bool()
     assert float((got[real] - want[real]).abs().max()) <= 1e-5
+
+
+class _CausalModule(torch.nn.Module):
+    is_causal = True
+
+
+@pytest.mark.parametrize("L", [1, 3])
+@pytest.mark.parametrize("window", [None, 5])
+def test_attention_function_decoding_with_window_padding_and_groups(L, window):
+    g = torch.Generator().manual_seed(3)
+    S = 20
+    q = torch.randn(2, 4, L, 16, generator=g)
+    k, v = torch.randn(2, 2, S, 16, generator=g), torch.randn(2, 2, S, 16, generator=g)
+    keep = torch.ones(2, S, dtype=torch.bool)
+    keep[1, :6] = False  # left padding of the second sequence
+    got, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, keep[:, None, None, :],
+                                     scaling=0.3, sliding_window=window, softcap=4.0)
+    pos = torch.arange(S - L, S)[:, None]  # the queries are the last keys
+    vis = (torch.arange(S)[None, :] <= pos) & keep[:, None, None, :]
+    if window is not None:
+        vis = vis & (torch.arange(S)[None, :] > pos - window)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = 4.0 * torch.tanh(q @ kk.transpose(-1, -2) * 0.3 / 4.0)
+    want = torch.softmax(scores.masked_fill(~vis, float("-inf")), -1) @ vv
+    assert got.shape == (2, L, 4, 16)
+    torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)
