@@ -96,16 +96,25 @@ def _tensor(a: np.ndarray) -> _Tensor:
 # the public function
 # ---------------------------------------------------------------------------
 
-def _refuse_training(dropout_p, query, key, value) -> None:
+def _refuse_training(dropout_p, *tensors) -> None:
+    """The errors for dropout and for tensors that require grad in grad mode
+    (query, key, value, attn_mask, alibi_slopes, sinks)."""
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p!r}: fastattn.torch is for inference and has no "
                          f"dropout; to train, use torch.nn.functional."
                          f"scaled_dot_product_attention")
-    if _is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        raise RuntimeError("fastattn.torch is for inference: query, key or value requires grad "
-                           "and grad mode is on, but fastattn computes no gradients.  Run it "
-                           "under torch.no_grad() or torch.inference_mode(), or use "
+    if _is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+        raise RuntimeError("fastattn.torch is for inference: an input requires grad and grad "
+                           "mode is on, but fastattn computes no gradients.  Run it under "
+                           "torch.no_grad() or torch.inference_mode(), or use "
                            "torch.nn.functional.scaled_dot_product_attention to train")
+
+
+def _not_tensors(query, key, value) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} "
+                            f"(for NumPy arrays use fastattn.attention)")
 
 
 def scaled_dot_product_attention(
@@ -183,8 +192,10 @@ def scaled_dot_product_attention(
     (True, tensor([0.6698, 1.0000]))
     """
     if dropout_p or _is_grad_enabled():
-        _refuse_training(dropout_p, query, key, value)
-    if _is_compiling() or type(query) is not _Tensor:
+        _refuse_training(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks)
+    if (_is_compiling() or type(query) is not _Tensor or type(key) is not _Tensor
+            or type(value) is not _Tensor):
+        _not_tensors(query, key, value)
         return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                        key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
                        num_threads, out)

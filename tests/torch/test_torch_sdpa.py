@@ -128,6 +128,21 @@ def test_inputs_requiring_grad_are_refused_in_grad_mode():
         _close(sdpa(q, k, v), F(q, k, v), torch.float32)
 
 
+def test_sinks_requiring_grad_are_refused_in_grad_mode():
+    q, k, v = _qkv((2, 3, 4), (2, 3, 4))
+    sinks = torch.zeros(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        sdpa(q, k, v, sinks=sinks)
+
+
+def test_non_tensors_are_a_type_error():
+    x = np.ones((3, 4), dtype=np.float32)
+    with pytest.raises(TypeError, match="query must be a torch.Tensor"):
+        sdpa(x, torch.ones(3, 4), torch.ones(3, 4))
+    with pytest.raises(TypeError, match="value must be a torch.Tensor"):
+        sdpa(torch.ones(3, 4), torch.ones(3, 4), x)
+
+
 def test_non_cpu_tensors_are_refused():
     q, k, v = _qkv((3, 4), (3, 4))
     with pytest.raises(ValueError, match="meta tensor.*CPU"):
