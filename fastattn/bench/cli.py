@@ -32,6 +32,11 @@ EPILOG = textwrap.dedent("""\
     and return_lse vs the plain causal call, fastattn only; 16 causal
     sequences of 64 .. 2048 tokens through attention_varlen vs the same
     padded to 2048 with a key_padding_mask).
+    --suite model (alone; needs the [torch] extra): whole transformers models
+    with attn_implementation sdpa, eager and fastattn: all-MiniLM-L6-v2
+    forward (32 x 256, padded), a tiny Llama's generate() (1024-token prompt,
+    64 new tokens, tokens/s), the share of time inside attention, and
+    fastattn.torch's per-call overhead on 3 x 2 tensors vs torch SDPA.
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.
@@ -47,7 +52,8 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default=None, metavar="NAME",
                    help="default (all targets, ~5.5 min on 2 cores), quick (~35 s "
-                        "smoke run), targets/all (= default), or a comma-separated "
+                        "smoke run), targets/all (= default), model (whole "
+                        "transformers models; see below), or a comma-separated "
                         "list of sections: " + ", ".join(SECTIONS))
     p.add_argument("--quick", action="store_true",
                    help="quick smoke run: small shapes, few repeats (= --suite quick)")
@@ -202,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
+    if args.suite == "model":
+        _parse_values(args, parser)
+        from .model import run_model_suite
+        return run_model_suite(args)
     profile = _resolve(args, parser)
     tools = _discover(args, parser)
     threads, peers = args.threads_parsed, args.peers_parsed

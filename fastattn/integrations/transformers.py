@@ -1,0 +1,180 @@
+"""fastattn as a Hugging Face ``transformers`` attention backend.
+
+After :func:`register`, ``attn_implementation="fastattn"`` is accepted by
+``from_pretrained`` and ``model.set_attn_implementation``::
+
+    from fastattn.integrations.transformers import register
+    register()
+    model = AutoModel.from_pretrained(name, attn_implementation="fastattn")
+
+Two functions are registered under the name: the attention function (in
+``transformers.AttentionInterface``) and the mask function (in
+``transformers.AttentionMaskInterface``).  The mask function does not build
+the ``(batch, 1, L, S)`` mask when the model's mask is one fastattn computes
+natively: it evaluates the model's mask pattern on the query/key positions
+and, when that is plain causal, causal with the sliding window the model
+names, or full (bidirectional), with the queries the last keys, it returns
+only the padding (``None`` without padding, else a ``(batch, 1, 1, S)`` bool
+tensor, True = attend).  The attention function then calls fastattn with
+``is_causal='lower_right'`` (when the module is causal), ``window=(W - 1, 0)``
+for ``sliding_window=W`` (transformers counts the current token), and the
+padding as ``key_padding_mask``.  Any other pattern (chunked, packed
+sequences, a static cache whose keys run past the queries, tracing) gets the
+full mask, as a float tensor (0 or ``-inf``), used as it is.  ``scaling``,
+``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
+grouped-query heads are read in place (never repeated); the result is written
+straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
+
+Attention runs on ``torch.get_num_threads()`` threads unless ``register``
+was given ``num_threads``.  Inference only (no dropout, no gradients).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..torch import scaled_dot_product_attention as _sdpa
+
+__all__ = ["register", "attention_forward", "attention_mask", "NAME"]
+
+NAME = "fastattn"
+_settings: dict[str, Any] = {"num_threads": None}
+_get_threads = torch.get_num_threads
+
+
+def register(name: str = NAME, *, num_threads: int | None = None) -> None:
+    """Add fastattn to ``transformers``' attention and mask interfaces as ``name``.
+
+    Idempotent: calling it again replaces the entries with the same functions
+    (and updates ``num_threads``: None = ``torch.get_num_threads()`` at each
+    call).
+    """
+    from transformers import AttentionInterface, AttentionMaskInterface
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                                    or num_threads < 1):
+        raise ValueError(f"num_threads must be None or an int >= 1, got {num_threads!r}")
+    _settings["num_threads"] = num_threads
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, attention_mask)
+
+
+# ---------------------------------------------------------------------------
+# the mask function
+# ---------------------------------------------------------------------------
+
+def _padding(attention_mask, batch_size: int, kv_length: int, kv_offset: int):
+    """The (batch, S) bool padding of the keys (True = attend), None if none."""
+    if attention_mask is None:
+        return None
+    pad = attention_mask.to(torch.bool)
+    short = kv_offset + kv_length - pad.shape[-1]
+    if short > 0:  # keys past the 2-D mask are not attended (as transformers does)
+        pad = torch.nn.functional.pad(pad, (0, short), value=False)
+    pad = pad[:, kv_offset:kv_offset + kv_length]
+    if bool(pad.all()):
+        return None
+    return pad.expand(batch_size, kv_length) if pad.shape[0] != batch_size else pad
+
+
+def _native_pattern(mask_function, batch_size, q_length, kv_length, q_offset, kv_offset,
+                    local_size) -> bool:
+    """Whether ``mask_function`` over these positions is full, or causal (with
+    a window of ``local_size`` if given) with the queries the last keys."""
+    if not isinstance(q_offset, int) or not isinstance(kv_offset, int):
+        return False
+    if q_offset + q_length != kv_offset + kv_length:  # the queries are not the last keys
+        return False
+    dev = "cpu"
+    b = torch.arange(batch_size, device=dev)[:, None, None, None]
+    h = torch.zeros(1, dtype=torch.long, device=dev)[None, :, None, None]
+    qi = (torch.arange(q_length, device=dev) + q_offset)[None, None, :, None]
+    ki = (torch.arange(kv_length, device=dev) + kv_offset)[None, None, None, :]
+    got = mask_function(b, h, qi, ki)
+    if bool(got.all()):
+        return True
+    want = ki <= qi
+    if local_size is not None:
+        want = want & (ki > qi - local_size)
+    return bool((got == want).all())
+
+
+def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
+                   kv_offset: int = 0, mask_function=None, attention_mask=None,
+                   local_size: int | None = None, **kwargs):
+    """The mask interface's function: None or the (batch, 1, 1, S) bool padding
+    when fastattn computes the pattern natively, else the full float mask."""
+    from transformers import masking_utils as mu
+    if mask_function is None:
+        mask_function = mu.causal_mask_function
+    tracing = torch.compiler.is_compiling() or (
+        attention_mask is not None and type(attention_mask) is not torch.Tensor)
+    if not tracing and _native_pattern(mask_function, batch_size, q_length, kv_length,
+                                       q_offset, kv_offset, local_size):
+        pad = _padding(attention_mask, batch_size, kv_length, kv_offset)
+        return None if pad is None else pad[:, None, None, :]
+    full = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                        q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,
+                        attention_mask=attention_mask, local_size=local_size,
+                        allow_is_causal_skip=False, allow_is_bidirectional_skip=False,
+                        use_vmap=kwargs.get("use_vmap", False),
+                        device=kwargs.get("device", "cpu"))
+    zero = torch.zeros((), dtype=torch.float32, device=full.device)
+    return torch.where(full, zero, float("-inf"))
+
+
+# ---------------------------------------------------------------------------
+# the attention function
+# ---------------------------------------------------------------------------
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attention_mask: torch.Tensor | None,
+                      dropout: float = 0.0, scaling: float | None = None,
+                      is_causal: bool | None = None, sliding_window: int | None = None,
+                      softcap: float | None = None, s_aux: torch.Tensor | None = None,
+                      position_bias: torch.Tensor | None = None, **kwargs):
+    """The attention interface's function: query (B, H, L, E), key and value
+    (B, Hkv, S, E|Ev) -> ((B, L, H, Ev) output, None)."""
+    B, H, L, _ = query.shape
+    S = key.shape[-2]
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    mask = pad = window = None
+    if attention_mask is not None and (attention_mask.dtype is not torch.bool
+                                       or attention_mask.shape[-2] != 1):
+        mask, causal = attention_mask[..., :S], False  # a full mask: used as it is
+    elif attention_mask is not None:  # the compact form: padding only
+        pad = ~attention_mask[:, 0, 0, :S]
+    if causal and sliding_window is not None:
+        window = (sliding_window - 1, 0)
+    if position_bias is not None:
+        mask = position_bias if mask is None else position_bias + mask
+    if kwargs.get("output_attentions"):
+        raise ValueError("attn_implementation='fastattn' does not return attention weights; "
+                         "use 'eager' with output_attentions=True")
+    nt = _settings["num_threads"] or _get_threads()
+    Hkv = key.shape[1]
+    if L == 1 and Hkv != H and mask is None and s_aux is None:
+        return _decode_grouped(query, key, value, pad, window, dropout, scaling, softcap, nt), None
+    out = torch.empty((B, L, H, value.shape[-1]), dtype=query.dtype, device=query.device)
+    _sdpa(query, key, value, mask, dropout, "lower_right" if causal else False, scaling,
+          Hkv != H, key_padding_mask=pad, window=window, softcap=softcap,
+          sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
+    return out, None
+
+
+def _decode_grouped(query, key, value, pad, window, dropout, scaling, softcap, nt):
+    """One query token, grouped heads: the g query heads of a key/value group
+    as g rows of one problem, so each key/value head is read once.  The one
+    query is the last key: causal hides nothing, the window is a slice of the
+    keys.  -> the (B, 1, H, Ev) output."""
+    B, H, _, E = query.shape
+    Hkv, S = key.shape[1], key.shape[2]
+    if window is not None and window[0] + 1 < S:
+        first = S - 1 - window[0]
+        key, value = key[:, :, first:], value[:, :, first:]
+        pad = None if pad is None else pad[:, first:]
+    q = query.reshape(B, Hkv, H // Hkv, E)  # a view: the token axis has length 1
+    res = _sdpa(q, key, value, None, dropout, False, scaling, key_padding_mask=pad,
+                softcap=softcap, num_threads=nt)
+    return res.view(B, 1, H, value.shape[-1])

