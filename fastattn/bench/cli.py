@@ -29,7 +29,10 @@ EPILOG = textwrap.dedent("""\
     sliding window of 512 keys vs full causal, a bool mask showing the first
     512 keys vs no mask, a causal bool mask vs is_causal=True, torch SDPA given
     the equivalent dense bool mask; at (1, 8, 2048, 64), softcap, ALiBi, sinks
-    and return_lse vs the plain causal call, fastattn only).
+    and return_lse vs the plain causal call, fastattn only), dask (only when
+    asked for, --suite dask: fastattn.dask at (1, 8, 65536, 64) on a 2-worker
+    LocalCluster vs the in-memory call on 2 threads, and each worker's peak
+    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
     --suite also takes a comma-separated list of sections, e.g.
     --suite attention,memory.  When benchmarking the numpy peer, run with
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, e.g.
@@ -219,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     peaks, fma, rows = run_cases(bench, cases)
     mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
                      threadpoolctl=tools.threadpoolctl is not None)
+    dask_text = ""
+    if "dask" in args.sections:
+        from .dask_section import run_dask_section
+        dask_text = run_dask_section(quick=profile is QUICK, repeats=args.repeats,
+                                     progress=progress)
     elapsed = time.perf_counter() - t_start
     _finish_meta(meta, cpu0, elapsed)
 
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
     sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed))
+    sys.stdout.write(dask_text)
     sys.stdout.flush()
     if args.json:
         write_json(args.json, meta, peak_list, fma, rows, scaling, mem)
