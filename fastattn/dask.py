@@ -45,13 +45,18 @@ __all__ = ["attention", "FAN_IN"]
 FAN_IN = 4
 
 
+def _known(x, name: str):
+    """x (a dask array), its chunk sizes checked to be known."""
+    if any(math.isnan(c) for cs in x.chunks for c in cs):
+        raise ValueError(f"{name} has unknown chunk sizes {x.chunks}: call "
+                         f"{name}.compute_chunk_sizes() first")
+    return x
+
+
 def _as_dask(x, name: str):
     """(x as a dask array, whether the caller gave a dask array)."""
     if isinstance(x, da.Array):
-        if any(math.isnan(c) for cs in x.chunks for c in cs):
-            raise ValueError(f"{name} has unknown chunk sizes {x.chunks}: call "
-                             f"{name}.compute_chunk_sizes() first")
-        return x, True
+        return _known(x, name), True
     a = np.asarray(x)
     return da.from_array(a, chunks=-1), False
 
@@ -201,11 +206,12 @@ def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_ma
     query_ndim = q.ndim
     cdt, odt = _api._dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     batch, gqa, L, S, E, Ev = _api._problem_shape(q.shape, k.shape, v.shape, enable_gqa)
-    m_in = None if attn_mask is None else (attn_mask if isinstance(attn_mask, da.Array)
+    m_in = None if attn_mask is None else (_known(attn_mask, "attn_mask")
+                                           if isinstance(attn_mask, da.Array)
                                            else np.asarray(attn_mask))
     p_in = None if key_padding_mask is None else (
-        key_padding_mask if isinstance(key_padding_mask, da.Array)
-        else np.asarray(key_padding_mask))
+        _known(key_padding_mask, "key_padding_mask")
+        if isinstance(key_padding_mask, da.Array) else np.asarray(key_padding_mask))
     resolve(None if m_in is None else _stand_in(m_in.shape, cdt if m_in.dtype.kind == "f"
                                                 else m_in.dtype),
             is_causal, None if p_in is None else _stand_in(p_in.shape, p_in.dtype),

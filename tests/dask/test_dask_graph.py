@@ -200,3 +200,7 @@ def test_unknown_chunk_sizes_are_rejected_by_name():
     k = da.Array(k.dask, k.name, unknown, dtype=k.dtype)
     with pytest.raises(ValueError, match="key has unknown chunk sizes"):
         fdask.attention(q, k, v)
+    mask = da.ones((20, 30), dtype=bool, chunks=10)
+    mask = da.Array(mask.dask, mask.name, ((np.nan, np.nan), (10,) * 3), dtype=bool)
+    with pytest.raises(ValueError, match="attn_mask has unknown chunk sizes"):
+        fdask.attention(q, q, q, mask)
