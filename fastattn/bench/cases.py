@@ -8,13 +8,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants")
+SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants",
+            "dask")
 # name: sections it runs (the quick suite takes the QUICK profile below; the
-# variants section, long sequences, is left out of it)
+# variants section, long sequences, is left out of it; the dask section, a
+# cluster and minutes of work, runs only when asked for)
 SUITES = {
-    "default": SECTIONS,
-    "quick": tuple(s for s in SECTIONS if s != "variants"),
+    "default": tuple(s for s in SECTIONS if s != "dask"),
+    "quick": tuple(s for s in SECTIONS if s not in ("variants", "dask")),
     "variants": ("variants",),
+    "dask": ("dask",),
 }
 VARIANT_W = 512  # the variants section: its window, and the keys its bool mask shows
 # The variants section.  Masks and windows at a long sequence, each also timed

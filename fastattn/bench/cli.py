@@ -31,7 +31,10 @@ EPILOG = textwrap.dedent("""\
     the equivalent dense bool mask; at (1, 8, 2048, 64), softcap, ALiBi, sinks
     and return_lse vs the plain causal call, fastattn only; 16 causal
     sequences of 64 .. 2048 tokens through attention_varlen vs the same
-    padded to 2048 with a key_padding_mask).
+    padded to 2048 with a key_padding_mask), dask (only when
+    asked for, --suite dask: fastattn.dask at (1, 8, 65536, 64) on a 2-worker
+    LocalCluster vs the in-memory call on 2 threads, and each worker's peak
+    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
     --suite model (alone; needs the [torch] extra): whole transformers models
     with attn_implementation sdpa, eager and fastattn: all-MiniLM-L6-v2
     forward (32 x 256, padded), a tiny Llama's generate() (1024-token prompt,
@@ -232,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     meta["read_bandwidth"] = bench.read_bw
     mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
                      threadpoolctl=tools.threadpoolctl is not None)
+    dask_text = ""
+    if "dask" in args.sections:
+        from .dask_section import run_dask_section
+        dask_text = run_dask_section(quick=profile is QUICK, repeats=args.repeats,
+                                     progress=progress)
     elapsed = time.perf_counter() - t_start
     _finish_meta(meta, cpu0, elapsed)
 
@@ -239,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
     sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed))
+    sys.stdout.write(dask_text)
     sys.stdout.flush()
     if args.json:
         write_json(args.json, meta, peak_list, fma, rows, scaling, mem)
