@@ -211,10 +211,10 @@ static void Q8(softmax_row)(const fa_q8_item *it, Q8(row) *rw, int64_t j0, int64
         memset(s, 0, (size_t)n * sizeof(float));
         return;
     }
-    if (it->softcap > 0) KF(softcap)(s + a, b - a, it->softcap);
-    if (it->alibi)
-        KF(alibi)(s + a, b - a, (float)(rw->i + it->causal_offset - (j0 + a)),
-                  (float)it->alibi[rw->g]);
+    if (it->softcap > 0 || it->alibi) /* soft cap, then ALiBi, in one pass */
+        KF(score_row)(s + a, b - a, it->softcap > 0 ? (float)it->softcap : 0.0f,
+                      (float)(rw->i + it->causal_offset - (j0 + a)),
+                      it->alibi ? (float)it->alibi[rw->g] : 0.0f, NULL);
     for (int64_t jj = 0; jj < a; jj++) s[jj] = -INFINITY;
     for (int64_t jj = b; jj < n; jj++) s[jj] = -INFINITY;
     if (it->pad)
