@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _api, _scores
+from . import _api, _half, _scores
 from ._masks import UNBOUNDED, resolve
 from .merge import merge_attention
 
@@ -119,13 +119,17 @@ def _band_mask(plan, band: tuple, L: int, S: int, cdt: np.dtype):
 
 def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
     """``(out, lse)`` of the query block against one key block, in the compute
-    dtype: the kernel, with the pair's offset and window."""
+    dtype (float32 for 16-bit inputs): the kernel, with the pair's offset and
+    window."""
     if spec.kv_heads is not None:
         start, stop, index = spec.kv_heads
         k, v = k[..., start:stop, :, :], v[..., start:stop, :, :]
         if index is not None:       # query heads cut across groups: one kv head each
             k, v = np.take(k, index, axis=-3), np.take(v, index, axis=-3)
     q, k, v, cdt, _ = _api._arrays_and_dtypes(q, k, v)
+    if cdt.itemsize == 2:  # 16-bit inputs: float32 partials (the result is rounded once, at
+        cdt = _half.arith(cdt)  # the end); K and V are still read in place as 16-bit
+        q = q.astype(cdt)
     batch, gqa, L, S, _, _ = _api._problem_shape(q.shape, k.shape, v.shape, spec.gqa)
     plan = resolve(mask, False, pad, batch, L, S, cdt, spec.query_ndim)
     lim = spec.limits

@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra
     raise ImportError("fastattn.dask needs dask[array] (and distributed for a cluster), "
                       "which are not installed: pip install 'fastattn[dask]'") from e
 
-from . import _api, _scores
+from . import _api, _half, _scores
 from . import _dask_tasks as _t
 from ._masks import causal_offset, check_window, resolve
 
@@ -205,6 +205,7 @@ def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_ma
     q, k, v = arrays["query"], arrays["key"], arrays["value"]
     query_ndim = q.ndim
     cdt, odt = _api._dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
     batch, gqa, L, S, E, Ev = _api._problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     m_in = None if attn_mask is None else (_known(attn_mask, "attn_mask")
                                            if isinstance(attn_mask, da.Array)
