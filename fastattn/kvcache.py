@@ -295,7 +295,7 @@ class KVCache:
 
     def _append_q8(self, k, v):
         for arr, what in ((k, "keys"), (v, "values")):
-            if arr.dtype.kind not in "biuf":
+            if arr.dtype.kind not in "biuf" and not _half.is_bfloat16(arr.dtype):
                 raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in an int8 "
                                 "cache (real numbers only)")
         n_new = k.shape[2]

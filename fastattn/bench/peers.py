@@ -177,7 +177,7 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
     if case.variant:  # the variants section: the peers get the equivalent dense mask
         kw = variant_kwargs(case.variant, case.shape[1], L, S)
     fast = {"fastattn": lambda t: (lambda: fa.attention(q, k, v, num_threads=t, **kw))}
-    if case.section == "decode" and case.dtype != "float64":  # K, V in an int8 KV cache
+    if case.section == "decode" and case.dtype == "float32":  # K, V in an int8 KV cache
         cache = int8_cache(fa, k, v)
         fast[INT8_CACHE] = lambda t: (lambda: cache.attend(q, num_threads=t))
     peer_fns, skipped = {}, {}

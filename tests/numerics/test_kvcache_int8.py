@@ -253,6 +253,20 @@ def test_int8_float16_queries_are_computed_as_float32(rng):
     np.testing.assert_array_equal(cache.attend(q), cache.attend(q.astype(np.float32)))
 
 
+def test_int8_append_of_bfloat16_quantises_its_float32_widening(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is needed for bfloat16")
+    k = rng.standard_normal((1, 2, 5, 16)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((1, 2, 5, 16)).astype(ml_dtypes.bfloat16)
+    a = fastattn.KVCache(1, 2, 16, 8, dtype="int8")
+    b = fastattn.KVCache(1, 2, 16, 8, dtype="int8")
+    a.append(k, v)
+    b.append(k.astype(np.float32), v.astype(np.float32))
+    np.testing.assert_array_equal(a.keys, b.keys)
+    np.testing.assert_array_equal(a.values, b.values)
+    np.testing.assert_array_equal(a.key_scales, b.key_scales)
+    np.testing.assert_array_equal(a.value_scales, b.value_scales)
+
+
 def test_int8_hostile_queries_give_reference_nan_pattern(rng, isa):
     cache, _, _ = _filled_cache(rng, 1, 2, 40, 8, 8)
     q = rng.standard_normal((1, 2, 3, 8)).astype(np.float32)
