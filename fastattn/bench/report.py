@@ -128,13 +128,13 @@ def _other_notes(case: Case, res: dict, skipped: dict, fa_s: float) -> list[str]
     return notes
 
 
-def _cache_bytes(case: Case, var: str) -> int:
+def cache_bytes(case: Case, var: str) -> int:
     """Bytes of K and V a decode case reads: its dtype's, or int8 levels and
     one float32 scale per row for the int8 cache."""
     B, H, _, S, D = case.shape
     if var.endswith("_int8cache"):
         return 2 * B * H * S * (D + 4)
-    return 2 * B * H * S * D * np.dtype(case.dtype).itemsize
+    return case.kv_bytes()
 
 
 def make_rows(case: Case, t: int, res: dict, skipped: dict, variants, peaks: dict,
@@ -150,9 +150,6 @@ def make_rows(case: Case, t: int, res: dict, skipped: dict, variants, peaks: dic
         if check is not None:
             _add_check(row, check)
         row["notes"] += _other_notes(case, res, skipped, row["fastattn_s"])
-        if case.section == "decode":
-            row["notes"].append(f"{_cache_bytes(case, var) / row['fastattn_s'] / 1e9:.1f} GB/s "
-                                "of K+V read")
         rows.append(row)
     return rows
 

@@ -12,7 +12,7 @@ from .cases import Case, Profile, arith_dtype
 from .machine import ThreadLimit, measure_fma_peak, measure_peak, measure_read_bandwidth
 from .peers import Tools, build_impls, check_outputs
 from .progress import Progress
-from .report import fmt_time, make_rows
+from .report import cache_bytes, fmt_time, make_rows
 from .timing import SETTLE_S, run_interleaved
 
 
@@ -141,7 +141,7 @@ def _add_read_rate(case: Case, t: int, rows: list[dict], read_bw: list[dict]) ->
     machine's measured read bandwidth at t threads."""
     bw = next((r["gbps"] for r in read_bw if r["threads"] == t), None)
     for r in rows:
-        r["kv_gbps"] = case.kv_bytes() / r["fastattn_s"] / 1e9
+        r["kv_gbps"] = cache_bytes(case, r["variant"]) / r["fastattn_s"] / 1e9
         r["read_bw_gbps"] = bw
         r["notes"].append(f"K+V read {r['kv_gbps']:.1f} GB/s"
                           + (f" (machine {bw:.1f} GB/s)" if bw else ""))

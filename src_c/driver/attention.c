@@ -58,10 +58,12 @@ static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *
 #undef FA_SFX
 
 /* The bfloat16 driver of the ISA in use takes the call (kernels.h): one
- * exists, and the call has nothing it leaves to the float32 path. */
+ * exists, the call has enough query rows (FA_BF16_MIN_ROWS) and nothing it
+ * leaves to the float32 path. */
 static int fa_bf16_flash_eligible(const fa_attention_args *a)
 {
-    return fa_bf16_flash_current() != NULL && a->dtype == FA_FLOAT32 && !a->weights &&
+    return fa_bf16_flash_current() != NULL && a->dtype == FA_FLOAT32 &&
+           a->L >= FA_BF16_MIN_ROWS && !a->weights &&
            !a->bool_mask.data && !a->add_mask.data && !(a->softcap > 0) && !a->alibi.data &&
            !a->sinks.data;
 }

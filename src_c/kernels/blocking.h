@@ -51,6 +51,11 @@
  * stay in L1 between the scores, the softmax and P.V). */
 #define FA_Q8_ROWS 8
 #define FA_Q8_KC 128
+/* Fewest query rows the bfloat16 tile driver (driver/amx_flash.h) takes: an
+ * AMX tile holds 16 rows, so below that most of each tile product is padding,
+ * and a decoding step (a few rows against a long cache) is bound by reading
+ * K and V, which the direct 16-bit path does once, at memory speed. */
+#define FA_BF16_MIN_ROWS 16
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
 

@@ -60,10 +60,16 @@ def _inputs(rng, case, dt):
 _BF16_DECLINED = ("softcap", "alibi_slopes", "sinks", "return_weights")
 
 
-def _bf16_tiles(dt, mask=None, **opts):
-    """Whether the amx / avx512_bf16 bfloat16 driver runs this call."""
+# The fewest query rows the bfloat16 tile driver takes (FA_BF16_MIN_ROWS in
+# src_c/kernels/blocking.h); fewer (a decoding step) run the direct path.
+BF16_MIN_ROWS = 16
+
+
+def _bf16_tiles(dt, L, mask=None, **opts):
+    """Whether the amx / avx512_bf16 bfloat16 driver runs this call (L query rows)."""
     return (fastattn.get_isa() in ("amx", "avx512_bf16") and np.dtype(dt) == BF16
-            and mask is None and not any(opts.get(o) for o in _BF16_DECLINED))
+            and L >= BF16_MIN_ROWS and mask is None
+            and not any(opts.get(o) for o in _BF16_DECLINED))
 
 
 def _widened(x):
@@ -78,7 +84,7 @@ def _check(q, k, v, dt, mask=None, **opts):
     parts = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
     names = ["out"] + (["weights"] if opts.get("return_weights") else []) + (
         ["lse"] if opts.get("return_lse") else [])
-    tiles = _bf16_tiles(dt, mask, **opts)
+    tiles = _bf16_tiles(dt, q.shape[-2], mask, **opts)
     for name, g, f, r in zip(names, parts(got), parts(f32), parts(ref)):
         if name == "lse":   # float32 for 16-bit inputs
             assert g.dtype == F32 and r.dtype == F32
@@ -199,7 +205,7 @@ def test_half_every_value_round_trips(isa, dt):
     want = v.copy()
     bits_want = want.view(np.uint16)
     bits_want[bits_want == 0x8000] = 0          # -0 -> +0
-    if _bf16_tiles(dt):   # the matrix instructions read bfloat16 subnormals as 0
+    if _bf16_tiles(dt, q.shape[-2]):   # the matrix instructions read bfloat16 subnormals as 0
         with np.errstate(invalid="ignore"):
             sub = np.abs(want.astype(np.float32)) < np.finfo(np.float32).tiny
         bits_want[sub] = 0
