@@ -38,6 +38,11 @@ def _ratio(a, b):
 _BF16_DECLINED = ("attn_mask", "softcap", "alibi_slopes", "sinks")
 
 
+# The fewest query rows the bf16 tile driver takes (FA_BF16_MIN_ROWS,
+# src_c/kernels/blocking.h); a decoding step runs the direct 16-bit path.
+BF16_MIN_ROWS = 16
+
+
 def kernel_path(case: Case) -> str:
     """The ISA path that ran the case, and for bfloat16 on the amx or
     avx512_bf16 tiers whether their bfloat16 tiles took it."""
@@ -47,7 +52,7 @@ def kernel_path(case: Case) -> str:
         return isa
     B, H, L, S, D = case.shape
     kw = variant_kwargs(case.variant, H, L, S) if case.variant else {}
-    if any(k in kw for k in _BF16_DECLINED) or D > 256:
+    if any(k in kw for k in _BF16_DECLINED) or D > 256 or L < BF16_MIN_ROWS:
         return f"{isa} (float32 arithmetic)"
     return f"{isa} (bf16 tiles)"
 
