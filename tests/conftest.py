@@ -79,6 +79,38 @@ ISAS = tuple(fastattn.available_isas())
 FLOAT_DTYPES = (np.float32, np.float64)
 
 
+# float32 and float64 on the bfloat16 tiers run exactly the avx512 kernels
+# (tests/kernels/test_isa.py checks it bitwise), so a test parametrized over
+# the isa fixture runs on those tiers only when it has a 16-bit dtype among its
+# parameters (or is one of the tiers' own test files): the same float tests
+# twice more would only lengthen CI.  Deselected, not skipped.
+_BF16_TIERS = ("amx", "avx512_bf16")
+
+
+def _has_16_bit_param(params: dict) -> bool:
+    for value in params.values():
+        if isinstance(value, (str, type, np.dtype)):
+            try:
+                dt = np.dtype(value)
+            except TypeError:
+                continue
+            if dt.itemsize == 2 and dt.kind in "fV":
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        redundant = (params.get("isa") in _BF16_TIERS and not _has_16_bit_param(params)
+                     and "amx" not in item.nodeid and "test_isa" not in item.nodeid)
+        (drop if redundant else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(params=ISAS, ids=[f"isa={n}" for n in ISAS])
 def isa(request):
     """Run the test with the kernels of one ISA path, restoring the old one."""
