@@ -107,6 +107,7 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     FA_T *o = sc->o + row * ldv;
     /* A visible NaN score poisons its row: through the sum (exp of NaN is
      * NaN) unless no key of the row is visible yet. */
-    st->K->online_softmax(nb, n, s, FA_KC, sc->m + row, sc->l + row, o, ldv, st->base2, vmax);
+    st->K->online_softmax(nb, n, s, FA_KC, sc->m + row, sc->lv + row * st->K->vw, o, ldv,
+                          st->base2, vmax);
     FN(band_values)(st, nb, j0, n, s, o);
 }

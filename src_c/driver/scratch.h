@@ -16,6 +16,7 @@ typedef struct fa_scratch_layout {
     int64_t st;    /* score tile: mcp x FA_KC */
     int64_t o;     /* unnormalised output: rows x ldv */
     int64_t m, l;  /* running max and sum: rows each */
+    int64_t lv;    /* the sums kept lane-wise while streaming: rows x vw */
     int64_t vmax;  /* Q.K^T's lane-wise row maxima: mcp x vw */
     int64_t w;     /* the weights of one tile, when the caller's are 16-bit: wlen */
     int64_t total; /* elements to allocate (64 of slack) */
@@ -34,7 +35,8 @@ static inline fa_scratch_layout fa_scratch_layout_of(int64_t rows, int64_t mcp, 
     s.o = s.st + mcp * FA_KC;
     s.m = s.o + rows * ldv;
     s.l = s.m + rows;
-    s.vmax = s.l + rows;
+    s.lv = s.l + rows;
+    s.vmax = s.lv + rows * vw;
     s.w = s.vmax + mcp * vw;
     s.total = s.w + wlen + 64;
     return s;

@@ -3,7 +3,7 @@
  * FN(fa_scratch) -> fa_scratch_f32, fa_scratch_f64. */
 
 typedef struct FN(fa_scratch) {
-    FA_T *qp, *kp, *vp, *st, *o, *m, *l, *vmax, *w;
+    FA_T *qp, *kp, *vp, *st, *o, *m, *l, *lv, *vmax, *w;
 } FN(fa_scratch);
 
 static FN(fa_scratch) FN(scratch_carve)(FA_T *base, const fa_scratch_layout *lay)
@@ -16,6 +16,7 @@ static FN(fa_scratch) FN(scratch_carve)(FA_T *base, const fa_scratch_layout *lay
     sc.o = base + lay->o;
     sc.m = base + lay->m;
     sc.l = base + lay->l;
+    sc.lv = base + lay->lv;
     sc.vmax = base + lay->vmax;
     sc.w = base + lay->w;
     return sc;

@@ -4,7 +4,7 @@
  * stream_start, tile_keys, stream_block, stream_tile. */
 
 /* Q packed (scaled) tile by tile, and every row's state reset: m = -inf,
- * l = 0, o = 0. */
+ * lv = 0 (the sums, lane-wise), o = 0. */
 static void FN(stream_start)(const FN(fa_stream) *st)
 {
     const fa_attention_args *a = st->a;
@@ -16,7 +16,8 @@ static void FN(stream_start)(const FN(fa_stream) *st)
         FN(pack_q)(a, st->off->q, i0, ni, st->direct ? ni : fa_round_up(ni, st->K->mr),
                    sc->qp + t * mcp * E, qscale);
     }
-    for (int64_t i = 0; i < nrows; i++) { sc->m[i] = (FA_T)-INFINITY; sc->l[i] = 0; }
+    for (int64_t i = 0; i < nrows; i++) sc->m[i] = (FA_T)-INFINITY;
+    memset(sc->lv, 0, (size_t)(nrows * st->K->vw) * sizeof(FA_T));
     memset(sc->o, 0, (size_t)(nrows * st->ldv) * sizeof(FA_T));
 }
 
@@ -144,4 +145,5 @@ static void FN(stream_rows)(const fa_attention_args *a, const KT *K, const fa_of
     if (st.lim.has_lo && r0 + st.lim.lo > k0) kbeg = k0 + (r0 + st.lim.lo - k0) / FA_KC * FA_KC;
     for (int64_t kb = kbeg; kb < kend; kb += FA_KC)
         FN(stream_block)(&st, kb, fa_min64(kend - kb, FA_KC));
+    K->lane_sums(r1 - r0, sc->lv, sc->l);
 }

@@ -116,11 +116,14 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     void (*scal)(FA_T *x, int64_t n, FA_T a);
     /* one key block of the streaming softmax, rows i < rows of s[rows x n]: */
     /* mn = max(m[i], max_j s[i][j]), a = E(m[i] - mn), s[i][j] = E(s[i][j] - mn),*/
-    /* l[i] = l[i]*a + sum_j s[i][j], o[i][0..ldo) *= a, m[i] = mn; E = 2^x if */
-    /* base2 (scores pre-multiplied by log2(e)), else e^x; mn = -inf: row 0, */
-    /* l[i] = NaN if it holds a NaN; vmax NULL or qk's row maxima of s */
+    /* lv[i] = lv[i]*a + the vw lane sums of the s[i][j], o[i][0..ldo) *= a, */
+    /* m[i] = mn; lv [rows x vw]: the row sums kept lane-wise across blocks; */
+    /* E = 2^x if base2 (scores pre-multiplied by log2(e)), else e^x; mn = */
+    /* -inf: row 0, lv[i] NaN if it holds a NaN; vmax NULL or qk's row maxima */
     void (*online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m,
-                           FA_T *l, FA_T *o, int64_t ldo, int base2, const FA_T *vmax);
+                           FA_T *lv, FA_T *o, int64_t ldo, int base2, const FA_T *vmax);
+    /* l[i] = the sum of lv[i][0..vw) (online_softmax's lanes), i < rows */
+    void (*lane_sums)(int64_t rows, const FA_T *lv, FA_T *l);
     /* kp[ncols/nr][E][nr] = keys j < nk at k + j*krs (unit column stride), */
     /* zero for nk <= j < ncols; ncols % nr == 0 */
     void (*pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int64_t krs,

@@ -166,8 +166,9 @@ static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
  * online_softmax, though the table holds their addresses. */
 static FA_ALWAYS_INLINE VT FN(exp_any)(VT x, int base2) { return base2 ? V(exp2)(x) : V(exp)(x); }
 
-static FA_ALWAYS_INLINE FA_T FN(expsum_any)(const FA_T *x, FA_T *y, int64_t n, FA_T m,
-                                            int base2)
+/* y[i] = E(x[i] - m) for i < n; returns the sums' vector (lane l: the sum
+ * of the y[i] with i mod 2 VW = l or l + VW) */
+static FA_ALWAYS_INLINE VT FN(expsum_lanes)(const FA_T *x, FA_T *y, int64_t n, FA_T m, int base2)
 {
     VT vm = V(set1)(m), s0 = V(zero)(), s1 = V(zero)();
     int64_t i = 0;
@@ -191,7 +192,13 @@ static FA_ALWAYS_INLINE FA_T FN(expsum_any)(const FA_T *x, FA_T *y, int64_t n, F
         s0 = V(add)(s0, a);
         s1 = V(add)(s1, b);
     }
-    return V(hsum)(V(add)(s0, s1));
+    return V(add)(s0, s1);
+}
+
+static FA_ALWAYS_INLINE FA_T FN(expsum_any)(const FA_T *x, FA_T *y, int64_t n, FA_T m,
+                                            int base2)
+{
+    return V(hsum)(FN(expsum_lanes)(x, y, n, m, base2));
 }
 
 static FA_ALWAYS_INLINE FA_T FN(expsum)(const FA_T *x, FA_T *y, int64_t n, FA_T m)
@@ -301,42 +308,65 @@ static void FN(score_row)(FA_T *x, int64_t n, FA_T cap, FA_T p, FA_T slope, FA_T
 }
 
 /* One key block of the streaming (online) softmax, over the rows of a score
- * tile s[rows x n] (ld lds) and their running max m, sum l and output o:
- * per row i, mn = max(m[i], max_j s[i][j]) (NaN ignored), a = E(m[i] - mn),
- * s[i][j] = E(s[i][j] - mn), l[i] = l[i] * a + sum_j s[i][j], o[i][0 .. ldo)
- * *= a, m[i] = mn; E = 2^x (base2: scores in log2 units) or e^x.  A row with
- * no visible key yet (mn = -inf) is zeroed instead, l[i] = NaN if it holds a
- * NaN.  The rescaling factors of VW rows are one vector exp.  vmax: NULL, or
- * the rows' lane-wise maxima from qk (then max_j s[i][j] = hmax(vmax[i])). */
-static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m, FA_T *l,
+ * tile s[rows x n] (ld lds) and their running max m, lane-wise sums lv
+ * [rows x VW] and output o: per row i, mn = max(m[i], max_j s[i][j]) (NaN
+ * ignored), a = E(m[i] - mn), s[i][j] = E(s[i][j] - mn), lv[i] = lv[i] * a
+ * + the lanes of sum_j s[i][j] (expsum_lanes), o[i][0 .. ldo) *= a, m[i] =
+ * mn; E = 2^x (base2: scores in log2 units) or e^x.  The row's sum l[i] is
+ * the sum of lv[i]'s lanes, taken once after the last block: no horizontal
+ * sum per block.  A row with no visible key yet (mn = -inf) is zeroed
+ * instead, lv[i] = NaN if it holds a NaN.  vmax: NULL, or the rows'
+ * lane-wise maxima from qk (max_j s[i][j] = hmax(vmax[i])); a row whose
+ * lanes are all below m[i] keeps it with no horizontal max (the common case
+ * once a row has seen a few blocks).  The rescaling factors of VW rows are
+ * one vector exp. */
+static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA_T *m, FA_T *lv,
                                FA_T *o, int64_t ldo, int base2, const FA_T *vmax)
 {
     for (int64_t g = 0; g < rows; g += VW) {
         const int64_t ng = rows - g < VW ? rows - g : VW;
         FA_T mn[VW], d[VW], a[VW];
+        int grow = 0;
         for (int64_t r = 0; r < VW; r++) d[r] = 0;
         for (int64_t r = 0; r < ng; r++) {
+            const FA_T mo = m[g + r];
+            mn[r] = mo;
+            if (vmax && V(all_below)(V(load)(vmax + (g + r) * VW), mo)) continue;
             const FA_T mx = vmax ? V(hmax)(V(load)(vmax + (g + r) * VW))
                                  : FN(rowmax)(s + (g + r) * lds, n, NULL);
-            const FA_T mo = m[g + r];
-            mn[r] = mx > mo ? mx : mo;
-            if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
+            if (mx > mo) mn[r] = mx;
+            if (mn[r] != mo) { d[r] = mo - mn[r]; grow = 1; } /* < 0; -inf for a first visible key */
         }
-        V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
+        if (grow) V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
         for (int64_t r = 0; r < ng; r++) {
             const int64_t i = g + r;
-            FA_T *row = s + i * lds;
+            FA_T *row = s + i * lds, *li = lv + i * VW;
             if (mn[r] == (FA_T)-INFINITY) {
                 for (int64_t j = 0; j < n; j++)
-                    if (row[j] != row[j]) { l[i] = (FA_T)NAN; break; }
+                    if (row[j] != row[j]) { li[0] = (FA_T)NAN; break; }
                 memset(row, 0, (size_t)n * sizeof(FA_T));
                 continue;
             }
-            const FA_T sum = base2 ? FN(expsum2)(row, row, n, mn[r]) : FN(expsum)(row, row, n, mn[r]);
-            if (d[r] != 0) FN(scal)(o + i * ldo, ldo, a[r]);
-            l[i] = d[r] != 0 ? l[i] * a[r] + sum : l[i] + sum;
+            const VT sum = FN(expsum_lanes)(row, row, n, mn[r], base2);
+            VT l0 = V(load)(li);
+            if (d[r] != 0) {
+                FN(scal)(o + i * ldo, ldo, a[r]);
+                l0 = V(mul)(l0, V(set1)(a[r]));
+            }
+            V(store)(li, V(add)(l0, sum));
             m[i] = mn[r];
         }
+    }
+}
+
+/* l[i] = the sum of lv[i]'s VW lanes (online_softmax's lane-wise sums), in
+ * lane order, for i < rows */
+static void FN(lane_sums)(int64_t rows, const FA_T *lv, FA_T *l)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        FA_T t = lv[i * VW];
+        for (int64_t j = 1; j < VW; j++) t += lv[i * VW + j];
+        l[i] = t;
     }
 }
 
@@ -435,7 +465,7 @@ static FA_T FN(fma_probe)(int64_t n)
 const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FA_STR(FA_ISA_NAME), MR, NR, VW,
     FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
-    FN(scal), FN(online_softmax), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
+    FN(scal), FN(online_softmax), FN(lane_sums), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
     FN(score_row), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
     FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow)};
 #undef FA_HALF_ENTRIES

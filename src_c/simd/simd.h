@@ -8,14 +8,14 @@
  *   vectors of Q.K^T and the rows VF_PV_MR of P.V, the transpose block VF_TB;
  *   vf_load, vf_store (unaligned), vf_set1, vf_zero, vf_fma (a*b + c),
  *   vf_add, vf_sub, vf_mul, vf_max_acc (max, keeping acc where x is NaN),
- *   vf_nan_acc (sticky NaN detector), vf_hmax, vf_hsum, vf_transpose_block;
+ *   vf_nan_acc (sticky NaN detector), vf_hmax, vf_hsum, vf_transpose_block,
+ *   vf_all_below (1 if every lane is < lo, NaN is not: the online softmax);
  *   and, for the vector exp of vmath_tmpl.h: vf_fnma (c - a*b), vf_max
  *   (max, the 2nd operand where either is NaN), vf_round (to nearest),
  *   vf_ldexp (p * 2^n, n integral, n >= exp's range), vf_zero_below (p, or 0
  *   where x < lo), vf_exp_bits (the integer image shifted into the exponent
  *   field); for the vector tanh: vf_div, vf_abs, vf_copysign (m's magnitude,
- *   s's sign), vf_where_below (a where x < lo, else b), vf_all_below (1 if
- *   every lane is < lo) -- or its own
+ *   s's sign), vf_where_below (a where x < lo, else b) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic); and, float
  *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly,
  *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h);

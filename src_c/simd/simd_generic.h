@@ -39,6 +39,8 @@ static inline VT V(abs)(VT a) { return a < 0 ? -a : a; }
 static inline VT V(max_acc)(VT acc, VT x) { return x > acc ? x : acc; }
 static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
+/* 1 if x < lo (NaN is not) */
+static inline int V(all_below)(VT x, FA_T lo) { return x < lo; }
 static inline FA_T V(hsum)(VT a) { return a; }
 #if !FA_IS_F64(FA_SFX)
 static inline vf vf_load_i8(const int8_t *p) { return (float)*p; } /* the int8 KV cache */
