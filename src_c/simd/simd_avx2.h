@@ -84,6 +84,8 @@ static inline vd vd_ldexp(vd p, vd n)
     return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
 }
 #endif
+/* p 2^n where x >= lo (or x is NaN), 0 where x < lo */
+static inline VT V(ldexp_from)(VT p, VT n, VT x, FA_T lo) { return V(zero_below)(V(ldexp)(p, n), x, lo); }
 static inline FA_T V(hmax)(VT a) { return FA_CAT(fa_hmax256, FA_PASTE(FA_PS_, FA_SFX))(a); }
 static inline FA_T V(hsum)(VT a) { return FA_CAT(fa_hsum256, FA_PASTE(FA_PS_, FA_SFX))(a); }
 #undef FA_MM

@@ -23,6 +23,8 @@ typedef __m512d vd;
 #define VD_NRV 2
 #define VF_PV_MR 8
 #define VD_PV_MR 8
+/* scalef: ldexp exact for any n (vmath_tmpl.h's exp2 needs no clamp) */
+#define FA_SIMD_SCALEF 1
 #include "simd/transpose_x86.h"
 /* 16-bit storage widened to a float vector: vcvtph2ps (float16, AVX-512F),
  * a shift (bfloat16: the upper half of a float32); every lane exact. */
@@ -90,6 +92,11 @@ static inline VT V(ldexp)(VT p, VT n) { return MM(scalef)(p, n); }
 static inline VT V(zero_below)(VT p, VT x, FA_T lo)
 {
     return MM(mask_mov)(p, MMASK(cmp)(x, MM(set1)(lo), _CMP_LT_OQ), MM(setzero)());
+}
+/* p 2^n where x >= lo (or x is NaN), 0 where x < lo: scalef under the mask */
+static inline VT V(ldexp_from)(VT p, VT n, VT x, FA_T lo)
+{
+    return MM(maskz_scalef)(MMASK(cmp)(x, MM(set1)(lo), _CMP_NLT_UQ), p, n);
 }
 /* 1 if every lane of x is < lo (NaN is not) */
 static inline int V(all_below)(VT x, FA_T lo)

@@ -16,7 +16,10 @@
  * the exponent bits (n + EXP2_MAGIC puts n + bias in the low mantissa bits;
  * exp_bits shifts them into the exponent field), which are all zero for
  * n = EXP2_MIN: results below 2^-126.5 (2^-1022.5) are exactly 0,
- * exp2(-inf) = 0.
+ * exp2(-inf) = 0.  A mapping whose ldexp is exact for any n
+ * (FA_SIMD_SCALEF: AVX-512's scalef) computes the same bits with no clamp
+ * and no exponent bits: n = round(x), p 2^n by ldexp, 0 where x < EXP2_LO
+ * (-126.5; -1022.5), by a mask (ldexp_from): two operations fewer.
  *
  * The polynomials: for double, Taylor series of degree 13 (truncation below
  * 5e-18 relative); for float, degree 5 with constant term 1, the minimax of
@@ -55,6 +58,7 @@
 #define VF_EXP_P5 0x1.0fa834p-7f
 #define VF_EXP2_MIN (-127.0f)
 #define VF_EXP2_MAGIC 8388735.0f /* 2^23 + 127 */
+#define VF_EXP2_LO (-126.5f) /* below: 0, as the clamp at EXP2_MIN gives */
 #define VF_EXP2_P0 1.0f
 #define VF_EXP2_P1 0x1.62e42ap-1f
 #define VF_EXP2_P2 0x1.ebf9bcp-3f
@@ -84,6 +88,7 @@
 #define VD_EXP_P13 (1.0 / 6227020800.0)
 #define VD_EXP2_MIN (-1023.0)
 #define VD_EXP2_MAGIC 4503599627371519.0 /* 2^52 + 1023 */
+#define VD_EXP2_LO (-1022.5)
 #define FA_LN2 0.693147180559945309417232121458176568
 #define VD_EXP2_P0 1.0
 #define VD_EXP2_P1 FA_LN2

@@ -12,17 +12,23 @@ static inline VT V(exp)(VT x)
     r = V(fnma)(n, V(set1)(VC(LN2_LO)), r);
     VT p;
     VPOLY(p, r, VC(EXP_P));
-    return V(zero_below)(V(ldexp)(p, n), x, VC(EXP_LO));
+    return V(ldexp_from)(p, n, x, VC(EXP_LO));
 }
 
 static inline VT V(exp2)(VT x)
 {
+#ifdef FA_SIMD_SCALEF /* ldexp exact for any n: no clamp, no exponent bits */
+    VT n = V(round)(x), r = V(sub)(x, n), p;
+    VPOLY(p, r, VC(EXP2_P));
+    return V(ldexp_from)(p, n, x, VC(EXP2_LO));
+#else
     x = V(max)(V(set1)(VC(EXP2_MIN)), x); /* NaN: max gives its 2nd operand */
     VT n = V(round)(x);
     VT r = V(sub)(x, n);
     VT p;
     VPOLY(p, r, VC(EXP2_P));
     return V(mul)(p, V(exp_bits)(V(add)(n, V(set1)(VC(EXP2_MAGIC)))));
+#endif
 }
 
 /* tanh(|x|): a + a z R(z) for a = |x| < TANH_SMALL, else (1 - t) / (1 + t),
