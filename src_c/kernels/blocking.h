@@ -18,8 +18,10 @@
  *          128 measured faster than 256 at E = 64 (README, git log).  Must be
  *          a multiple of every ISA's NR (16, 32 for float; 8, 16 for double).
  *   FA_MAX_CHUNK_MC  at most this many score tiles (query rows / FA_MC) share
- *          one packed K/V block; bounds the per-thread Q and O scratch
- *          (FA_MAX_CHUNK_MC * FA_MC rows) to a few hundred KiB (L2).
+ *          one packed K/V block (packed once per chunk: 16 tiles = 1024
+ *          rows halve the packing of 8 at L = 1024); bounds the per-thread Q
+ *          and O scratch (FA_MAX_CHUNK_MC * FA_MC rows: 256-512 KiB each at
+ *          E = 64-128 in float32) to the L2 (2 MiB per core here).
  *   FA_SPLIT_KC  keys per chunk when a decoding step (few query rows, many
  *          keys) splits the keys across threads.  Fixed by the problem, never
  *          by the thread count, so results are bitwise reproducible.
@@ -29,7 +31,7 @@
 
 #define FA_MC 64
 #define FA_KC 128
-#define FA_MAX_CHUNK_MC 8
+#define FA_MAX_CHUNK_MC 16
 #define FA_SPLIT_KC 512
 /* Split the keys only when there are fewer than this many (batch x query
  * tile) work items and more than two key chunks. */
