@@ -35,11 +35,6 @@ static void FN(write_out)(const fa_attention_args *a, const fa_offsets *off, int
             continue;
         }
         FA_T *dst = (FA_T *)a->out.data + d0;
-        if (a->out.cs == 1) { /* copied, then scaled in place (in L1) by the ISA's vectors */
-            memcpy(dst, src, (size_t)a->Ev * sizeof(FA_T));
-            KCUR()->scal(dst, a->Ev, inv);
-            continue;
-        }
         for (int64_t c = 0; c < a->Ev; c++) dst[c * a->out.cs] = src[c] * inv;
     }
 }

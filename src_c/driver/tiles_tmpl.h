@@ -96,12 +96,10 @@ static void FN(pack_q)(const fa_attention_args *a, int64_t qoff, int64_t i0, int
     for (int64_t r = 0; r < n; r++) {
         const FA_T *src = q + (i0 + r) * rs;
         FA_T *dst = qp + r * E;
-        if (cs == 1) { /* copied, then scaled in place by the ISA's vectors */
-            memcpy(dst, src, (size_t)E * sizeof(FA_T));
-            KCUR()->scal(dst, E, sc);
-        } else {
+        if (cs == 1)
+            for (int64_t d = 0; d < E; d++) dst[d] = src[d] * sc;
+        else
             for (int64_t d = 0; d < E; d++) dst[d] = src[d * cs] * sc;
-        }
     }
     memset(qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
 }
