@@ -326,7 +326,6 @@ static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA
     for (int64_t g = 0; g < rows; g += VW) {
         const int64_t ng = rows - g < VW ? rows - g : VW;
         FA_T mn[VW], d[VW], a[VW];
-        int grow = 0;
         for (int64_t r = 0; r < VW; r++) d[r] = 0;
         for (int64_t r = 0; r < ng; r++) {
             const FA_T mo = m[g + r];
@@ -335,9 +334,9 @@ static void FN(online_softmax)(int64_t rows, int64_t n, FA_T *s, int64_t lds, FA
             const FA_T mx = vmax ? V(hmax)(V(load)(vmax + (g + r) * VW))
                                  : FN(rowmax)(s + (g + r) * lds, n, NULL);
             if (mx > mo) mn[r] = mx;
-            if (mn[r] != mo) { d[r] = mo - mn[r]; grow = 1; } /* < 0; -inf for a first visible key */
+            if (mn[r] != mo) d[r] = mo - mn[r]; /* < 0; -inf for a first visible key */
         }
-        if (grow) V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
+        V(store)(a, base2 ? V(exp2)(V(load)(d)) : V(exp)(V(load)(d)));
         for (int64_t r = 0; r < ng; r++) {
             const int64_t i = g + r;
             FA_T *row = s + i * lds, *li = lv + i * VW;
