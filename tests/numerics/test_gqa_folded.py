@@ -1,8 +1,8 @@
 """Grouped-query heads folded into one problem per key/value head.
 
-When every query row sees every key (a decoding step; lower-right causality
-with one query hides nothing) the g query heads of a group run as g * L rows
-against their key/value head.  These tests pin where that happens, where it
+When every query row sees the same range of keys (always so for one query
+row, a decoding step) the g query heads of a group run as g * L rows
+against their key/value head, sliced to that range.  These tests pin where that happens, where it
 must not (a causal or window bound that cuts a row, per-head ALiBi or sinks,
 returned weights, query layouts whose rows cannot be merged), and that the
 result is the per-head result, on every ISA path.
@@ -51,8 +51,11 @@ CASES = {
     # name: (L, S, keyword arguments, folded?)
     "decode_no_mask": (1, 37, {}, True),
     "decode_lower_right_causal": (1, 37, {"is_causal": "lower_right"}, True),
-    "decode_upper_left_causal_cuts_row": (1, 37, {"is_causal": True}, False),
-    "decode_window_cuts_row": (1, 37, {"is_causal": "lower_right", "window": (8, 0)}, False),
+    "decode_upper_left_causal_first_key_only": (1, 37, {"is_causal": True}, True),
+    "decode_sliding_window_slices_keys": (1, 37, {"is_causal": "lower_right", "window": (8, 0)},
+                                          True),
+    "decode_window_both_sides": (1, 37, {"window": (3, 5)}, True),
+    "prefill_window_cuts_rows": (5, 19, {"window": (2, 2)}, False),
     "decode_window_wider_than_cache": (1, 37, {"is_causal": "lower_right", "window": (36, 0)},
                                        True),
     "decode_key_padding": (1, 37, {"key_padding_mask": "pad"}, True),
