@@ -25,7 +25,8 @@
  *             O^T (Ev x 32 float32, 8 KiB at Ev = 64) stay in the 48 KiB L1
  *             with the Q^T tiles (4 KiB at E = 64) and the streamed K and
  *             V^T tiles.  64 measured ~7% faster than 128 (56 KiB of
- *             buffers, more than the L1).
+ *             buffers, more than the L1); 32 as fast at E = 64 but ~10%
+ *             slower at E = 128 (O^T loaded and stored per 32 keys).
  * Phase 1 (parallel over the batch): K copied to zero-padded rows of
  * round_up(E, 32) (S rounded up to 32 rows), V transposed to V^T
  * (round_up(Ev, 16) x round_up(S, 32)); a NaN or Inf of V is packed as 0
@@ -44,9 +45,7 @@
 #include "runtime/parallel.h"
 
 #define FA_BF_MQ 32
-#ifndef FA_BF_KB
 #define FA_BF_KB 64
-#endif
 #define FA_BF_LAZY 8.0f /* log2 units: the weights stay below 2^8 (newmax) */
 #define FA_BF_MAX_E 256 /* E and Ev up to this (the Q^T and O^T blocks) */
 
