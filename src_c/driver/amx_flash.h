@@ -50,15 +50,13 @@
 #define FA_BF_MAX_E 256 /* E and Ev up to this (the Q^T and O^T blocks) */
 
 /* 2^x for the softmax weights that P.V rounds to bfloat16 (relative error
- * 2^-9): x clamped to >= -160 (NaN kept), n = round(x), 2^(x - n) by a
- * degree-3 polynomial with constant term 1 (relative error 1.02e-4 < 2^-13
- * on [-1/2, 1/2]: the minimax of the relative error, fitted like vmath.h's),
- * scaled by 2^n with
- * VSCALEFPS; below 2^-125 the result is exactly 0 (so exp2(-inf) = 0;
- * bfloat16 rounding by VCVTNE2PS2BF16 flushes float32 subnormals to 0 anyway).  Four
- * operations fewer per vector than vf_exp2 of vmath_tmpl.h, whose degree 5
- * (9e-8) the bfloat16 rounding of P does not need. */
-#define FA_BF_EXP2_MIN (-160.0f)
+ * 2^-9): n = round(x), 2^(x - n) by a degree-3 polynomial with constant
+ * term 1 (relative error 1.02e-4 < 2^-13 on [-1/2, 1/2]: the minimax of the
+ * relative error, fitted like vmath.h's), scaled by 2^n with VSCALEFPS;
+ * below 2^-125 the result is exactly 0 (so exp2(-inf) = 0; VCVTNE2PS2BF16
+ * flushes float32 subnormals to 0 anyway).  Four operations fewer per vector
+ * than vf_exp2 of vmath_tmpl.h, whose degree 5 (9e-8) the bfloat16 rounding
+ * of P does not need. */
 #define FA_BF_EXP2_NORMAL (-125.0f) /* from here on 2^x is a float32 normal */
 #define FA_BF_EXP2_P0 1.0f /* exactly 1: equal scores give equal weights of exactly 1 */
 #define FA_BF_EXP2_P1 0x1.62f5fcp-1f
@@ -66,12 +64,13 @@
 #define FA_BF_EXP2_P3 0x1.c2a20ap-5f
 static inline __m512 fa_bf_exp2(__m512 x)
 {
-    x = _mm512_max_ps(_mm512_set1_ps(FA_BF_EXP2_MIN), x); /* NaN: the 2nd operand */
     /* a result below the float32 normals would cost a microcode assist in
      * VSCALEFPS (tens of cycles per vector: every hidden score is one);
-     * those lanes are zeroed instead.  NaN is kept (unordered: true). */
+     * those lanes are zeroed instead.  NaN is kept (unordered: true).  Their
+     * n is 0, so r = x there: -inf gives +-inf through the polynomial, never
+     * inf - inf (no NaN from a hidden score). */
     const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(FA_BF_EXP2_NORMAL), _CMP_NLT_UQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 n = _mm512_maskz_roundscale_ps(big, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(x, n);
     __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(FA_BF_EXP2_P3), r, _mm512_set1_ps(FA_BF_EXP2_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_BF_EXP2_P1));
