@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, o
 import numpy as np
 
 from . import _core
+from . import _gqa
 from . import _half
 from . import _scores
 from ._masks import MaskPlan, resolve
@@ -444,7 +445,7 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
                                       None if lse is None else lse[..., None])
     else:
         target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
-        _run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt, opts, lse)
+        _gqa.run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt, opts, lse)
     if target is not out:
         if out is not None:
             out[...] = target
@@ -452,40 +453,6 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
         if odt is not cdt:
             return target.astype(odt)
     return target
-
-
-def _run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray,
-                 batch: tuple, gqa: tuple[int, int], sc: float, plan: MaskPlan, weights,
-                 nt: int, opts: _scores.ScoreOptions | None = None,
-                 lse: np.ndarray | None = None) -> None:
-    """The kernel over (..., hkv, g) heads: the g query heads of a group share
-    their key/value head, which is broadcast, never copied."""
-    hk, g = gqa
-    L, E = q.shape[-2:]
-    S = k.shape[-2]
-    causal, offset, wl, wr, bm, am, pad = plan
-    full = batch + (L, S)
-    q = _group_heads(np.broadcast_to(q, batch + (L, E)) if q.shape[:-2] != batch else q, hk, g)
-    wk = None if weights is None else _group_heads(weights, hk, g)
-    bm = None if bm is None else _group_heads(np.broadcast_to(bm, full), hk, g)
-    am = None if am is None else _group_heads(np.broadcast_to(am, full), hk, g)
-    pad = None if pad is None else _group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
-    cap, al, sk = opts if opts is not None else (0.0, None, None)
-    one = batch + (1, 1)
-    al = None if al is None else _group_heads(np.broadcast_to(al, one), hk, g)
-    sk = None if sk is None else _group_heads(np.broadcast_to(sk, one), hk, g)
-    lk = None if lse is None else _group_heads(lse[..., None], hk, g)
-    _core.attention(q, k[..., None, :, :], v[..., None, :, :], _group_heads(target, hk, g),
-                    batch[:-1] + (hk, g), sc, causal, offset, wl, wr, bm, am, pad, wk, nt, cap,
-                    al, sk, lk)
-
-
-def _group_heads(a: np.ndarray, hkv: int, g: int) -> np.ndarray:
-    """View (..., H, R, C) as (..., hkv, g, R, C) with H = hkv * g (never a copy)."""
-    st = a.strides
-    shape = a.shape[:-3] + (hkv, g) + a.shape[-2:]
-    strides = st[:-3] + (st[-3] * g, st[-3]) + st[-2:]
-    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=a.flags.writeable)
 
 
 def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:

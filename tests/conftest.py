@@ -12,6 +12,7 @@ module's name); helpers shared inside one folder live in a plain module there
 from __future__ import annotations
 
 import os
+import textwrap
 
 import numpy as np
 import pytest
@@ -20,6 +21,17 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
+
+# The source of status(key): a /proc/self/status field in bytes (VmRSS, VmHWM),
+# for the memory tests' subprocess scripts (Linux only).
+PROC_STATUS = textwrap.dedent("""
+    def status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        raise KeyError(key)
+""")
 
 # ---------------------------------------------------------------------------
 # hypothesis: one fixed, derandomized profile so that failures reproduce

@@ -79,7 +79,8 @@ class Profile:
     softmax: tuple         # (M, N) shapes
     memory: tuple          # (H, L, S, D)
     variants: tuple        # ((B, H, L, S, D), variant names) of the variants section
-    half_prefill: tuple = ()  # causal (B, H, L, S, D) shapes timed in HALF_DTYPES too
+    # ((B, H, L, S, D), causal flags) timed in HALF_DTYPES too (with --dtype float32)
+    half_prefill: tuple = ()
 
 
 DEFAULT = Profile(
@@ -96,7 +97,7 @@ DEFAULT = Profile(
     variants=(((1, 8, 8192, 8192, 64), MASK_VARIANTS),
               ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS)),
               ((16, 8, 2048, 2048, 64), VARLEN_VARIANTS)),
-    half_prefill=((1, 8, 1024, 1024, 64), (1, 8, 2048, 2048, 64)),
+    half_prefill=(((1, 8, 1024, 1024, 64), (False, True)), ((1, 8, 2048, 2048, 64), (True,))),
 )
 
 QUICK = Profile(
@@ -111,7 +112,7 @@ QUICK = Profile(
     variants=(((1, 2, 2048, 2048, 64), MASK_VARIANTS),
               ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS)),
               ((16, 2, 256, 256, 64), VARLEN_VARIANTS)),
-    half_prefill=((1, 4, 256, 256, 64),),
+    half_prefill=(((1, 4, 256, 256, 64), (False, True)),),
 )
 
 
@@ -282,9 +283,10 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
             for c in causals:
                 cases.append(Case("attention", "attention", shp, dt, c))
         if dt == "float32" and not args.shapes_parsed:
-            for shp in profile.half_prefill:
+            for shp, flags in profile.half_prefill:
                 for hd in HALF_DTYPES:
-                    cases.append(Case("attention", "attention", shp, hd, True))
+                    for c in (c for c in causals if c in flags):
+                        cases.append(Case("attention", "attention", shp, hd, c))
     if "decode" in sections:
         for shp in profile.decode:
             for cd in (CACHE_DTYPES if dt == "float32" else (dt,)):

@@ -154,27 +154,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                          "use 'eager' with output_attentions=True")
     nt = _settings["num_threads"] or _get_threads()
     Hkv = key.shape[1]
-    if L == 1 and Hkv != H and mask is None and s_aux is None:
-        return _decode_grouped(query, key, value, pad, window, dropout, scaling, softcap, nt), None
+    # (a decoding step's grouped heads run as the rows of one problem per
+    # key/value head: fastattn's own enable_gqa does that)
     out = torch.empty((B, L, H, value.shape[-1]), dtype=query.dtype, device=query.device)
     _sdpa(query, key, value, mask, dropout, "lower_right" if causal else False, scaling,
           Hkv != H, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
-
-
-def _decode_grouped(query, key, value, pad, window, dropout, scaling, softcap, nt):
-    """One query token, grouped heads: the g query heads of a key/value group
-    as g rows of one problem, so each key/value head is read once.  The one
-    query is the last key: causal hides nothing, the window is a slice of the
-    keys.  -> the (B, 1, H, Ev) output."""
-    B, H, _, E = query.shape
-    Hkv, S = key.shape[1], key.shape[2]
-    if window is not None and window[0] + 1 < S:
-        first = S - 1 - window[0]
-        key, value = key[:, :, first:], value[:, :, first:]
-        pad = None if pad is None else pad[:, first:]
-    q = query.reshape(B, Hkv, H // Hkv, E)  # a view: the token axis has length 1
-    res = _sdpa(q, key, value, None, dropout, False, scaling, key_padding_mask=pad,
-                softcap=softcap, num_threads=nt)
-    return res.view(B, 1, H, value.shape[-1])

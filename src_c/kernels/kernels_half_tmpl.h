@@ -72,37 +72,12 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
     }
 }
 
-/* vp panels (kernels.h) from 16-bit values, watching for NaN/Inf */
-static int HN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const uint16_t *v, int64_t vrs,
-                      float *vp, int64_t pstride)
-{
-    const int64_t full = Ev / NR; /* panels with no padding */
-    VT bad = V(zero)();
-    float sbad = 0;
-    for (int64_t j = 0; j < nk; j++) {
-        const uint16_t *src = v + j * vrs;
-        for (int64_t c = 0; c < full; c++) {
-            float *dst = vp + c * pstride + j * NR;
-#pragma GCC unroll 4
-            for (int u = 0; u < NRV; u++) {
-                VT x = HLOAD(src + c * NR + u * VW);
-                V(store)(dst + u * VW, x);
-                bad = V(nan_acc)(bad, V(sub)(x, x));
-            }
-        }
-        if (full * NR < ldv) {
-            float *dst = vp + full * pstride + j * NR;
-            const int64_t w = Ev - full * NR;
-            for (int64_t c = 0; c < w; c++) {
-                dst[c] = HTOF(src[full * NR + c]);
-                sbad += dst[c] - dst[c];
-            }
-            for (int64_t c = w; c < NR; c++) dst[c] = 0;
-        }
-    }
-    float hb = V(hsum)(bad);
-    return hb != hb || sbad != sbad;
-}
+/* vp panels (kernels.h) from 16-bit values, widened while packing */
+#define PV_NAME HN(pack_v) /* pack_v_f16_avx2, pack_v_bf16_avx512, ... */
+#define PV_SRC uint16_t
+#define PV_LOAD HLOAD
+#define PV_TO HTOF
+#include "kernels/pack_v_tmpl.h"
 
 /* One score: q . k (E floats against E 16-bit values), two accumulators,
  * the same sums as qk_direct of kernels_tmpl.h. */

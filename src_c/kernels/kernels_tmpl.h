@@ -367,36 +367,12 @@ static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int6
     }
 }
 
-static int FN(pack_v)(int64_t nk, int64_t Ev, int64_t ldv, const FA_T *v, int64_t vrs, FA_T *vp,
-                      int64_t pstride)
-{
-    const int64_t full = Ev / NR; /* panels with no padding */
-    VT bad = V(zero)();
-    FA_T sbad = 0;
-    for (int64_t j = 0; j < nk; j++) {
-        const FA_T *src = v + j * vrs;
-        for (int64_t c = 0; c < full; c++) {
-            FA_T *dst = vp + c * pstride + j * NR;
-#pragma GCC unroll 4
-            for (int u = 0; u < NRV; u++) {
-                VT x = V(load)(src + c * NR + u * VW);
-                V(store)(dst + u * VW, x);
-                bad = V(nan_acc)(bad, V(sub)(x, x));
-            }
-        }
-        if (full * NR < ldv) {
-            FA_T *dst = vp + full * pstride + j * NR;
-            const int64_t w = Ev - full * NR;
-            for (int64_t c = 0; c < w; c++) {
-                dst[c] = src[full * NR + c];
-                sbad += dst[c] - dst[c];
-            }
-            for (int64_t c = w; c < NR; c++) dst[c] = 0;
-        }
-    }
-    FA_T hb = V(hsum)(bad);
-    return hb != hb || sbad != sbad;
-}
+/* vp panels (kernels.h) from FA_T values, watching for NaN/Inf */
+#define PV_NAME FN(pack_v) /* pack_v_f32_avx2, pack_v_f64_generic, ... */
+#define PV_SRC FA_T
+#define PV_LOAD V(load)
+#define PV_TO(x) (x)
+#include "kernels/pack_v_tmpl.h"
 
 /* acc[c] = acc[c] * x + y, n times per chain: a contraction towards
  * y / (1 - x), so the values stay finite for any n. */

@@ -86,16 +86,20 @@ static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 #endif
+/* C += A . B: the 16 rows of C are 16 independent accumulators in
+ * registers, each summed over k = 0..15 in order (VDPBF16PS's latency is
+ * hidden by the other 15 rows; a row's chain, so its result, is that of the
+ * row-at-a-time loop) */
 static inline void fa_soft_dp(fa_tilefile *tf, int c, int a, int b)
 {
-    __m512i bk[16];
-    for (int k = 0; k < 16; k++) bk[k] = _mm512_loadu_si512((const void *)tf->t[b][k]);
-    for (int m = 0; m < FT_ROWS; m++) {
-        __m512 acc = _mm512_loadu_ps((const float *)tf->t[c][m]);
-        for (int k = 0; k < 16; k++)
-            acc = fa_dpbf16(acc, _mm512_set1_epi32((int)tf->t[a][m][k]), bk[k]);
-        _mm512_storeu_ps((float *)tf->t[c][m], acc);
+    __m512 acc[FT_ROWS];
+    for (int m = 0; m < FT_ROWS; m++) acc[m] = _mm512_loadu_ps((const float *)tf->t[c][m]);
+    for (int k = 0; k < 16; k++) {
+        const __m512i bk = _mm512_loadu_si512((const void *)tf->t[b][k]);
+        for (int m = 0; m < FT_ROWS; m++)
+            acc[m] = fa_dpbf16(acc[m], _mm512_set1_epi32((int)tf->t[a][m][k]), bk);
     }
+    for (int m = 0; m < FT_ROWS; m++) _mm512_storeu_ps((float *)tf->t[c][m], acc[m]);
 }
 #define FT_LOAD(tf, t, p, s) fa_soft_load(tf, t, p, s)
 #define FT_STORE(tf, t, p, s) fa_soft_store(tf, t, p, s)

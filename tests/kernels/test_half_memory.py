@@ -11,19 +11,14 @@ import textwrap
 
 import pytest
 
+from conftest import PROC_STATUS
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/self (Linux only)")
 
-_SCRIPT = textwrap.dedent("""
+_SCRIPT = PROC_STATUS + textwrap.dedent("""
     import sys
     import ml_dtypes, numpy as np, fastattn
-
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise KeyError(key)
 
     dt = np.dtype(ml_dtypes.bfloat16) if sys.argv[1] == "bfloat16" else np.dtype(np.float16)
     L = S = 8192

@@ -21,6 +21,7 @@ import pytest
 
 import fastattn
 import fastattn._testing as _testing
+from conftest import PROC_STATUS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/self (Linux only)")
@@ -167,15 +168,8 @@ def test_no_memory_growth_over_3000_calls(path):
     assert grown < SLACK, f"{path}: RSS grew by {grown / 2**20:.1f} MiB over {CALLS} calls"
 
 
-_STREAMING_SCRIPT = textwrap.dedent("""
+_STREAMING_SCRIPT = PROC_STATUS + textwrap.dedent("""
     import numpy as np, fastattn
-
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise KeyError(key)
 
     L = S = 32768
     E = 64
