@@ -19,48 +19,63 @@
  *   FA_BF_MQ  query rows per work item = two 16-lane tile columns: Q.K^T
  *             uses 4 C tiles (2 key tiles x 2 query halves) + 2 A + 2 B,
  *             all 8 tile registers;
- *   FA_BF_KB  keys per block: the S^T block (KB x 32 float32 = 16 KiB), P^T
- *             (8 KiB) and O^T (Ev x 32 float32, 8 KiB at Ev = 64) stay in
- *             the 48 KiB L1 between Q.K^T, the softmax and P.V.
+ *   FA_BF_KB  keys per block: two S^T blocks (KB x 32 float32, 8 KiB each:
+ *             the one the softmax reads, the one Q.K^T writes), two P^T
+ *             blocks (4 KiB each: the one written, the one P.V reads) and
+ *             O^T (Ev x 32 float32, 8 KiB at Ev = 64) stay in the 48 KiB L1
+ *             with the Q^T tiles (4 KiB at E = 64) and the streamed K and
+ *             V^T tiles.  64 measured ~7% faster than 128 (56 KiB of
+ *             buffers, more than the L1); 32 as fast at E = 64 but ~10%
+ *             slower at E = 128 (O^T loaded and stored per 32 keys).
  * Phase 1 (parallel over the batch): K copied to zero-padded rows of
  * round_up(E, 32) (S rounded up to 32 rows), V transposed to V^T
  * (round_up(Ev, 16) x round_up(S, 32)); a NaN or Inf of V is packed as 0
  * (a hidden key's must not reach the output, and 0 x NaN is NaN in P.V)
  * and its key noted; the rows that see such a key get those columns
  * patched to IEEE's sum (FA_BF(nonfinite)).
- * Phase 2 (parallel over batch x query blocks, static, so results are
- * bitwise the same for any thread count): per key block Q.K^T, masks (causal,
- * window, key padding), the online softmax step, P.V; then out = O / l. */
+ * Phase 2 (parallel over batch x query blocks; an item's result does not
+ * depend on the thread, so results are bitwise the same for any thread
+ * count): per key block j, masks (causal, window, key padding) on S^T, the
+ * running max (lazily raised: FA_BF(newmax)), the weights P^T -- and,
+ * issued a few at a time between the weights' vector instructions, the tile
+ * steps of Q.K^T of block j+1 and of P.V of block j-1 (FA_BF(tiles)), so that
+ * the tile unit and the vector units work at once; then out = O / l. */
 #include "driver/window.h"
 #include "runtime/alloc.h"
 #include "runtime/parallel.h"
 
 #define FA_BF_MQ 32
-#define FA_BF_KB 256
+#define FA_BF_KB 64
+#define FA_BF_LAZY 8.0f /* log2 units: the weights stay below 2^8 (newmax) */
 #define FA_BF_MAX_E 256 /* E and Ev up to this (the Q^T and O^T blocks) */
 
 /* 2^x for the softmax weights that P.V rounds to bfloat16 (relative error
- * 2^-9): x clamped to >= -160 (NaN kept), n = round(x), 2^(x - n) by a
- * degree-3 polynomial with constant term 1 (relative error 1.02e-4 < 2^-13
- * on [-1/2, 1/2]: the minimax of the relative error, fitted like vmath.h's),
- * scaled by 2^n with
- * VSCALEFPS; below 2^-150 the result is exactly 0 (so exp2(-inf) = 0).  Four
- * operations fewer per vector than vf_exp2 of vmath_tmpl.h, whose degree 5
- * (9e-8) the bfloat16 rounding of P does not need. */
-#define FA_BF_EXP2_MIN (-160.0f)
+ * 2^-9): n = round(x), 2^(x - n) by a degree-3 polynomial with constant
+ * term 1 (relative error 1.02e-4 < 2^-13 on [-1/2, 1/2]: the minimax of the
+ * relative error, fitted like vmath.h's), scaled by 2^n with VSCALEFPS;
+ * below 2^-125 the result is exactly 0 (so exp2(-inf) = 0; VCVTNE2PS2BF16
+ * flushes float32 subnormals to 0 anyway).  Four operations fewer per vector
+ * than vf_exp2 of vmath_tmpl.h, whose degree 5 (9e-8) the bfloat16 rounding
+ * of P does not need. */
+#define FA_BF_EXP2_NORMAL (-125.0f) /* from here on 2^x is a float32 normal */
 #define FA_BF_EXP2_P0 1.0f /* exactly 1: equal scores give equal weights of exactly 1 */
 #define FA_BF_EXP2_P1 0x1.62f5fcp-1f
 #define FA_BF_EXP2_P2 0x1.f00c50p-3f
 #define FA_BF_EXP2_P3 0x1.c2a20ap-5f
 static inline __m512 fa_bf_exp2(__m512 x)
 {
-    x = _mm512_max_ps(_mm512_set1_ps(FA_BF_EXP2_MIN), x); /* NaN: the 2nd operand */
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* a result below the float32 normals would cost a microcode assist in
+     * VSCALEFPS (tens of cycles per vector: every hidden score is one);
+     * those lanes are zeroed instead.  NaN is kept (unordered: true).  Their
+     * n is 0, so r = x there: -inf gives +-inf through the polynomial, never
+     * inf - inf (no NaN from a hidden score). */
+    const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(FA_BF_EXP2_NORMAL), _CMP_NLT_UQ);
+    const __m512 n = _mm512_maskz_roundscale_ps(big, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(x, n);
     __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(FA_BF_EXP2_P3), r, _mm512_set1_ps(FA_BF_EXP2_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_BF_EXP2_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FA_BF_EXP2_P0));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_scalef_ps(big, p, n);
 }
 
 #define FA_BF_FN FA_PASTE(fa_bf16_flash_, FA_ISA_NAME) /* fa_bf16_flash_amx, ..._avx512_bf16 */
@@ -236,65 +251,120 @@ static void FA_BF(pack_qt)(const fa_attention_args *a, const uint16_t *q, int64_
         }
 }
 
-/* S^T block: keys k0 .. k0 + 16*nt16 - 1 against the 32 queries, into st
- * (row = key, 32 floats); C tiles 0-3, A (K) 4-5, B (Q^T) 6-7 */
-static void FA_BF(qk)(fa_tilefile *tf, const uint16_t *kp, int64_t Ep, const uint16_t *qt,
-                       int64_t nd, int64_t nt16, float *st)
+/* The tile work of a key block as a queue of steps, each four dot products
+ * (64 cycles of the tile unit) with their loads, so that the softmax loop can
+ * issue them a few at a time between its vector instructions (FA_BF(step)):
+ * the tile unit then works while the vector units compute the weights.
+ *   Q.K^T steps first (the next block's softmax waits on their S^T), then
+ *   P.V steps: O^T (Evp x 32 float32) += V^T . P^T of the previous
+ *     block; per pair of Ev tiles, C tiles 0-3 (2 Ev tiles x 2 query halves)
+ *     loaded from O^T at the first chunk of 32 keys, stored after the last;
+ *     A (V^T) 4-5, B (P^T) 6-7;
+ *   Q.K^T steps: S^T (row = key, 32 floats) of the next block, per pair
+ *     of 16-key tiles C tiles 0-3 (2 key tiles x 2 query halves), A (K) 4-5,
+ *     B (Q^T) 6-7, one step per 32 columns of E (nd of them).
+ * Each C tile accumulates its products in the same order as one dot product
+ * loop would: the queue changes when, never what, is computed. */
+typedef struct FA_BF(tiles) {
+    fa_tilefile *tf;
+    const uint16_t *kp, *qt;       /* Q.K^T: K rows of the block, Q^T tiles */
+    int64_t Ep, nd, nt16;          /* row stride, E / 32, 16-key tiles */
+    float *st;                     /* its S^T */
+    const uint16_t *vt;            /* P.V: V^T at the block's first key */
+    const uint32_t *pt;            /* its P^T */
+    int64_t vts, Evp, nc32;        /* V^T row stride, Ev tiles x 16, 32-key chunks */
+    float *ot;
+    int64_t npv, nqk, ip, iq;      /* steps of each, the next ones */
+} FA_BF(tiles);
+
+/* Q.K^T step j: tile pair j / nd, E columns 32 (j % nd) .. */
+static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
 {
-    const int64_t ks = Ep * 2;
-    int64_t t = 0;
-    for (; t + 2 <= nt16; t += 2) {
-        const uint16_t *k0 = kp + t * 16 * Ep, *k1 = k0 + 16 * Ep;
-        float *s0 = st + t * 16 * FA_BF_MQ, *s1 = s0 + 16 * FA_BF_MQ;
-        FT_ZERO(tf, 0); FT_ZERO(tf, 1); FT_ZERO(tf, 2); FT_ZERO(tf, 3);
-        for (int64_t kk = 0; kk < nd; kk++) {
-            FT_LOAD(tf, 4, k0 + kk * 32, ks);
-            FT_LOAD(tf, 5, k1 + kk * 32, ks);
-            FT_LOAD(tf, 6, qt + (kk * 2) * 512, 64);
-            FT_LOAD(tf, 7, qt + (kk * 2 + 1) * 512, 64);
-            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7); FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
-        }
-        FT_STORE(tf, 0, s0, FA_BF_MQ * 4); FT_STORE(tf, 1, s0 + 16, FA_BF_MQ * 4);
-        FT_STORE(tf, 2, s1, FA_BF_MQ * 4); FT_STORE(tf, 3, s1 + 16, FA_BF_MQ * 4);
-    }
-    if (t < nt16) {
-        const uint16_t *k0 = kp + t * 16 * Ep;
-        float *s0 = st + t * 16 * FA_BF_MQ;
+    fa_tilefile *tf = w->tf;
+    const int64_t t = j / w->nd * 2, kk = j % w->nd, ks = w->Ep * 2;
+    const int two = t + 1 < w->nt16;
+    const uint16_t *k0 = w->kp + t * 16 * w->Ep;
+    if (kk == 0) {
         FT_ZERO(tf, 0); FT_ZERO(tf, 1);
-        for (int64_t kk = 0; kk < nd; kk++) {
-            FT_LOAD(tf, 4, k0 + kk * 32, ks);
-            FT_LOAD(tf, 6, qt + (kk * 2) * 512, 64);
-            FT_LOAD(tf, 7, qt + (kk * 2 + 1) * 512, 64);
-            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
-        }
+        if (two) { FT_ZERO(tf, 2); FT_ZERO(tf, 3); }
+    }
+    FT_LOAD(tf, 4, k0 + kk * 32, ks);
+    FT_LOAD(tf, 6, w->qt + (kk * 2) * 512, 64);
+    FT_LOAD(tf, 7, w->qt + (kk * 2 + 1) * 512, 64);
+    FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+    if (two) {
+        FT_LOAD(tf, 5, k0 + 16 * w->Ep + kk * 32, ks);
+        FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+    }
+    if (kk == w->nd - 1) {
+        float *s0 = w->st + t * 16 * FA_BF_MQ, *s1 = s0 + 16 * FA_BF_MQ;
         FT_STORE(tf, 0, s0, FA_BF_MQ * 4); FT_STORE(tf, 1, s0 + 16, FA_BF_MQ * 4);
+        if (two) { FT_STORE(tf, 2, s1, FA_BF_MQ * 4); FT_STORE(tf, 3, s1 + 16, FA_BF_MQ * 4); }
     }
 }
 
-/* O^T (Evp x 32 float32) += V^T (keys k0 ..) . P^T over nc32 chunks of 32
- * keys; C tiles 0-3 (2 Ev tiles x 2 query halves), A (V^T) 4-5, B (P^T) 6-7 */
-static void FA_BF(pv)(fa_tilefile *tf, const uint16_t *vt, int64_t vts, int64_t Evp,
-                       const uint32_t *pt, int64_t nc32, float *ot)
+/* P.V step j: Ev tile pair j / nc32, keys 32 (j % nc32) .. */
+static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
 {
-    const int64_t vs = vts * 2, os = FA_BF_MQ * 4;
-    for (int64_t et = 0; et < Evp / 16; et += 2) {
-        const int two = et + 1 < Evp / 16;
-        float *o0 = ot + et * 16 * FA_BF_MQ, *o1 = o0 + 16 * FA_BF_MQ;
+    fa_tilefile *tf = w->tf;
+    const int64_t et = j / w->nc32 * 2, c = j % w->nc32, vs = w->vts * 2, os = FA_BF_MQ * 4;
+    const int two = et + 1 < w->Evp / 16;
+    float *o0 = w->ot + et * 16 * FA_BF_MQ, *o1 = o0 + 16 * FA_BF_MQ;
+    if (c == 0) {
         FT_LOAD(tf, 0, o0, os); FT_LOAD(tf, 1, o0 + 16, os);
         if (two) { FT_LOAD(tf, 2, o1, os); FT_LOAD(tf, 3, o1 + 16, os); }
-        for (int64_t c = 0; c < nc32; c++) {
-            FT_LOAD(tf, 4, vt + et * 16 * vts + c * 32, vs);
-            FT_LOAD(tf, 6, pt + c * 16 * 16, 64);
-            FT_LOAD(tf, 7, pt + (FA_BF_KB / 2) * 16 + c * 16 * 16, 64);
-            FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
-            if (two) {
-                FT_LOAD(tf, 5, vt + (et + 1) * 16 * vts + c * 32, vs);
-                FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
-            }
-        }
+    }
+    FT_LOAD(tf, 4, w->vt + et * 16 * w->vts + c * 32, vs);
+    FT_LOAD(tf, 6, w->pt + c * 16 * 16, 64);
+    FT_LOAD(tf, 7, w->pt + (FA_BF_KB / 2) * 16 + c * 16 * 16, 64);
+    FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+    if (two) {
+        FT_LOAD(tf, 5, w->vt + (et + 1) * 16 * w->vts + c * 32, vs);
+        FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+    }
+    if (c == w->nc32 - 1) {
         FT_STORE(tf, 0, o0, os); FT_STORE(tf, 1, o0 + 16, os);
         if (two) { FT_STORE(tf, 2, o1, os); FT_STORE(tf, 3, o1 + 16, os); }
     }
+}
+
+/* the next queued step, if any: Q.K^T's first, then P.V's */
+static inline void FA_BF(step)(FA_BF(tiles) *w)
+{
+    if (w->iq < w->nqk) FA_BF(qk_step)(w, w->iq++);
+    else if (w->ip < w->npv) FA_BF(pv_step)(w, w->ip++);
+}
+
+/* every queued step */
+static void FA_BF(drain)(FA_BF(tiles) *w)
+{
+    while (w->iq < w->nqk || w->ip < w->npv) FA_BF(step)(w);
+}
+
+/* queue P.V of keys k0 .. k0+n-1 (P^T pt, scaled O^T in ot) */
+static void FA_BF(queue_pv)(FA_BF(tiles) *w, const FA_BF(ctx) *x, const uint16_t *vt, int64_t k0,
+                             int64_t n, const uint32_t *pt, float *ot)
+{
+    w->vt = vt + k0;
+    w->vts = x->vts;
+    w->Evp = x->Evp;
+    w->pt = pt;
+    w->nc32 = (n + 31) / 32;
+    w->ot = ot;
+    w->npv = (x->Evp / 16 + 1) / 2 * w->nc32;
+}
+
+/* queue Q.K^T of keys k0 .. k0+n-1 into st */
+static void FA_BF(queue_qk)(FA_BF(tiles) *w, const FA_BF(ctx) *x, const uint16_t *kp, int64_t k0,
+                             int64_t n, const uint16_t *qt, float *st)
+{
+    w->kp = kp + k0 * x->Ep;
+    w->Ep = x->Ep;
+    w->nd = x->Ep / 32;
+    w->nt16 = (n + 15) / 16;
+    w->qt = qt;
+    w->st = st;
+    w->nqk = (w->nt16 + 1) / 2 * w->nd;
 }
 
 /* Hide the scores of S^T rows 0..n-1 (keys k0 + r) that the causal mask, the
@@ -327,13 +397,57 @@ static void FA_BF(mask)(const FA_BF(ctx) *x, const uint8_t *pad, int64_t k0, int
     }
 }
 
-/* the online softmax step over S^T rows 0..n-1: m, l (2 x 16 lanes each)
- * updated, alpha = 2^(m_old - m_new) returned per half, P^T (bfloat16, key
- * pairs interleaved per lane) written for rows up to round_up(n, 32), zero
- * beyond n. */
-static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, float *alpha,
-                            uint32_t *pt)
+/* The running maximum of the online softmax, lazily: the weights of a block
+ * are 2^(c s - m) with m the maximum used so far, which is raised only when
+ * some lane's block maximum exceeds it by more than FA_BF_LAZY (then m =
+ * max(m, block max) in every lane, O^T and l are scaled by alpha = 2^(m_old -
+ * m_new) and 1 is returned); otherwise the weights stay below 2^FA_BF_LAZY,
+ * O^T and l are left alone and 0 is returned.  out = O / l and lse use the same
+ * m, so the result is the softmax's whichever m was used; most blocks after
+ * the first few skip the pass over O^T. */
+static int FA_BF(newmax)(const float *st, int64_t n, float c, float *m, float *l, float *alpha)
 {
+    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mb[2];
+    __mmask16 up = 0;
+    for (int h = 0; h < 2; h++) {
+        const float *s = st + 16 * h;
+        __m512 mx0 = ninf, mx1 = ninf;
+        int64_t r = 0;
+        for (; r + 2 <= n; r += 2) {
+            mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0); /* NaN: ignored */
+            mx1 = _mm512_max_ps(_mm512_loadu_ps(s + (r + 1) * FA_BF_MQ), mx1);
+        }
+        if (r < n) mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0);
+        mb[h] = _mm512_mul_ps(_mm512_max_ps(mx0, mx1), vc);
+        const __m512 lim = _mm512_add_ps(_mm512_loadu_ps(m + 16 * h), _mm512_set1_ps(FA_BF_LAZY));
+        up |= _mm512_cmp_ps_mask(mb[h], lim, _CMP_GT_OQ);
+    }
+    if (!up) return 0;
+    for (int h = 0; h < 2; h++) {
+        const __m512 mold = _mm512_loadu_ps(m + 16 * h);
+        const __m512 mnew = _mm512_max_ps(mb[h], mold);
+        /* -inf (nothing visible yet): alpha 1 (O and l are 0 there) */
+        const __mmask16 live = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_UQ);
+        const __m512 al = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), live,
+                                             vf_exp2(_mm512_sub_ps(mold, _mm512_maskz_mov_ps(live, mnew))));
+        _mm512_storeu_ps(l + 16 * h, _mm512_mul_ps(_mm512_loadu_ps(l + 16 * h), al));
+        _mm512_storeu_ps(m + 16 * h, mnew);
+        _mm512_storeu_ps(alpha + 16 * h, al);
+    }
+    return 1;
+}
+
+/* the weights of S^T rows 0..n-1: P = 2^(c s - m) (m -inf: relative to 0),
+ * their float32 sums added to l, P^T (bfloat16, key pairs interleaved per
+ * lane) written for rows up to round_up(n, 32), zero beyond n. */
+static void FA_BF(weights)(const float *st, int64_t n, float c, const float *m, float *l,
+                            uint32_t *pt, FA_BF(tiles) *w)
+{
+    /* the queued tile steps spread evenly over the 2 x npair iterations
+     * (Bresenham: one each time acc passes the iteration count) */
+    const int64_t nit = 2 * ((n + 31) / 32 * 16), nst = w->npv - w->ip + w->nqk - w->iq;
+    int64_t acc = 0;
     const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                            24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
                                            1, 16, 0);
@@ -341,24 +455,13 @@ static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, fl
     const int64_t npair = (n + 31) / 32 * 16;
     for (int h = 0; h < 2; h++) {
         const float *s = st + 16 * h;
-        __m512 mx0 = ninf, mx1 = ninf;
-        int64_t r = 0;
-        for (; r + 2 <= n; r += 2) {
-            mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0);
-            mx1 = _mm512_max_ps(_mm512_loadu_ps(s + (r + 1) * FA_BF_MQ), mx1);
-        }
-        if (r < n) mx0 = _mm512_max_ps(_mm512_loadu_ps(s + r * FA_BF_MQ), mx0);
-        const __m512 mold = _mm512_loadu_ps(m + 16 * h);
-        const __m512 mnew = _mm512_max_ps(_mm512_mul_ps(_mm512_max_ps(mx0, mx1), vc), mold);
-        /* -inf (nothing visible yet): exponents relative to 0, alpha 1 */
-        const __mmask16 live = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_UQ);
-        const __m512 msafe = _mm512_maskz_mov_ps(live, mnew);
-        const __m512 al = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), live,
-                                             vf_exp2(_mm512_sub_ps(mold, msafe)));
+        const __m512 mv = _mm512_loadu_ps(m + 16 * h);
+        const __m512 msafe = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_UQ), mv);
         __m512 sum0 = zero, sum1 = zero;
         uint32_t *p = pt + h * (FA_BF_KB / 2) * 16;
         int64_t k = 0;
         for (; 2 * k + 1 < n; k++) {
+            if ((acc += nst) >= nit) { acc -= nit; FA_BF(step)(w); }
             const __m512 p0 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
             const __m512 p1 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
@@ -366,26 +469,21 @@ static void FA_BF(softmax)(float *st, int64_t n, float c, float *m, float *l, fl
             _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(p1, p0)));
         }
         for (; k < npair; k++) { /* the last odd row, then zeros up to 32 rows */
+            if ((acc += nst) >= nit) { acc -= nit; FA_BF(step)(w); }
             __m512 p0 = zero;
             if (2 * k < n) p0 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
             _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(zero, p0)));
         }
-        _mm512_storeu_ps(l + 16 * h, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * h), al,
-                                                      _mm512_add_ps(sum0, sum1)));
-        _mm512_storeu_ps(m + 16 * h, mnew);
-        _mm512_storeu_ps(alpha + 16 * h, al);
+        _mm512_storeu_ps(l + 16 * h, _mm512_add_ps(_mm512_loadu_ps(l + 16 * h), _mm512_add_ps(sum0, sum1)));
     }
+    FA_BF(drain)(w);
 }
 
-/* O^T rows scaled by alpha (per query lane), unless alpha is 1 everywhere */
+/* O^T rows scaled by alpha (per query lane) */
 static void FA_BF(rescale)(float *ot, int64_t Evp, const float *alpha)
 {
     const __m512 a0 = _mm512_loadu_ps(alpha), a1 = _mm512_loadu_ps(alpha + 16);
-    const __m512 one = _mm512_set1_ps(1.0f);
-    if (_mm512_cmp_ps_mask(a0, one, _CMP_EQ_OQ) == 0xffff &&
-        _mm512_cmp_ps_mask(a1, one, _CMP_EQ_OQ) == 0xffff)
-        return;
     for (int64_t e = 0; e < Evp; e++) {
         float *o = ot + e * FA_BF_MQ;
         _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), a0));
@@ -480,8 +578,8 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
     char *sc = x->scratch + (size_t)tid * x->scratch_bytes;
     fa_tilefile *tf = (fa_tilefile *)sc;
     float *st = (float *)(sc + fa_round_up(sizeof(fa_tilefile), 64));
-    uint32_t *pt = (uint32_t *)(st + FA_BF_KB * FA_BF_MQ);
-    float *ot = (float *)(pt + FA_BF_KB * 16);
+    uint32_t *pt = (uint32_t *)(st + 2 * FA_BF_KB * FA_BF_MQ);
+    float *ot = (float *)(pt + 2 * FA_BF_KB * 16);
     uint16_t *qt = (uint16_t *)(ot + x->Evp * FA_BF_MQ);
     float *m = (float *)(qt + nd * 2 * 512), *l = m + FA_BF_MQ, *alpha = l + FA_BF_MQ;
     const uint8_t *pad = a->pad.data ? (const uint8_t *)a->pad.data + o[4] : NULL;
@@ -494,13 +592,39 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
     if (x->lim.has_hi && q0 + nq - 1 + x->lim.hi + 1 < hi) hi = q0 + nq - 1 + x->lim.hi + 1;
     const uint16_t *kp = x->kp + b * x->Sp * x->Ep, *vt = x->vt + b * x->Evp * x->vts;
     FT_CONFIG(tf);
-    for (int64_t k0 = lo / 32 * 32; k0 < hi; k0 += FA_BF_KB) {
-        const int64_t n = hi - k0 < FA_BF_KB ? hi - k0 : FA_BF_KB;
-        FA_BF(qk)(tf, kp + k0 * x->Ep, x->Ep, qt, nd, (n + 15) / 16, st);
-        if (pad || fa_limits_cut(&x->lim, q0, FA_BF_MQ, k0, n)) FA_BF(mask)(x, pad, k0, n, q0, st);
-        FA_BF(softmax)(st, n, x->c, m, l, alpha, pt);
-        FA_BF(rescale)(ot, x->Evp, alpha);
-        FA_BF(pv)(tf, vt + k0, x->vts, x->Evp, pt, (n + 31) / 32, ot);
+    /* software-pipelined over the key blocks j: block j's weights (vector
+     * units) are computed while the tile unit runs the queued P.V of block
+     * j-1 and Q.K^T of block j+1 (FA_BF(weights) issues their steps) */
+    FA_BF(tiles) w;
+    memset(&w, 0, sizeof w);
+    w.tf = tf;
+    int64_t k0 = lo / 32 * 32, kprev = 0, nprev = 0;
+    int cur = 0;
+    if (k0 < hi) {
+        FA_BF(queue_qk)(&w, x, kp, k0, hi - k0 < FA_BF_KB ? hi - k0 : FA_BF_KB, qt, st);
+        FA_BF(drain)(&w);
+    }
+    for (; k0 < hi; kprev = k0, k0 += FA_BF_KB, cur ^= 1) {
+        const int64_t n = hi - k0 < FA_BF_KB ? hi - k0 : FA_BF_KB, k1 = k0 + FA_BF_KB;
+        float *s = st + cur * FA_BF_KB * FA_BF_MQ;
+        uint32_t *p = pt + cur * FA_BF_KB * 16;
+        w.ip = w.iq = w.npv = w.nqk = 0;
+        if (nprev) FA_BF(queue_pv)(&w, x, vt, kprev, nprev, pt + (cur ^ 1) * FA_BF_KB * 16, ot);
+        if (pad || fa_limits_cut(&x->lim, q0, FA_BF_MQ, k0, n)) FA_BF(mask)(x, pad, k0, n, q0, s);
+        if (FA_BF(newmax)(s, n, x->c, m, l, alpha)) {
+            FA_BF(drain)(&w); /* O^T complete up to block j-1 before it is scaled */
+            FA_BF(rescale)(ot, x->Evp, alpha);
+        }
+        if (k1 < hi)
+            FA_BF(queue_qk)(&w, x, kp, k1, hi - k1 < FA_BF_KB ? hi - k1 : FA_BF_KB, qt,
+                            st + (cur ^ 1) * FA_BF_KB * FA_BF_MQ);
+        FA_BF(weights)(s, n, x->c, m, l, p, &w);
+        nprev = n;
+    }
+    w.ip = w.iq = w.npv = w.nqk = 0;
+    if (nprev) {
+        FA_BF(queue_pv)(&w, x, vt, kprev, nprev, pt + (cur ^ 1) * FA_BF_KB * 16, ot);
+        FA_BF(drain)(&w);
     }
     FT_RELEASE(tf);
     FA_BF(finish)(a, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
@@ -530,7 +654,7 @@ int FA_BF_FN(const fa_attention_args *a)
     x.c = (float)(a->scale * 1.44269504088896340736);
     const int nt = fa_resolve_threads(a->num_threads);
     x.scratch_bytes = fa_round_up(fa_round_up(sizeof(fa_tilefile), 64) +
-                                  (size_t)FA_BF_KB * FA_BF_MQ * 4 + (size_t)FA_BF_KB * 16 * 4 +
+                                  (size_t)2 * FA_BF_KB * FA_BF_MQ * 4 + (size_t)2 * FA_BF_KB * 16 * 4 +
                                   (size_t)x.Evp * FA_BF_MQ * 4 + (size_t)(x.Ep / 32) * 2 * 512 * 2 +
                                   3 * FA_BF_MQ * 4, 64);
     const size_t packed = (size_t)x.nb * ((size_t)x.Sp * (size_t)x.Ep + (size_t)x.vts * (size_t)x.Evp) * 2;

@@ -83,6 +83,33 @@ def test_within_the_derived_bound(tier, case, L, S, E, Ev):
     assert np.all(err <= tol), (err.max(), tol[err > tol][:5])
 
 
+@pytest.mark.parametrize("causal", [False, True, "lower_right"])
+@pytest.mark.parametrize("L,S", [(40, 300), (130, 257), (300, 200)], ids=lambda x: str(x))
+def test_running_max_raised_mid_row_and_causal_diagonals(tier, causal, L, S):
+    """Scores that climb by steps across (and inside) key blocks: the running
+    max is raised mid-row, some steps by more than the driver's lazy threshold
+    (2^8 in the weights), some by less; one row's scores fall instead.  Causal
+    diagonals at offsets that cut key blocks anywhere."""
+    rng = np.random.default_rng(L + S)
+    E = 64
+    q, k, v = bf16(rng, (2, L, E)), bf16(rng, (2, S, E), 0.5), bf16(rng, (2, S, 48))
+    q[:, :, 0] = 1.0
+    j = np.arange(S)
+    k[0, :, 0] = (3.0 * (j // 37)).astype(BF16)         # +3 every 37 keys: below the threshold
+    k[1, :, 0] = (np.where(j % 61 == 60, 12.0, 0.0) + j // 50 * 7.0).astype(BF16)  # spikes, +7s
+    q[1, 5, 0] = -1.0                                  # this row's scores fall instead
+    kw = dict(is_causal=causal, scale=1.0)
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **kw)
+    ref, tol = bound(q, k, v, **kw)
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= tol), (err.max(), tol[err > tol][:5])
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    _, rlse = reference.attention(f(q), f(k), f(v), return_lse=True, **kw)
+    seen = np.isfinite(rlse)
+    np.testing.assert_allclose(lse[seen], rlse[seen], rtol=0, atol=2e-2)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(rlse))
+
+
 def test_gqa_key_padding_and_lse(tier):
     rng = np.random.default_rng(5)
     q, k, v = bf16(rng, (2, 4, 50, 64)), bf16(rng, (2, 2, 200, 64)), bf16(rng, (2, 2, 200, 32))
