@@ -134,6 +134,8 @@ def config() -> dict[str, Any]:
         "available_isas": list(available_isas()),
         # a SIMDe test build (setup.py): the avx512 path is emulated on AVX2
         "avx512_emulated": _core.avx512_emulated(),
+        # float16 on the amx tier's tiles (AMX-FP16, or emulated); else F16C
+        "amx_fp16": _core.amx_fp16(),
         "openmp": openmp_enabled(),
         "openmp_runtime": _core.openmp_runtime(),
         "threads": _core.openmp_max_threads(),
@@ -157,6 +159,9 @@ def show_config() -> None:
     print(f"  ISA path in use : {c['isa']}  (available: {', '.join(c['available_isas'])})")
     if c["avx512_emulated"]:
         print("  avx512          : EMULATED by SIMDe on AVX2 (a test build: slow, not for use)")
+    if "amx" in c["available_isas"]:
+        print("  amx float16     : " + ("tiles (AMX-FP16)" if c["amx_fp16"] else
+                                       "no AMX-FP16: float16 widened to float32 (F16C)"))
     print(f"  OpenMP          : {'yes' if c['openmp'] else 'no: serial build'}, {c['openmp_runtime']}")
     print(f"  threads         : {c['threads']}")
     print(f"  compiler        : {c['compiler']}")

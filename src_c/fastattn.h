@@ -105,12 +105,16 @@ int fa_tanh(int dtype, int64_t n, const void *x, void *y);
  * 1: the instruction itself, FA_EINVAL where the CPU, the OS or the build
  * lacks it.  Operands (row-major, 64-byte rows):
  *   TDPBF16PS / TDPFP16PS  c (16 x 16 float32) += a (16 x 32 halves) . b
- *                          (16 x 32 halves, pairs per column);
+ *                          (16 x 32 halves, pairs per column); native
+ *                          TDPFP16PS needs AMX-FP16; TDPBF16PS_BYTES is
+ *                          TDPBF16PS issued by its bytes, as simd/bf16_tiles.h
+ *                          issues TDPFP16PS (the tests pin the encoding);
  *   VDPBF16PS              c (16 float32) += a . b (32 bfloat16 each);
  *   VCVTNE2PS2BF16         c (32 bfloat16) = b (16 float32), then a (16);
  *   VCVTNEPS2BF16          c (16 bfloat16) = a (16 float32); b unused. */
 enum { FA_BF16_OP_TDPBF16PS = 0, FA_BF16_OP_TDPFP16PS = 1, FA_BF16_OP_VDPBF16PS = 2,
-       FA_BF16_OP_VCVTNE2PS2BF16 = 3, FA_BF16_OP_VCVTNEPS2BF16 = 4 };
+       FA_BF16_OP_VCVTNE2PS2BF16 = 3, FA_BF16_OP_VCVTNEPS2BF16 = 4,
+       FA_BF16_OP_TDPBF16PS_BYTES = 5 /* TDPBF16PS by the bytes the float16 tiles use */ };
 int fa_bf16_op(int op, int native, const void *a, const void *b, void *c);
 /* Attention of float32 queries over an int8 KV cache (fastattn/kvcache.py),
  * read in place: key j of kv head h in batch b is k_scale[b,h,j] *
@@ -154,6 +158,7 @@ int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
 int fa_get_isa(void);
 int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
 int fa_avx512_emulated(void);         /* 1 in a SIMDe test build (setup.py) */
+int fa_amx_fp16(void);                /* 1: the amx tier runs float16 on tiles (AMX-FP16 or emulated) */
 const char *fa_isa_name(int isa);
 /* Applies FASTATTN_DISABLE_CPU_FEATURES and FASTATTN_ISA; on a bad value
  * returns FA_EINVAL with a message in msg. */

@@ -1,6 +1,8 @@
 /* amx_flash.h -- the bfloat16 flash attention driver of the tiers with
  * bfloat16 dot products (amx: TDPBF16PS; avx512_bf16: VDPBF16PS on software
- * tiles), over the tile vocabulary of simd/bf16_tiles.h.  Included by
+ * tiles), over the tile vocabulary of simd/bf16_tiles.h; on amx it runs
+ * float16 too where the CPU has AMX-FP16 (TDPFP16PS; ctx.f16: the same
+ * steps, float16 conversions and NaN/Inf bits).  Included by
  * kernels/kernels_isa.c when the mapping defines FA_SIMD_BF16; defines
  *   fa_bf16_flash_<isa>  (fa_bf16_flash_amx, fa_bf16_flash_avx512_bf16):
  * see kernels.h for the contract (what it takes; FA_BF16_DECLINED otherwise).
@@ -92,7 +94,33 @@ typedef struct FA_BF(ctx) {
     float c;                       /* scale * log2(e) */
     int64_t *nnf;                  /* per batch item: 1 if its V has a NaN or Inf */
     uint8_t *nfk;                  /* nfk[b * S + j]: key j's V row has one */
+    int f16;                       /* 1: float16 (amx: TDPFP16PS), 0: bfloat16 */
 } FA_BF(ctx);
+
+/* The bits of the 16-bit type: exponent, mantissa, a quiet NaN */
+typedef struct fa_bf_bits { uint16_t exp, mant, qnan; } fa_bf_bits;
+static const fa_bf_bits fa_bf_bits_of[2] = {{0x7f80, 0x7f, 0x7fc0}, {0x7c00, 0x3ff, 0x7e00}};
+
+/* 32 halves of the call's type from 2 x 16 float32 (lo's first), nearest even */
+static inline __m512i fa_bf_cvt2(int f16, __m512 hi, __m512 lo)
+{
+#if defined(FA_AMX_FP16)
+    if (f16) return fa_cvt2f16(hi, lo);
+#else
+    (void)f16;
+#endif
+    return fa_cvt2bf16(hi, lo);
+}
+
+/* a tile dot product on the call's type (tile numbers literal) */
+#if defined(FA_AMX_FP16)
+#define FA_BF_DP(w, c, a, b)                                                                   \
+    do {                                                                                       \
+        if ((w)->f16) FT_DP_F16((w)->tf, c, a, b); else FT_DP((w)->tf, c, a, b);              \
+    } while (0)
+#else
+#define FA_BF_DP(w, c, a, b) FT_DP((w)->tf, c, a, b)
+#endif
 
 /* 16 x 16 dwords transposed in registers (unpack 32, 64 bits, then the
  * 128-bit lanes): row j of the result is column j of the input. */
@@ -204,7 +232,8 @@ static void FA_BF(pack)(void *vctx, int64_t b, int tid)
                 /* exponent bits all ones in a half: NaN or Inf, packed as 0
                  * (a hidden key's must not reach the output: 0 x NaN is
                  * NaN in P.V); a visible one is put back by FA_BF(nonfinite) */
-                const __m512i elo = _mm512_set1_epi32(0x7f80), ehi = _mm512_set1_epi32(0x7f800000);
+                const uint32_t eb = fa_bf_bits_of[x->f16].exp;
+                const __m512i elo = _mm512_set1_epi32((int)eb), ehi = _mm512_set1_epi32((int)(eb << 16));
                 const __mmask16 blo = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], elo), elo);
                 const __mmask16 bhi = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r[kq], ehi), ehi);
                 if (blo | bhi) {
@@ -275,6 +304,7 @@ typedef struct FA_BF(tiles) {
     int64_t vts, Evp, nc32;        /* V^T row stride, Ev tiles x 16, 32-key chunks */
     float *ot;
     int64_t npv, nqk, ip, iq;      /* steps of each, the next ones */
+    int f16;                       /* the ctx's */
 } FA_BF(tiles);
 
 /* Q.K^T step j: tile pair j / nd, E columns 32 (j % nd) .. */
@@ -291,10 +321,10 @@ static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
     FT_LOAD(tf, 4, k0 + kk * 32, ks);
     FT_LOAD(tf, 6, w->qt + (kk * 2) * 512, 64);
     FT_LOAD(tf, 7, w->qt + (kk * 2 + 1) * 512, 64);
-    FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+    FA_BF_DP(w, 0, 4, 6); FA_BF_DP(w, 1, 4, 7);
     if (two) {
         FT_LOAD(tf, 5, k0 + 16 * w->Ep + kk * 32, ks);
-        FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+        FA_BF_DP(w, 2, 5, 6); FA_BF_DP(w, 3, 5, 7);
     }
     if (kk == w->nd - 1) {
         float *s0 = w->st + t * 16 * FA_BF_MQ, *s1 = s0 + 16 * FA_BF_MQ;
@@ -317,10 +347,10 @@ static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
     FT_LOAD(tf, 4, w->vt + et * 16 * w->vts + c * 32, vs);
     FT_LOAD(tf, 6, w->pt + c * 16 * 16, 64);
     FT_LOAD(tf, 7, w->pt + (FA_BF_KB / 2) * 16 + c * 16 * 16, 64);
-    FT_DP(tf, 0, 4, 6); FT_DP(tf, 1, 4, 7);
+    FA_BF_DP(w, 0, 4, 6); FA_BF_DP(w, 1, 4, 7);
     if (two) {
         FT_LOAD(tf, 5, w->vt + (et + 1) * 16 * w->vts + c * 32, vs);
-        FT_DP(tf, 2, 5, 6); FT_DP(tf, 3, 5, 7);
+        FA_BF_DP(w, 2, 5, 6); FA_BF_DP(w, 3, 5, 7);
     }
     if (c == w->nc32 - 1) {
         FT_STORE(tf, 0, o0, os); FT_STORE(tf, 1, o0 + 16, os);
@@ -453,6 +483,7 @@ static void FA_BF(weights)(const float *st, int64_t n, float c, const float *m, 
                                            1, 16, 0);
     const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     const int64_t npair = (n + 31) / 32 * 16;
+    const int f16 = w->f16;
     for (int h = 0; h < 2; h++) {
         const float *s = st + 16 * h;
         const __m512 mv = _mm512_loadu_ps(m + 16 * h);
@@ -466,14 +497,14 @@ static void FA_BF(weights)(const float *st, int64_t n, float c, const float *m, 
             const __m512 p1 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + (2 * k + 1) * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
             sum1 = _mm512_add_ps(sum1, p1);
-            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(p1, p0)));
+            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_bf_cvt2(f16, p1, p0)));
         }
         for (; k < npair; k++) { /* the last odd row, then zeros up to 32 rows */
             if ((acc += nst) >= nit) { acc -= nit; FA_BF(step)(w); }
             __m512 p0 = zero;
             if (2 * k < n) p0 = fa_bf_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(s + 2 * k * FA_BF_MQ), vc, msafe));
             sum0 = _mm512_add_ps(sum0, p0);
-            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_cvt2bf16(zero, p0)));
+            _mm512_storeu_si512((void *)(p + k * 16), _mm512_permutexvar_epi16(inter, fa_bf_cvt2(f16, zero, p0)));
         }
         _mm512_storeu_ps(l + 16 * h, _mm512_add_ps(_mm512_loadu_ps(l + 16 * h), _mm512_add_ps(sum0, sum1)));
     }
@@ -494,7 +525,7 @@ static void FA_BF(rescale)(float *ot, int64_t Evp, const float *alpha)
 /* out rows q0 .. q0+nq-1 = O / l in bfloat16 (0 where l = 0: nothing
  * visible), lse = (m + log2 l) ln 2 (-inf there); bt: Evp x 32 bfloat16
  * scratch (for an output with column stride != 1) */
-static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const float *m,
+static void FA_BF(finish)(const fa_attention_args *a, int f16, const float *ot, const float *m,
                            const float *l, int64_t nq, uint16_t *out, float *lse, uint16_t *bt)
 {
     __m512 inv[2];
@@ -514,7 +545,7 @@ static void FA_BF(finish)(const fa_attention_args *a, const float *ot, const flo
             const int64_t ne = a->Ev - e0 < 16 ? a->Ev - e0 : 16;
             for (int n = 0; n < 16 && 16 * h + n < nq; n++) {
                 uint16_t *o = out + (16 * h + n) * a->out.rs + e0 * a->out.cs;
-                const __m512i b16 = fa_cvt2bf16(_mm512_setzero_ps(), _mm512_castsi512_ps(r[n]));
+                const __m512i b16 = fa_bf_cvt2(f16, _mm512_setzero_ps(), _mm512_castsi512_ps(r[n]));
 #if !defined(FA_AVX512_SIMDE) /* (SIMDe lacks the masked 16-bit store) */
                 if (a->out.cs == 1) {
                     _mm512_mask_storeu_epi16(o, (__mmask32)((1u << ne) - 1), b16);
@@ -543,6 +574,7 @@ static void FA_BF(nonfinite)(const FA_BF(ctx) *x, int64_t b, const int64_t o[6],
     const uint8_t *flag = x->nfk + b * a->S;
     const uint8_t *pad = a->pad.data ? (const uint8_t *)a->pad.data + o[4] : NULL;
     const uint16_t *v = (const uint16_t *)a->v.data + o[2];
+    const fa_bf_bits bits = fa_bf_bits_of[x->f16];
     for (int64_t i = 0; i < nq; i++) {
         if (!(l[i] > 0)) continue; /* nothing visible, or already NaN */
         const int64_t qi = q0 + i;
@@ -552,11 +584,11 @@ static void FA_BF(nonfinite)(const FA_BF(ctx) *x, int64_t b, const int64_t o[6],
                 continue;
             for (int64_t e = 0; e < a->Ev; e++) {
                 const uint16_t h = v[j * a->v.rs + e * a->v.cs];
-                if ((h & 0x7f80) != 0x7f80) continue;
+                if ((h & bits.exp) != bits.exp) continue;
                 uint16_t *d = out + i * a->out.rs + e * a->out.cs;
-                const int dnan = (*d & 0x7fff) > 0x7f80, dinf = (*d & 0x7fff) == 0x7f80;
-                if ((h & 0x7f) || dnan || (dinf && *d != h))
-                    *d = 0x7fc0; /* NaN */
+                const int dnan = (*d & 0x7fff) > bits.exp, dinf = (*d & 0x7fff) == bits.exp;
+                if ((h & bits.mant) || dnan || (dinf && *d != h))
+                    *d = bits.qnan; /* NaN */
                 else
                     *d = h; /* the infinity */
             }
@@ -598,6 +630,7 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
     FA_BF(tiles) w;
     memset(&w, 0, sizeof w);
     w.tf = tf;
+    w.f16 = x->f16;
     int64_t k0 = lo / 32 * 32, kprev = 0, nprev = 0;
     int cur = 0;
     if (k0 < hi) {
@@ -627,7 +660,7 @@ static void FA_BF(item)(void *vctx, int64_t it, int tid)
         FA_BF(drain)(&w);
     }
     FT_RELEASE(tf);
-    FA_BF(finish)(a, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
+    FA_BF(finish)(a, x->f16, ot, m, l, nq, (uint16_t *)a->out.data + o[3] + q0 * a->out.rs,
                   a->lse.data ? (float *)a->lse.data + o[5] + q0 * a->lse.rs : NULL,
                   (uint16_t *)st);
     if (x->nnf[b])
@@ -639,9 +672,16 @@ int FA_BF_FN(const fa_attention_args *a)
     if (a->E > FA_BF_MAX_E || a->Ev > FA_BF_MAX_E || a->L < 1 || a->S < 1 || a->E < 1 ||
         a->Ev < 1 || !(a->scale > 0))
         return FA_BF16_DECLINED;
+#if defined(FA_AMX_FP16)
+    const int f16 = a->storage == FA_FLOAT16 && fa_amx_fp16();
+#else
+    const int f16 = 0;
+#endif
+    if (a->storage != FA_BFLOAT16 && !f16) return FA_BF16_DECLINED;
     FA_BF(ctx) x;
     memset(&x, 0, sizeof x);
     x.a = a;
+    x.f16 = f16;
     x.lim = fa_limits_of(a);
     x.nb = 1;
     for (int d = 0; d < a->nbatch_dims; d++) x.nb *= a->batch_shape[d];

@@ -13,6 +13,7 @@ static int emulated_op(int op, const void *a, const void *b, void *c)
 {
     switch (op) {
     case FA_BF16_OP_TDPBF16PS:
+    case FA_BF16_OP_TDPBF16PS_BYTES:
     case FA_BF16_OP_TDPFP16PS: {
         fa_emu_tiles st;
         uint8_t cfg[64] = {1};
@@ -21,7 +22,7 @@ static int emulated_op(int op, const void *a, const void *b, void *c)
         fa_emu_tile_loadd(&st, 0, c, 64);
         fa_emu_tile_loadd(&st, 1, a, 64);
         fa_emu_tile_loadd(&st, 2, b, 64);
-        if (op == FA_BF16_OP_TDPBF16PS)
+        if (op != FA_BF16_OP_TDPFP16PS)
             fa_emu_tile_dpbf16ps(&st, 0, 1, 2);
         else
             fa_emu_tile_dpfp16ps(&st, 0, 1, 2);

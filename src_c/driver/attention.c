@@ -79,8 +79,9 @@ int fa_attention(const fa_attention_args *a)
     if ((a->storage != a->dtype && !(a->dtype == FA_FLOAT32 && half)) ||
         (a->kv_storage != a->storage && !(a->storage == FA_FLOAT32 && kv_half)))
         return FA_EINVAL;
-    if (a->storage == FA_BFLOAT16 && fa_bf16_flash_eligible(a)) {
-        /* the amx / avx512_bf16 tiers' bfloat16 driver (kernels.h) */
+    if ((a->storage == FA_BFLOAT16 || a->storage == FA_FLOAT16) && fa_bf16_flash_eligible(a)) {
+        /* the amx / avx512_bf16 tiers' 16-bit driver (kernels.h; it declines
+         * float16 without AMX-FP16) */
         const int rc = fa_bf16_flash_current()(a);
         if (rc != FA_BF16_DECLINED) return rc;
     }

@@ -56,15 +56,17 @@ const fa_kernels_f64 *fa_kernels_f64_current(void);
 
 /* The bfloat16 flash driver of an ISA (driver/amx_flash.h; the amx and
  * avx512_bf16 tiers): fa_attention's arguments with q, k, v, out in bfloat16
- * (storage FA_BFLOAT16, arithmetic float32), lse (if any) float32.  It runs
+ * (storage FA_BFLOAT16, arithmetic float32), lse (if any) float32 -- and, on
+ * amx where fa_amx_fp16() (the CPU has AMX-FP16, or the emulation build), in
+ * float16 (FA_FLOAT16: TDPFP16PS, P rounded to float16).  It runs
  * no weights, no boolean or additive mask, no softcap, ALiBi or sinks, E
  * and Ev <= 256, scale > 0; causal (any offset), window,
  * key padding and any batch strides (grouped-query views) it runs.  Anything
  * else returns FA_BF16_DECLINED having written nothing, and the caller
  * takes its float32-arithmetic path.  Semantics: Q.K^T from the bfloat16
  * inputs with float32 accumulation, the online softmax in float32, P
- * rounded to bfloat16 for P.V with float32 accumulation, out = O / l rounded
- * to bfloat16 (l: the float32 sum of the unrounded P).  Bitwise the same for
+ * rounded to bfloat16 (float16) for P.V with float32 accumulation, out = O / l
+ * rounded to bfloat16 (float16) (l: the float32 sum of the unrounded P).  Bitwise the same for
  * any thread count.  fa_bf16_flash_ptr_<name> is NULL for an ISA without one;
  * fa_bf16_flash_current() gives the one of the ISA in use (or NULL). */
 #define FA_BF16_DECLINED (-1)
@@ -73,7 +75,7 @@ typedef int (*fa_bf16_flash_fn)(const struct fa_attention_args *a);
 #define FA_ISA(name, NAME, arch, required) extern const fa_bf16_flash_fn fa_bf16_flash_ptr_##name;
 #include "runtime/isa_list.h"
 #undef FA_ISA
-fa_bf16_flash_fn fa_bf16_flash_current(void);
+fa_bf16_flash_fn fa_bf16_flash_current(void); /* (fa_amx_fp16: fastattn.h) */
 /* The test hook's native instructions (fastattn.h: fa_bf16_op):
  * fa_bf16_native_ptr_<name>, NULL but for amx in a build with the real
  * instructions; fa_bf16_native_op() gives it where the CPU runs amx. */

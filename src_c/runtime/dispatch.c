@@ -38,7 +38,8 @@ enum {
     FA_CPU_AVX512BW = 1u << 7,
     FA_CPU_AVX512BF16 = 1u << 8,
     FA_CPU_AMX_BF16 = 1u << 9, /* AMX-TILE and AMX-BF16 */
-    FA_OS_AMX = 1u << 10       /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
+    FA_OS_AMX = 1u << 10,      /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
+    FA_CPU_AMX_FP16 = 1u << 11 /* no tier requires it: the amx tier's float16 tiles */
 };
 
 #if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
@@ -107,6 +108,7 @@ static const fa_bf16_op_fn *const g_bf16op[FA_ISA_COUNT] = {
 #undef FA_ISA
 
 static int g_supported[FA_ISA_COUNT] = {1}; /* the first path: portable C */
+static unsigned g_features;                 /* detect_features() */
 static int g_isa = 0;
 
 /* Linux keeps the AMX tile data (XTILEDATA, XSAVE component 18) off until a
@@ -132,7 +134,8 @@ static unsigned detect_features(void)
         {FA_CPU_AVX, 1, 0, 2, 28}, {FA_CPU_FMA, 1, 0, 2, 12}, {FA_CPU_F16C, 1, 0, 2, 29},
         {FA_CPU_AVX2, 7, 0, 1, 5}, {FA_CPU_AVX512F, 7, 0, 1, 16},
         {FA_CPU_AVX512BW, 7, 0, 1, 30}, {FA_CPU_AVX512BF16, 7, 1, 0, 5},
-        {FA_CPU_AMX_BF16, 7, 0, 3, 22}, {FA_CPU_AMX_BF16, 7, 0, 3, 24}};
+        {FA_CPU_AMX_BF16, 7, 0, 3, 22}, {FA_CPU_AMX_BF16, 7, 0, 3, 24},
+        {FA_CPU_AMX_FP16, 7, 1, 0, 21}};
     static const struct { unsigned feature; unsigned long long xcr0; } os_bits[] = {
         {FA_OS_YMM, 0x6}, {FA_OS_ZMM, 0xe6}, {FA_OS_AMX, 0x60000}};
     unsigned r0[4], r[4], r1[4];
@@ -161,7 +164,7 @@ static unsigned detect_features(void)
 
 static void detect(void)
 {
-    const unsigned have = detect_features();
+    const unsigned have = g_features = detect_features();
     for (int i = 1; i < FA_ISA_COUNT; i++)
         g_supported[i] = g_f32[i] != NULL && (have & g_required[i]) == g_required[i];
 #ifdef FA_AVX512_EMULATED
@@ -197,6 +200,14 @@ int fa_set_isa(int isa)
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
 fa_bf16_flash_fn fa_bf16_flash_current(void) { return g_bf16[g_isa] ? *g_bf16[g_isa] : NULL; }
+int fa_amx_fp16(void)
+{
+#if defined(FA_BF16_EMULATED)
+    return g_supported[FA_ISA_AMX]; /* emulated, wherever the tier is */
+#else
+    return g_supported[FA_ISA_AMX] && (g_features & FA_CPU_AMX_FP16) != 0;
+#endif
+}
 fa_bf16_op_fn fa_bf16_native_op(void)
 {
     return g_supported[FA_ISA_AMX] && g_bf16op[FA_ISA_AMX] ? *g_bf16op[FA_ISA_AMX] : NULL;

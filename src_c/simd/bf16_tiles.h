@@ -11,6 +11,12 @@
  *                                        (bfloat16 pairs, float32 C: TDPBF16PS)
  *   fa_cvt2bf16(hi, lo)                  32 bfloat16 (round to nearest even):
  *                                        lo's 16 first, then hi's (VCVTNE2PS2BF16)
+ * and, on amx only (FA_AMX_FP16: the driver's float16 path):
+ *   FT_DP_F16(tf, c, a, b)               FT_DP on float16 pairs (TDPFP16PS,
+ *                                        AMX-FP16; fa_amx_fp16() says whether
+ *                                        the CPU has it)
+ *   fa_cvt2f16(hi, lo)                   32 float16 (nearest even), lo's 16
+ *                                        first (VCVTPS2PH twice)
  * Three implementations:
  *   amx (FA_SIMD_AMX):   the AMX instructions; tf is unused;
  *   avx512_bf16:         tiles in memory (fa_tilefile), FT_DP by VDPBF16PS:
@@ -24,6 +30,8 @@
 
 #include <stdint.h>
 
+#include "runtime/half.h"
+#include "runtime/util.h"
 #include "simd/bf16_emulate.h"
 
 #define FT_ROWS 16    /* rows of a tile */
@@ -48,6 +56,8 @@ typedef fa_emu_tiles fa_tilefile;
 #define FT_STORE(tf, t, p, s) fa_emu_tile_stored(tf, t, p, s)
 #define FT_DP(tf, c, a, b) fa_emu_tile_dpbf16ps(tf, c, a, b)
 #define FT_ZERO(tf, t) fa_emu_tile_zero(tf, t)
+#define FT_DP_F16(tf, c, a, b) fa_emu_tile_dpfp16ps(tf, c, a, b)
+#define FA_AMX_FP16 1
 #elif defined(FA_SIMD_AMX)
 typedef struct { int unused; } fa_tilefile;
 #define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); _tile_loadconfig(c_); } while (0)
@@ -56,6 +66,19 @@ typedef struct { int unused; } fa_tilefile;
 #define FT_STORE(tf, t, p, s) _tile_stored(t, p, s)
 #define FT_DP(tf, c, a, b) _tile_dpbf16ps(c, a, b)
 #define FT_ZERO(tf, t) _tile_zero(t)
+#if defined(__GNUC__) || defined(__clang__)
+/* A tile dot product by its bytes (gcc < 13 has no -mamx-fp16, and the
+ * wheel's compiler may not either): VEX.128.<pp>.0F38.W0 5C /r, that is
+ * c4 e2 ((~b & 15) << 3 | pp) 5c (c0 | c << 3 | a) for C = tile c, A = a,
+ * B = b (literal tile numbers); pp 3 (F2) is TDPFP16PS ("tdpfp16ps
+ * %tmm<b>, %tmm<a>, %tmm<c>" to the disassembler), pp 2 (F3) TDPBF16PS,
+ * which the tests run against the intrinsic to pin the encoding. */
+#define FA_TDP_BYTES(pp, c, a, b)                                                              \
+    __asm__ volatile(".byte 0xc4, 0xe2, (((~(" FA_STR(b) ")) & 15) << 3) | " FA_STR(pp)       \
+                     ", 0x5c, 0xc0 | ((" FA_STR(c) ") << 3) | (" FA_STR(a) ")" ::: "memory")
+#define FT_DP_F16(tf, c, a, b) FA_TDP_BYTES(3, c, a, b)
+#define FA_AMX_FP16 1
+#endif
 #else
 /* software tiles: 8 x 16 rows x 16 dwords */
 typedef struct { uint32_t t[8][FT_ROWS][16]; } fa_tilefile;
@@ -121,6 +144,26 @@ static inline __m512i fa_cvt2bf16(__m512 hi, __m512 lo)
 static inline __m512i fa_cvt2bf16(__m512 hi, __m512 lo)
 {
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+#endif
+
+#if defined(FA_AMX_FP16) && defined(FA_BF16_EMULATED)
+static inline __m512i fa_cvt2f16(__m512 hi, __m512 lo)
+{
+    float a[32];
+    uint16_t o[32];
+    _mm512_storeu_ps(a, lo);
+    _mm512_storeu_ps(a + 16, hi);
+    for (int i = 0; i < 32; i++) o[i] = fa_f32_to_f16(a[i]);
+    return _mm512_loadu_si512((const void *)o);
+}
+#elif defined(FA_AMX_FP16)
+static inline __m512i fa_cvt2f16(__m512 hi, __m512 lo)
+{
+#define FA_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(lo, FA_RNE)),
+                              _mm512_cvtps_ph(hi, FA_RNE), 1);
+#undef FA_RNE
 }
 #endif
 

@@ -42,8 +42,11 @@ def bf16(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(BF16)
 
 
-def bound(q, k, v, **kw):
-    """The derived bound of the module docstring, per output element."""
+def bound(q, k, v, u=2.0**-8, sub=0.0, **kw):
+    """The derived bound of the module docstring, per output element; u: the
+    unit roundoff of P and of the output (2^-8 bfloat16, 2^-11 float16), sub:
+    the absolute error of rounding a weight or an output below the type's
+    normals (float16: 2^-25; bfloat16 has float32's range)."""
     f = lambda x: np.asarray(x, np.float64)  # noqa: E731
     q64, k64, v64 = f(q), f(k), f(v)
     E, S = q.shape[-1], k.shape[-2]
@@ -55,9 +58,10 @@ def bound(q, k, v, **kw):
                              np.abs(v64) if not kw.get("enable_gqa") else
                              np.repeat(np.abs(v64), q.shape[-3] // v.shape[-3], axis=-3),
                              **{a: b for a, b in kw.items() if a != "enable_gqa"})
-    core = (2.0**-8 + 2 * 1.1e-4 + 4 * ds + (2 * S + 16) * 2.0**-24) * wv
+    core = (u + 2 * 1.1e-4 + 4 * ds + (2 * S + 16) * 2.0**-24) * wv
+    core += sub * (S * np.max(np.abs(v64), initial=0.0) + 1)
     ref = reference.attention(q64, k64, v64, **kw)
-    return ref, core + 2.0**-8 * (np.abs(ref) + core)
+    return ref, core + u * (np.abs(ref) + core)
 
 
 CASES = {
