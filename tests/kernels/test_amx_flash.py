@@ -114,27 +114,35 @@ def test_running_max_raised_mid_row_and_causal_diagonals(tier, causal, L, S):
     assert np.array_equal(np.isneginf(lse), np.isneginf(rlse))
 
 
-def test_gqa_key_padding_and_lse(tier):
+def check_gqa_key_padding_and_lse(dt, qscale=1.0, **bound_kw):
+    """Grouped heads and key padding (batch item 1: every key padded -> zero
+    rows, lse -inf) in the 16-bit dtype dt, within the bound."""
     rng = np.random.default_rng(5)
-    q, k, v = bf16(rng, (2, 4, 50, 64)), bf16(rng, (2, 2, 200, 64)), bf16(rng, (2, 2, 200, 32))
+    q = (rng.standard_normal((2, 4, 50, 64)) * qscale).astype(dt)
+    k, v = rng.standard_normal((2, 2, 200, 64)).astype(dt), rng.standard_normal((2, 2, 200, 32)).astype(dt)
     pad = rng.random((2, 200)) < 0.3
-    pad[1, :] = True                     # batch 1: every key padding -> zero rows, lse -inf
+    pad[1, :] = True
     out, lse = fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=pad,
                                   return_lse=True)
     f = lambda x: np.asarray(x, np.float64)  # noqa: E731
     kk, vv = np.repeat(f(k), 2, axis=1), np.repeat(f(v), 2, axis=1)
     ref, rlse = reference.attention(f(q), kk, vv, key_padding_mask=pad, return_lse=True)
-    _, tol = bound(q, kk.astype(BF16), vv.astype(BF16), key_padding_mask=pad)
+    _, tol = bound(q, kk.astype(dt), vv.astype(dt), key_padding_mask=pad, **bound_kw)
     assert np.all(np.abs(out.astype(np.float64) - ref) <= tol)
     assert (out[1].astype(np.float32) == 0).all() and np.all(np.isneginf(lse[1]))
     np.testing.assert_allclose(lse[0], rlse[0], rtol=0, atol=1e-3)
 
 
-def test_rounds_p_to_bfloat16_unlike_the_float32_path(tier):
-    """The bf16 driver ran (P rounded to bfloat16), not the float32-arithmetic
-    path: the two differ, each within its own bound."""
+def test_gqa_key_padding_and_lse(tier):
+    check_gqa_key_padding_and_lse(BF16)
+
+
+def check_differs_from_the_float32_path(dt):
+    """The tiles ran (P rounded to the 16-bit dtype dt), not the
+    float32-arithmetic path (the avx512 tier's): the results differ."""
     rng = np.random.default_rng(6)
-    q, k, v = bf16(rng, (2, 64, 64), 2.0), bf16(rng, (2, 256, 64), 2.0), bf16(rng, (2, 256, 64))
+    q, k, v = ((rng.standard_normal((2, n, 64)) * sc).astype(dt)
+               for n, sc in ((64, 2.0), (256, 2.0), (256, 1.0)))
     ours = fastattn.attention(q, k, v)
     prev = fastattn.get_isa()
     fastattn.set_isa("avx512")
@@ -143,6 +151,10 @@ def test_rounds_p_to_bfloat16_unlike_the_float32_path(tier):
     finally:
         fastattn.set_isa(prev)
     assert not np.array_equal(ours.view(np.uint16), f32.view(np.uint16))
+
+
+def test_rounds_p_to_bfloat16_unlike_the_float32_path(tier):
+    check_differs_from_the_float32_path(BF16)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -195,11 +207,11 @@ def test_float32_on_the_bf16_tiers_is_the_avx512_path_bitwise(tier):
         np.testing.assert_array_equal(ours, base)
 
 
-def test_visible_nan_and_inf_values_reach_the_output_as_in_the_reference(tier):
-    """A NaN or Inf in V is packed as 0 and put back where a row sees it:
-    IEEE's sum (NaN for NaN or for +inf with -inf, else the infinity)."""
+def check_visible_nan_and_inf_values(dt):
+    """NaN and Inf values of V (dtype dt): hidden ones have no influence,
+    visible ones give IEEE's sum, as in the reference."""
     rng = np.random.default_rng(10)
-    q, k, v = bf16(rng, (1, 40, 32)), bf16(rng, (1, 70, 32)), bf16(rng, (1, 70, 32))
+    q, k, v = (rng.standard_normal((1, n, 32)).astype(dt) for n in (40, 70, 70))
     v[0, 20, 0] = np.inf       # seen by the rows i >= 20 (causal)
     v[0, 30, 1] = np.nan
     v[0, 25, 2], v[0, 35, 2] = np.inf, -np.inf
@@ -212,3 +224,9 @@ def test_visible_nan_and_inf_values_reach_the_output_as_in_the_reference(tier):
     np.testing.assert_array_equal(np.isposinf(out), np.isposinf(ref))
     fin = np.isfinite(ref)
     assert np.isfinite(out[fin]).all() and np.isposinf(out[0, 20:, 0]).all()
+
+
+def test_visible_nan_and_inf_values_reach_the_output_as_in_the_reference(tier):
+    """A NaN or Inf in V is packed as 0 and put back where a row sees it:
+    IEEE's sum (NaN for NaN or for +inf with -inf, else the infinity)."""
+    check_visible_nan_and_inf_values(BF16)

@@ -17,8 +17,8 @@ import pytest
 import fastattn
 import fastattn._core as _core
 import fastattn._testing as _testing
-from fastattn import reference
-from test_amx_flash import CASES, bound
+from test_amx_flash import (CASES, bound, check_differs_from_the_float32_path,
+                            check_gqa_key_padding_and_lse, check_visible_nan_and_inf_values)
 
 NATIVE_AMX = "amx" in fastattn.available_isas() and not _core.avx512_emulated()
 needs_fp16_tiles = pytest.mark.skipif(
@@ -87,17 +87,7 @@ def test_float16_within_the_derived_bound(amx, case, L, S, E, Ev):
 
 @needs_fp16_tiles
 def test_float16_rounds_p_to_float16_unlike_the_f16c_path(amx):
-    """The tiles ran (P rounded to float16), not the float32-arithmetic path."""
-    rng = np.random.default_rng(6)
-    q, k, v = f16(rng, (2, 64, 64), 2.0), f16(rng, (2, 256, 64), 2.0), f16(rng, (2, 256, 64))
-    ours = fastattn.attention(q, k, v)
-    prev = fastattn.get_isa()
-    fastattn.set_isa("avx512")
-    try:
-        f32 = fastattn.attention(q, k, v)
-    finally:
-        fastattn.set_isa(prev)
-    assert not np.array_equal(ours.view(np.uint16), f32.view(np.uint16))
+    check_differs_from_the_float32_path(np.float16)
 
 
 @needs_fp16_tiles
@@ -113,40 +103,14 @@ def test_float16_threads_bitwise_identical(amx, causal):
 
 @needs_fp16_tiles
 def test_float16_gqa_key_padding_lse_and_tiny_weights(amx):
-    """Grouped heads, padding (a batch item with every key hidden: zero rows,
-    lse -inf), and scores spread wide enough that weights fall below
-    float16's normals (2^-14)."""
-    rng = np.random.default_rng(5)
-    q, k, v = f16(rng, (2, 4, 50, 64), 3.0), f16(rng, (2, 2, 200, 64)), f16(rng, (2, 2, 200, 32))
-    pad = rng.random((2, 200)) < 0.3
-    pad[1, :] = True
-    out, lse = fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=pad,
-                                  return_lse=True)
-    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    kk, vv = np.repeat(f(k), 2, axis=1), np.repeat(f(v), 2, axis=1)
-    ref, rlse = reference.attention(f(q), kk, vv, key_padding_mask=pad, return_lse=True)
-    _, tol = bound(q, kk.astype(np.float16), vv.astype(np.float16), key_padding_mask=pad, **F16)
-    assert np.all(np.abs(out.astype(np.float64) - ref) <= tol)
-    assert (out[1].astype(np.float32) == 0).all() and np.all(np.isneginf(lse[1]))
-    np.testing.assert_allclose(lse[0], rlse[0], rtol=0, atol=1e-3)
+    """Grouped heads, padding, and scores spread wide enough (queries x3) that
+    weights fall below float16's normals (2^-14)."""
+    check_gqa_key_padding_and_lse(np.float16, qscale=3.0, **F16)
 
 
 @needs_fp16_tiles
 def test_float16_visible_nan_and_inf_values_as_in_the_reference(amx):
-    rng = np.random.default_rng(10)
-    q, k, v = f16(rng, (1, 40, 32)), f16(rng, (1, 70, 32)), f16(rng, (1, 70, 32))
-    v[0, 20, 0] = np.inf
-    v[0, 30, 1] = np.nan
-    v[0, 25, 2], v[0, 35, 2] = np.inf, -np.inf
-    v[0, 60, 3] = np.nan       # hidden from every row
-    out = fastattn.attention(q, k, v, is_causal=True).astype(np.float64)
-    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    with np.errstate(invalid="ignore"):
-        ref = reference.attention(f(q), f(k), f(v), is_causal=True)
-    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
-    np.testing.assert_array_equal(np.isposinf(out), np.isposinf(ref))
-    fin = np.isfinite(ref)
-    assert np.isfinite(out[fin]).all() and np.isposinf(out[0, 20:, 0]).all()
+    check_visible_nan_and_inf_values(np.float16)
 
 
 @needs_fp16_tiles
