@@ -46,7 +46,8 @@ def _merge_rows(a: np.ndarray, hkv: int) -> np.ndarray | None:
     H, L, C = a.shape[-3:]
     if L != 1 and H // hkv != 1 and a.strides[-3] != L * a.strides[-2]:
         return None
-    return a.reshape(a.shape[:-3] + (hkv, H // hkv * L, C))  # a view: the strides allow it
+    r = a.reshape(a.shape[:-3] + (hkv, H // hkv * L, C))  # a view: the strides allow it
+    return r if np.may_share_memory(r, a) else None  # (never a copy: target is written)
 
 
 def _key_range(plan: MaskPlan, L: int, S: int) -> tuple[int, int] | None:

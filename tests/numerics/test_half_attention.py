@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fastattn
+import fastattn._core as _core
 from fastattn import reference
 
 from half_common import F32, HALF_IDS, HALVES, assert_bitwise, assert_half_close, randn
@@ -66,9 +67,14 @@ BF16_MIN_ROWS = 16
 
 
 def _bf16_tiles(dt, L, mask=None, **opts):
-    """Whether the amx / avx512_bf16 bfloat16 driver runs this call (L query rows)."""
-    return (fastattn.get_isa() in ("amx", "avx512_bf16") and np.dtype(dt) == BF16
-            and L >= BF16_MIN_ROWS and mask is None
+    """Whether the 16-bit tile driver runs this call (L query rows): bfloat16
+    on amx / avx512_bf16, float16 on amx with AMX-FP16 tiles (or emulated;
+    tests/kernels/test_amx_fp16.py), P then rounded to float16 (2^-11: within
+    the bfloat16 bound below)."""
+    isa, dt = fastattn.get_isa(), np.dtype(dt)
+    typed = ((dt == BF16 and isa in ("amx", "avx512_bf16"))
+             or (dt == np.float16 and isa == "amx" and _core.amx_fp16()))
+    return (typed and L >= BF16_MIN_ROWS and mask is None
             and not any(opts.get(o) for o in _BF16_DECLINED))
 
 
