@@ -43,12 +43,6 @@ static inline int64_t fa_q8_scratch_floats(int64_t Ev)
     return FA_Q8_ROWS * FA_Q8_KC + FA_Q8_ROWS * fa_q8_ldo(Ev) + 64;
 }
 
-/* A hint to fetch the cache line at p (no fault, no effect on results). */
-#if defined(__GNUC__) || defined(__clang__)
-#define FA_Q8_PREFETCH(p) __builtin_prefetch(p)
-#else
-#define FA_Q8_PREFETCH(p) ((void)0)
-#endif
 
 #define FA_ISA(name, NAME, arch, required) void fa_decode_q8_item_##name(const fa_q8_item *it);
 #include "runtime/isa_list.h"

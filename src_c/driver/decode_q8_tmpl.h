@@ -40,9 +40,9 @@
  * the keys, the requests never pile up behind the line-fill buffers. */
 static inline void Q8(prefetch)(const fa_q8_item *it, int64_t j)
 {
-    for (int64_t c = 0; c < it->Ev; c += 64) FA_Q8_PREFETCH(it->v + j * it->v_rs + c);
+    for (int64_t c = 0; c < it->Ev; c += 64) FA_PREFETCH(it->v + j * it->v_rs + c);
     if (j + NB < it->S)
-        for (int64_t c = 0; c < it->E; c += 64) FA_Q8_PREFETCH(it->k + (j + NB) * it->k_rs + c);
+        for (int64_t c = 0; c < it->E; c += 64) FA_PREFETCH(it->k + (j + NB) * it->k_rs + c);
 }
 
 /* s[r*NB + jj] = scale k_scale[j] (q_r . k8[j]) for the R (<= RB) rows at

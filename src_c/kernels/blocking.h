@@ -39,6 +39,14 @@
 /* Up to this many query rows (L), Q.K^T and P.V read K and V in place (dot
  * products, axpys) instead of packing them: decoding. */
 #define FA_DIRECT_MAX_ROWS 8
+/* The direct (decoding) kernels read each key and value row once, from
+ * memory: they prefetch the row FA_DIRECT_PF_KEYS keys ahead (8 KiB at E =
+ * 128 in float32: past the 4 KiB page where the hardware prefetchers stop),
+ * and P.V holds FA_DIRECT_PV_VECS vectors of an output row in registers
+ * over a key block (a float32 row of 128 on AVX-512; AVX2's 16 registers
+ * keep them with the weight and a value vector). */
+#define FA_DIRECT_PF_KEYS 16
+#define FA_DIRECT_PV_VECS 8
 /* Below this many multiply-adds a call runs on one thread. */
 #define FA_PARALLEL_MIN_WORK 200000
 /* Independent FMA chains of the peak probe (fa_fma_probe): enough to hide

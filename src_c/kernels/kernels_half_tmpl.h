@@ -13,13 +13,6 @@
 #define HTOF FA_CAT3(fa, FA_HSFX, to_f32)               /* fa_f16_to_f32 (runtime/half.h) */
 #define FTOH FA_CAT(fa_f32_to, FA_HSFX)                 /* fa_f32_to_f16 */
 #define FA_HCHUNK 64 /* dims of a key row widened at a time in pack_k */
-#define FA_HPF_KEYS 16 /* decoding: keys (rows) prefetched ahead */
-#define FA_HPV_VECS 8 /* decoding: vectors of an output row held in registers */
-#if defined(__GNUC__) || defined(__clang__)
-#define FA_PREFETCH(p) __builtin_prefetch((p), 0, 3)
-#else
-#define FA_PREFETCH(p) ((void)(p))
-#endif
 
 /* dst[i] = src[i] widened, i < n */
 static FA_ALWAYS_INLINE void HN(widen_in)(const uint16_t *src, float *dst, int64_t n)
@@ -72,11 +65,14 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
     }
 }
 
-/* vp panels (kernels.h) from 16-bit values, widened while packing */
-#define PV_NAME HN(pack_v) /* pack_v_f16_avx2, pack_v_bf16_avx512, ... */
+/* the direct P.V (v 16-bit, in place) and the vp panels (kernels.h) from
+ * 16-bit values, widened while loading */
+#define DV_NAME HN(pv_direct) /* pv_direct_f16_avx2, pv_direct_bf16_avx512, ... */
+#define PV_NAME HN(pack_v)    /* pack_v_f16_avx2, pack_v_bf16_avx512, ... */
 #define PV_SRC uint16_t
 #define PV_LOAD HLOAD
 #define PV_TO HTOF
+#include "kernels/pv_direct_tmpl.h"
 #include "kernels/pack_v_tmpl.h"
 
 /* One score: q . k (E floats against E 16-bit values), two accumulators,
@@ -95,56 +91,16 @@ static FA_ALWAYS_INLINE float HN(dot)(const float *q, const uint16_t *k, int64_t
 }
 
 /* s[i][j] = q[i] . k[j] (q float, packed [rows x E]; k 16-bit, in place).
- * Decoding reads each key once from memory: the rows of key j + FA_HPF_KEYS
+ * Decoding reads each key once from memory: the rows of key j + FA_DIRECT_PF_KEYS
  * are prefetched while key j is computed. */
 static void HN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const float *q,
                           const uint16_t *k, int64_t krs, float *s, int64_t lds)
 {
     for (int64_t j = 0; j < nkeys; j++) {
         const uint16_t *kj = k + j * krs;
-        if (j + FA_HPF_KEYS < nkeys)
-            for (int64_t b = 0; b < E * 2; b += 64) FA_PREFETCH((const char *)(kj + FA_HPF_KEYS * krs) + b);
+        if (j + FA_DIRECT_PF_KEYS < nkeys)
+            for (int64_t b = 0; b < E * 2; b += 64) FA_PREFETCH((const char *)(kj + FA_DIRECT_PF_KEYS * krs) + b);
         for (int64_t i = 0; i < rows; i++) s[i * lds + j] = HN(dot)(q + i * E, kj, E);
-    }
-}
-
-/* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] (v 16-bit, in place), zero weights
- * skipped; FA_HPV_VECS vectors of a row of o held in registers over all the
- * keys (the same sums, in the same order, as accumulating in memory). */
-static void HN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const float *p, int64_t ldp,
-                          const uint16_t *v, int64_t vrs, float *o, int64_t ldo)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        float *oi = o + i * ldo;
-        const float *pi = p + i * ldp;
-        int64_t c = 0;
-        for (; c + FA_HPV_VECS * VW <= Ev; c += FA_HPV_VECS * VW) {
-            VT acc[FA_HPV_VECS];
-#pragma GCC unroll 8
-            for (int u = 0; u < FA_HPV_VECS; u++) acc[u] = V(load)(oi + c + u * VW);
-            for (int64_t j = 0; j < nkeys; j++) {
-                const float w = pi[j];
-                if (w == 0) continue;
-                const uint16_t *vj = v + j * vrs + c;
-                if (j + FA_HPF_KEYS < nkeys)
-                    for (int64_t b = 0; b < FA_HPV_VECS * VW * 2; b += 64)
-                        FA_PREFETCH((const char *)(vj + FA_HPF_KEYS * vrs) + b);
-                const VT vw = V(set1)(w);
-#pragma GCC unroll 8
-                for (int u = 0; u < FA_HPV_VECS; u++) acc[u] = V(fma)(vw, HLOAD(vj + u * VW), acc[u]);
-            }
-#pragma GCC unroll 8
-            for (int u = 0; u < FA_HPV_VECS; u++) V(store)(oi + c + u * VW, acc[u]);
-        }
-        for (int64_t j = 0; j < nkeys && c < Ev; j++) { /* the last columns */
-            const float w = pi[j];
-            if (w == 0) continue;
-            const uint16_t *vj = v + j * vrs;
-            const VT vw = V(set1)(w);
-            int64_t cc = c;
-            for (; cc + VW <= Ev; cc += VW) V(store)(oi + cc, V(fma)(vw, HLOAD(vj + cc), V(load)(oi + cc)));
-            for (; cc < Ev; cc++) oi[cc] += w * HTOF(vj[cc]);
-        }
     }
 }
 
@@ -154,6 +110,3 @@ static void HN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const float *
 #undef HSTORE
 #undef FTOH
 #undef FA_HCHUNK
-#undef FA_HPF_KEYS
-#undef FA_HPV_VECS
-#undef FA_PREFETCH

@@ -96,6 +96,9 @@ static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
 {
     for (int64_t j = 0; j < nkeys; j++) {
         const FA_T *kj = k + j * krs;
+        if (j + FA_DIRECT_PF_KEYS < nkeys) /* (blocking.h) */
+            for (int64_t b = 0; b < E * (int64_t)sizeof(FA_T); b += 64)
+                FA_PREFETCH((const char *)(kj + FA_DIRECT_PF_KEYS * krs) + b);
         for (int64_t i = 0; i < rows; i++) {
             const FA_T *qi = q + i * E;
             VT a0 = V(zero)(), a1 = V(zero)();
@@ -107,26 +110,6 @@ static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
             FA_T t = V(hsum)(V(add)(a0, a1));
             for (; d < E; d++) t += qi[d] * kj[d];
             s[i * lds + j] = t;
-        }
-    }
-}
-
-/* o[i][:Ev] += sum_j p[i][j] v[j][:Ev] for i < rows; value j at v + j*vrs
- * (unit column stride); zero weights are skipped (so a NaN/Inf value behind
- * a zero weight never reaches o). */
-static void FN(pv_direct)(int64_t rows, int64_t nkeys, int64_t Ev, const FA_T *p, int64_t ldp,
-                          const FA_T *v, int64_t vrs, FA_T *o, int64_t ldo)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        FA_T *oi = o + i * ldo;
-        for (int64_t j = 0; j < nkeys; j++) {
-            const FA_T w = p[i * ldp + j];
-            if (w == 0) continue;
-            const FA_T *vj = v + j * vrs;
-            const VT vw = V(set1)(w);
-            int64_t c = 0;
-            for (; c + VW <= Ev; c += VW) V(store)(oi + c, V(fma)(vw, V(load)(vj + c), V(load)(oi + c)));
-            for (; c < Ev; c++) oi[c] += w * vj[c];
         }
     }
 }
@@ -396,11 +379,13 @@ static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int6
     }
 }
 
-/* vp panels (kernels.h) from FA_T values, watching for NaN/Inf */
-#define PV_NAME FN(pack_v) /* pack_v_f32_avx2, pack_v_f64_generic, ... */
+/* the direct P.V and the vp panels (kernels.h) from FA_T values */
+#define DV_NAME FN(pv_direct) /* pv_direct_f32_avx2, pv_direct_f64_generic, ... */
+#define PV_NAME FN(pack_v)    /* pack_v_f32_avx2, pack_v_f64_generic, ... */
 #define PV_SRC FA_T
 #define PV_LOAD V(load)
 #define PV_TO(x) (x)
+#include "kernels/pv_direct_tmpl.h"
 #include "kernels/pack_v_tmpl.h"
 
 /* acc[c] = acc[c] * x + y, n times per chain: a contraction towards

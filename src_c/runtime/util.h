@@ -50,6 +50,14 @@
 #define FA_ALWAYS_INLINE inline
 #endif
 
+/* A hint to fetch the cache line at p for reading (no fault, no effect on
+ * results): the decoding kernels, which stream K and V from memory once. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define FA_PREFETCH(p) ((void)(p))
+#endif
+
 /* n rounded up to a multiple of m (n >= 0, m > 0). */
 static inline int64_t fa_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 /* ceil(n / m) (n >= 0, m > 0). */
