@@ -43,7 +43,6 @@ static inline int64_t fa_q8_scratch_floats(int64_t Ev)
     return FA_Q8_ROWS * FA_Q8_KC + FA_Q8_ROWS * fa_q8_ldo(Ev) + 64;
 }
 
-
 #define FA_ISA(name, NAME, arch, required) void fa_decode_q8_item_##name(const fa_q8_item *it);
 #include "runtime/isa_list.h"
 #undef FA_ISA
