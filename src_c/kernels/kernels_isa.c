@@ -33,13 +33,16 @@ const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = 0;
 #endif
 
 /* The test hook's native instructions (kernels.h): fa_bf16_native_ptr_<name> */
-#if defined(FA_SIMD_AMX) && !defined(FA_BF16_EMULATED) && defined(FA_AMX_FP16)
+#if defined(FA_SIMD_AMX) && !defined(FA_BF16_EMULATED)
 static int native_op(int op, const void *a, const void *b, void *c)
 {
     switch (op) {
     case FA_BF16_OP_TDPBF16PS:
+#if defined(FA_AMX_FP16) /* (the instructions issued by their bytes: bf16_tiles.h) */
     case FA_BF16_OP_TDPBF16PS_BYTES:
-    case FA_BF16_OP_TDPFP16PS: {
+    case FA_BF16_OP_TDPFP16PS:
+#endif
+    {
         if (op == FA_BF16_OP_TDPFP16PS && !fa_amx_fp16()) return FA_EINVAL;
         uint8_t cfg[64];
         fa_tilecfg_fill(cfg);
@@ -49,10 +52,12 @@ static int native_op(int op, const void *a, const void *b, void *c)
         _tile_loadd(2, b, 64);
         if (op == FA_BF16_OP_TDPBF16PS)
             _tile_dpbf16ps(0, 1, 2);
+#if defined(FA_AMX_FP16)
         else if (op == FA_BF16_OP_TDPBF16PS_BYTES)
             FA_TDP_BYTES(2, 0, 1, 2); /* the encoding of FT_DP_F16, with pp = 2 */
         else
             FT_DP_F16(0, 0, 1, 2);
+#endif
         _tile_stored(0, c, 64);
         _tile_release();
         return FA_OK;
