@@ -1,6 +1,6 @@
 /* amx_flash.h -- the bfloat16 flash attention driver of the tiers with
- * bfloat16 dot products (amx: TDPBF16PS; avx512_bf16: VDPBF16PS on software
- * tiles), over the tile vocabulary of simd/bf16_tiles.h; on amx it runs
+ * bfloat16 dot products (amx: TDPBF16PS on tiles; avx512_bf16: VDPBF16PS on
+ * zmm registers), over the vocabulary of simd/bf16_tiles.h; on amx it runs
  * float16 too where the CPU has AMX-FP16 (TDPFP16PS; ctx.f16: the same
  * steps, float16 conversions and NaN/Inf bits).  Included by
  * kernels/kernels_isa.c when the mapping defines FA_SIMD_BF16; defines
@@ -20,7 +20,7 @@
  * Blocks (each named once here, sized by the tiles and the L1):
  *   FA_BF_MQ  query rows per work item = two 16-lane tile columns: Q.K^T
  *             uses 4 C tiles (2 key tiles x 2 query halves) + 2 A + 2 B,
- *             all 8 tile registers;
+ *             all 8 tile registers (avx512_bf16: two zmm per row of C);
  *   FA_BF_KB  keys per block: two S^T blocks (KB x 32 float32, 8 KiB each:
  *             the one the softmax reads, the one Q.K^T writes), two P^T
  *             blocks (4 KiB each: the one written, the one P.V reads) and
@@ -41,7 +41,9 @@
  * running max (lazily raised: FA_BF(newmax)), the weights P^T -- and,
  * issued a few at a time between the weights' vector instructions, the tile
  * steps of Q.K^T of block j+1 and of P.V of block j-1 (FA_BF(tiles)), so that
- * the tile unit and the vector units work at once; then out = O / l. */
+ * the tile unit and the vector units work at once (on avx512_bf16 both are
+ * vector instructions: the order lets them overlap in the out-of-order
+ * core); then out = O / l. */
 #include "driver/window.h"
 #include "runtime/alloc.h"
 #include "runtime/parallel.h"
@@ -307,10 +309,12 @@ typedef struct FA_BF(tiles) {
     int f16;                       /* the ctx's */
 } FA_BF(tiles);
 
+#if defined(FA_SIMD_AMX)
 /* Q.K^T step j: tile pair j / nd, E columns 32 (j % nd) .. */
 static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
 {
     fa_tilefile *tf = w->tf;
+    (void)tf; /* (the AMX macros name tile registers, not tf) */
     const int64_t t = j / w->nd * 2, kk = j % w->nd, ks = w->Ep * 2;
     const int two = t + 1 < w->nt16;
     const uint16_t *k0 = w->kp + t * 16 * w->Ep;
@@ -337,6 +341,7 @@ static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
 static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
 {
     fa_tilefile *tf = w->tf;
+    (void)tf;
     const int64_t et = j / w->nc32 * 2, c = j % w->nc32, vs = w->vts * 2, os = FA_BF_MQ * 4;
     const int two = et + 1 < w->Evp / 16;
     float *o0 = w->ot + et * 16 * FA_BF_MQ, *o1 = o0 + 16 * FA_BF_MQ;
@@ -357,6 +362,69 @@ static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
         if (two) { FT_STORE(tf, 2, o1, os); FT_STORE(tf, 3, o1 + 16, os); }
     }
 }
+
+#define FA_BF_QK_STEPS(nt16, nd) (((nt16) + 1) / 2 * (nd)) /* per tile pair, per 32 E columns */
+#define FA_BF_PV_STEPS(Evp, nc32) (((Evp) / 16 + 1) / 2 * (nc32)) /* per Ev tile pair, per 32 keys */
+#else
+/* avx512_bf16: the steps on registers, not on tiles in memory.  A step is
+ * FA_BF_SG rows of C (keys of S^T, or Ev rows of O^T) x the 32 query lanes
+ * (two zmm per row: 2 FA_BF_SG accumulators) summed over the whole reduction
+ * (E, or the block's keys) in one pass, reading A and B where they lie (K
+ * rows, Q^T, V^T, P^T): each A dword broadcast once for two VDPBF16PS, each
+ * B row loaded once per FA_BF_SG rows, and C loaded and stored once per
+ * step.  Every C element is the same chain as FT_DP's (one VDPBF16PS per
+ * pair k, k in order, from 0 for S^T, from O^T for P.V), so results are
+ * bitwise those of the tile steps over fa_soft_dp. */
+#define FA_BF_SG 8 /* 16 accumulators + 2 B rows + a broadcast: 19 of the 32 zmm */
+#define FA_BF_QK_STEPS(nt16, nd) (2 * (nt16)) /* per FA_BF_SG keys (all of E) */
+#define FA_BF_PV_STEPS(Evp, nc32) ((Evp) / FA_BF_SG) /* per FA_BF_SG Ev rows (all keys) */
+#define FA_BF_ACC_LOOP(np, A, astr, B0, B1)                                                    \
+    for (int64_t k = 0; k < (np); k++) {                                                       \
+        const __m512i b0 = _mm512_loadu_si512((const void *)(B0)),                             \
+                      b1 = _mm512_loadu_si512((const void *)(B1));                             \
+        for (int i = 0; i < FA_BF_SG; i++) {                                                   \
+            const __m512i ai = _mm512_set1_epi32((int)(A)[i * (astr) + k]);                    \
+            acc[i][0] = fa_dpbf16(acc[i][0], ai, b0);                                          \
+            acc[i][1] = fa_dpbf16(acc[i][1], ai, b1);                                          \
+        }                                                                                      \
+    }
+
+/* Q.K^T step j: S^T rows (keys) FA_BF_SG j .. of the block, from 0 */
+static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
+{
+    __m512 acc[FA_BF_SG][2];
+    for (int i = 0; i < FA_BF_SG; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    /* A: K rows as dwords (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
+    const uint32_t *kr = (const uint32_t *)(w->kp + j * FA_BF_SG * w->Ep);
+    const uint16_t *qt = w->qt;
+    FA_BF_ACC_LOOP(w->nd * 16, kr, w->Ep / 2, qt + (k / 16 * 2) * 512 + k % 16 * 32,
+                   qt + (k / 16 * 2 + 1) * 512 + k % 16 * 32)
+    float *s = w->st + j * FA_BF_SG * FA_BF_MQ;
+    for (int i = 0; i < FA_BF_SG; i++) {
+        _mm512_storeu_ps(s + i * FA_BF_MQ, acc[i][0]);
+        _mm512_storeu_ps(s + i * FA_BF_MQ + 16, acc[i][1]);
+    }
+}
+
+/* P.V step j: O^T rows (Ev) FA_BF_SG j .. += V^T . P^T over the block's keys */
+static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
+{
+    __m512 acc[FA_BF_SG][2];
+    float *o = w->ot + j * FA_BF_SG * FA_BF_MQ;
+    for (int i = 0; i < FA_BF_SG; i++) {
+        acc[i][0] = _mm512_loadu_ps(o + i * FA_BF_MQ);
+        acc[i][1] = _mm512_loadu_ps(o + i * FA_BF_MQ + 16);
+    }
+    /* A: V^T rows as dwords (key pairs); B: P^T pair rows of each half */
+    const uint32_t *vr = (const uint32_t *)(w->vt + j * FA_BF_SG * w->vts), *pt = w->pt;
+    FA_BF_ACC_LOOP(w->nc32 * 16, vr, w->vts / 2, pt + k * 16, pt + (FA_BF_KB / 2) * 16 + k * 16)
+    for (int i = 0; i < FA_BF_SG; i++) {
+        _mm512_storeu_ps(o + i * FA_BF_MQ, acc[i][0]);
+        _mm512_storeu_ps(o + i * FA_BF_MQ + 16, acc[i][1]);
+    }
+}
+#undef FA_BF_ACC_LOOP
+#endif
 
 /* the next queued step, if any: Q.K^T's first, then P.V's */
 static inline void FA_BF(step)(FA_BF(tiles) *w)
@@ -381,7 +449,7 @@ static void FA_BF(queue_pv)(FA_BF(tiles) *w, const FA_BF(ctx) *x, const uint16_t
     w->pt = pt;
     w->nc32 = (n + 31) / 32;
     w->ot = ot;
-    w->npv = (x->Evp / 16 + 1) / 2 * w->nc32;
+    w->npv = FA_BF_PV_STEPS(x->Evp, w->nc32);
 }
 
 /* queue Q.K^T of keys k0 .. k0+n-1 into st */
@@ -394,7 +462,7 @@ static void FA_BF(queue_qk)(FA_BF(tiles) *w, const FA_BF(ctx) *x, const uint16_t
     w->nt16 = (n + 15) / 16;
     w->qt = qt;
     w->st = st;
-    w->nqk = (w->nt16 + 1) / 2 * w->nd;
+    w->nqk = FA_BF_QK_STEPS(w->nt16, w->nd);
 }
 
 /* Hide the scores of S^T rows 0..n-1 (keys k0 + r) that the causal mask, the

@@ -2,8 +2,9 @@
  * (driver/amx_flash.h), mapped once per ISA; included by kernels_isa.c after
  * simd.h when the mapping defines FA_SIMD_BF16.
  *
- * Eight tile registers of 16 rows x 64 bytes (float32: 16 x 16; bfloat16
- * pairs: 16 x 16 pairs), all configured alike:
+ * On amx, eight tile registers of 16 rows x 64 bytes (float32: 16 x 16;
+ * bfloat16 pairs: 16 x 16 pairs), all configured alike (fa_cvt2bf16 on
+ * both tiers):
  *   FT_CONFIG(tf), FT_RELEASE(tf)        set up / give back the tiles
  *   FT_LOAD(tf, t, p, stride), FT_STORE  16 rows of 64 bytes at p + r*stride
  *   FT_ZERO(tf, t)                       tile t = 0
@@ -17,12 +18,13 @@
  *                                        the CPU has it)
  *   fa_cvt2f16(hi, lo)                   32 float16 (nearest even), lo's 16
  *                                        first (VCVTPS2PH twice)
- * Three implementations:
+ * Implementations:
  *   amx (FA_SIMD_AMX):   the AMX instructions; tf is unused;
- *   avx512_bf16:         tiles in memory (fa_tilefile), FT_DP by VDPBF16PS:
- *                        row m of C accumulates VDPBF16PS(A[m][k] broadcast,
- *                        B[k]) for k = 0..15 -- the same products, summed in
- *                        another order than TDPBF16PS (see kernels.h);
+ *   avx512_bf16:         no tiles: FT_CONFIG and FT_RELEASE do nothing, and
+ *                        the driver's steps accumulate on zmm registers with
+ *                        fa_dpbf16(acc, a, b) (VDPBF16PS: acc + a.b per
+ *                        dword lane, bfloat16 pairs) -- the same products,
+ *                        summed in another order than TDPBF16PS (kernels.h);
  *   FA_BF16_EMULATED:    either of the above on simd/bf16_emulate.h (plain C:
  *                        the emulation build runs both paths on any x86-64). */
 #ifndef FASTATTN_BF16_TILES_H
@@ -80,18 +82,11 @@ typedef struct { int unused; } fa_tilefile;
 #define FA_AMX_FP16 1
 #endif
 #else
-/* software tiles: 8 x 16 rows x 16 dwords */
-typedef struct { uint32_t t[8][FT_ROWS][16]; } fa_tilefile;
+/* avx512_bf16: no tile registers; the driver's steps run on zmm registers
+ * (driver/amx_flash.h) with fa_dpbf16, one VDPBF16PS */
+typedef struct { int unused; } fa_tilefile;
 #define FT_CONFIG(tf) ((void)(tf))
 #define FT_RELEASE(tf) ((void)(tf))
-static inline void fa_soft_load(fa_tilefile *tf, int t, const void *p, int64_t s)
-{
-    for (int r = 0; r < FT_ROWS; r++) memcpy(tf->t[t][r], (const char *)p + r * s, FT_COLSB);
-}
-static inline void fa_soft_store(fa_tilefile *tf, int t, void *p, int64_t s)
-{
-    for (int r = 0; r < FT_ROWS; r++) memcpy((char *)p + r * s, tf->t[t][r], FT_COLSB);
-}
 #if defined(FA_BF16_EMULATED)
 static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
 {
@@ -109,25 +104,6 @@ static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 #endif
-/* C += A . B: the 16 rows of C are 16 independent accumulators in
- * registers, each summed over k = 0..15 in order (VDPBF16PS's latency is
- * hidden by the other 15 rows; a row's chain, so its result, is that of the
- * row-at-a-time loop) */
-static inline void fa_soft_dp(fa_tilefile *tf, int c, int a, int b)
-{
-    __m512 acc[FT_ROWS];
-    for (int m = 0; m < FT_ROWS; m++) acc[m] = _mm512_loadu_ps((const float *)tf->t[c][m]);
-    for (int k = 0; k < 16; k++) {
-        const __m512i bk = _mm512_loadu_si512((const void *)tf->t[b][k]);
-        for (int m = 0; m < FT_ROWS; m++)
-            acc[m] = fa_dpbf16(acc[m], _mm512_set1_epi32((int)tf->t[a][m][k]), bk);
-    }
-    for (int m = 0; m < FT_ROWS; m++) _mm512_storeu_ps((float *)tf->t[c][m], acc[m]);
-}
-#define FT_LOAD(tf, t, p, s) fa_soft_load(tf, t, p, s)
-#define FT_STORE(tf, t, p, s) fa_soft_store(tf, t, p, s)
-#define FT_DP(tf, c, a, b) fa_soft_dp(tf, c, a, b)
-#define FT_ZERO(tf, i) memset((tf)->t[i], 0, sizeof (tf)->t[i])
 #endif
 
 #if defined(FA_BF16_EMULATED)
