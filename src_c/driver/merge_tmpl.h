@@ -31,7 +31,7 @@ static void FN(write_out)(const fa_attention_args *a, const fa_offsets *off, int
             }
 #endif
             for (int64_t c = 0; c < a->Ev; c++)
-                FN(st)(a->out.data, d0 + c * a->out.cs, a->storage, src[c] * inv);
+                FN(st)((void *)a->out.data, d0 + c * a->out.cs, a->storage, src[c] * inv);
             continue;
         }
         FA_T *dst = (FA_T *)a->out.data + d0;
