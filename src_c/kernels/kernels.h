@@ -77,8 +77,10 @@ typedef int (*fa_bf16_flash_fn)(const struct fa_attention_args *a);
 #undef FA_ISA
 fa_bf16_flash_fn fa_bf16_flash_current(void); /* (fa_amx_fp16: fastattn.h) */
 /* The test hook's native instructions (fastattn.h: fa_bf16_op):
- * fa_bf16_native_ptr_<name>, NULL but for amx in a build with the real
- * instructions; fa_bf16_native_op() gives it where the CPU runs amx. */
+ * fa_bf16_native_ptr_<name>, NULL but for amx and avx512_bf16 in a build
+ * with the real instructions (avx512_bf16: the vector instructions only;
+ * FA_EINVAL for a tile one); fa_bf16_native_op() gives amx's where the CPU
+ * runs amx, else avx512_bf16's where it runs that. */
 typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
 #define FA_ISA(name, NAME, arch, required) extern const fa_bf16_op_fn fa_bf16_native_ptr_##name;
 #include "runtime/isa_list.h"

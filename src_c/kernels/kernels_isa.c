@@ -32,11 +32,13 @@ const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = FA_BF_FN;
 const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = 0;
 #endif
 
-/* The test hook's native instructions (kernels.h): fa_bf16_native_ptr_<name> */
-#if defined(FA_SIMD_AMX) && !defined(FA_BF16_EMULATED)
+/* The test hook's native instructions (kernels.h): fa_bf16_native_ptr_<name>;
+ * the tile ones on amx only */
+#if defined(FA_SIMD_BF16) && !defined(FA_BF16_EMULATED)
 static int native_op(int op, const void *a, const void *b, void *c)
 {
     switch (op) {
+#if defined(FA_SIMD_AMX)
     case FA_BF16_OP_TDPBF16PS:
 #if defined(FA_AMX_FP16) /* (the instructions issued by their bytes: bf16_tiles.h) */
     case FA_BF16_OP_TDPBF16PS_BYTES:
@@ -62,6 +64,7 @@ static int native_op(int op, const void *a, const void *b, void *c)
         _tile_release();
         return FA_OK;
     }
+#endif
     case FA_BF16_OP_VDPBF16PS:
         _mm512_storeu_ps(c, _mm512_dpbf16_ps(_mm512_loadu_ps(c), (__m512bh)_mm512_loadu_si512(a),
                                              (__m512bh)_mm512_loadu_si512(b)));

@@ -210,7 +210,10 @@ int fa_amx_fp16(void)
 }
 fa_bf16_op_fn fa_bf16_native_op(void)
 {
-    return g_supported[FA_ISA_AMX] && g_bf16op[FA_ISA_AMX] ? *g_bf16op[FA_ISA_AMX] : NULL;
+    const int order[2] = {FA_ISA_AMX, FA_ISA_AVX512_BF16};
+    for (int i = 0; i < 2; i++)
+        if (g_supported[order[i]] && g_bf16op[order[i]] && *g_bf16op[order[i]]) return *g_bf16op[order[i]];
+    return NULL;
 }
 
 static int isa_from_name(const char *s, size_t n)

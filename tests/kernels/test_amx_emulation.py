@@ -4,7 +4,9 @@ emulation build: pinned to hand-computed cases of the instructions'
 documented behaviour (Intel SDM: TDPBF16PS keeps two float32 partial sums per
 pair column, VDPBF16PS adds the odd product first, both flush denormals;
 VCVTNE(2)PS2BF16 round to nearest even and quiet NaNs), and, where the CPU
-has them, to the instructions themselves on random operands."""
+has them, to the instructions themselves: the same hand-computed cases and
+random operands (the vector ones on any CPU with AVX512-BF16, Intel or AMD;
+the tile ones with AMX)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,17 @@ import pytest
 import fastattn
 from fastattn import _testing
 
-NATIVE = "amx" in fastattn.available_isas() and _testing.bf16_op(
-    "vcvtneps2bf16", True, np.zeros(16, np.float32), np.zeros(16, np.float32),
-    np.zeros(16, np.uint16))
-BOTH = [False] + ([True] if NATIVE else [])
-IDS = ["emulated"] + (["native"] if NATIVE else [])
+# the instructions themselves: VDPBF16PS and the conversions where the CPU runs
+# avx512_bf16 or amx, the tile ones where it runs amx (never in an emulation build)
+NATIVE_VEC = _testing.bf16_op("vcvtneps2bf16", True, np.zeros(16, np.float32),
+                              np.zeros(16, np.float32), np.zeros(16, np.uint16))
+NATIVE_TILES = "amx" in fastattn.available_isas() and _testing.bf16_op(
+    "tdpbf16ps", True, np.zeros(512, np.uint16), np.zeros(512, np.uint16),
+    np.zeros(256, np.float32))
+BOTH = [False] + ([True] if NATIVE_VEC else [])
+IDS = ["emulated"] + (["native"] if NATIVE_VEC else [])
+TILE_BOTH = [False] + ([True] if NATIVE_TILES else [])
+TILE_IDS = ["emulated"] + (["native"] if NATIVE_TILES else [])
 
 TWO_M12 = 0x3980        # bfloat16 2**-12: 2**-12 * 2**-12 = 2**-24, half an ulp of 1.0
 
@@ -100,7 +108,7 @@ def test_vdpbf16ps_adds_the_odd_product_first_with_rounding(native):
     assert c[0] == 0 and not np.signbit(c[0])
 
 
-@pytest.mark.parametrize("native", BOTH, ids=IDS)
+@pytest.mark.parametrize("native", TILE_BOTH, ids=TILE_IDS)
 def test_tdpbf16ps_sums_even_and_odd_partials_then_adds_to_c(native):
     A = np.zeros((16, 32), np.uint16)
     B = np.zeros((16, 32), np.uint16)
@@ -134,32 +142,41 @@ def test_tdpfp16ps_emulated_on_float16_pairs():
     assert np.count_nonzero(C) == 1
 
 
-@pytest.mark.skipif(not NATIVE, reason="the CPU (or this emulation build) has no AMX-BF16")
-@pytest.mark.parametrize("scale", [1.0, 1e-30, 1e30], ids=["normal", "tiny", "huge"])
-def test_emulation_matches_the_instructions_bitwise(scale):
+def _bf16_bits(rng, n, scale):
+    x = (rng.standard_normal(n) * scale).astype(np.float32)
+    return (bits32(x) >> 16).astype(np.uint16)
+
+
+def _same_both_ways(name, a, b, c):
+    c1, c2 = c.copy(), c.copy()
+    assert _testing.bf16_op(name, False, a, b, c1)
+    assert _testing.bf16_op(name, True, a, b, c2)
+    np.testing.assert_array_equal(c1.view(np.uint16 if c.dtype == np.uint16 else np.uint32),
+                                  c2.view(np.uint16 if c.dtype == np.uint16 else np.uint32))
+
+
+SCALES = pytest.mark.parametrize("scale", [1.0, 1e-30, 1e30], ids=["normal", "tiny", "huge"])
+
+
+@pytest.mark.skipif(not NATIVE_TILES, reason="the CPU (or this emulation build) has no AMX-BF16")
+@SCALES
+def test_emulated_tdpbf16ps_matches_the_instruction_bitwise(scale):
     rng = np.random.default_rng(2)
-
-    def bf(n):
-        x = (rng.standard_normal(n) * scale).astype(np.float32)
-        return (bits32(x) >> 16).astype(np.uint16)
-
     for _ in range(20):
-        a, b = bf(512), bf(512)
-        c = (rng.standard_normal(256) * scale).astype(np.float32)
-        c1, c2 = c.copy(), c.copy()
-        _testing.bf16_op("tdpbf16ps", False, a, b, c1)
-        _testing.bf16_op("tdpbf16ps", True, a, b, c2)
-        np.testing.assert_array_equal(bits32(c1), bits32(c2))
-        a, b = bf(32), bf(32)
-        c = (rng.standard_normal(16) * scale).astype(np.float32)
-        c1, c2 = c.copy(), c.copy()
-        _testing.bf16_op("vdpbf16ps", False, a, b, c1)
-        _testing.bf16_op("vdpbf16ps", True, a, b, c2)
-        np.testing.assert_array_equal(bits32(c1), bits32(c2))
+        a, b = _bf16_bits(rng, 512, scale), _bf16_bits(rng, 512, scale)
+        _same_both_ways("tdpbf16ps", a, b, (rng.standard_normal(256) * scale).astype(np.float32))
+
+
+@pytest.mark.skipif(not NATIVE_VEC,
+                    reason="the CPU (or this emulation build) has no AVX512-BF16")
+@SCALES
+def test_emulated_vector_instructions_match_them_bitwise(scale):
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a, b = _bf16_bits(rng, 32, scale), _bf16_bits(rng, 32, scale)
+        _same_both_ways("vdpbf16ps", a, b, (rng.standard_normal(16) * scale).astype(np.float32))
         x = rng.standard_normal(16).astype(np.float32) * np.float32(scale)
         x[:3] = from_bits([0x7F800001, 0x00000001, 0x807FFFFF])   # sNaN, denormals
         y = rng.standard_normal(16).astype(np.float32)
-        o1, o2 = np.zeros(32, np.uint16), np.zeros(32, np.uint16)
-        _testing.bf16_op("vcvtne2ps2bf16", False, x, y, o1)
-        _testing.bf16_op("vcvtne2ps2bf16", True, x, y, o2)
-        np.testing.assert_array_equal(o1, o2)
+        _same_both_ways("vcvtne2ps2bf16", x, y, np.zeros(32, np.uint16))
+        _same_both_ways("vcvtneps2bf16", x, y, np.zeros(16, np.uint16))
