@@ -347,8 +347,12 @@ def _weights(rng, d_model, heads, kv_heads, d):
 
 def test_int8_mha_decode_steps_match_one_call_and_reference(rng):
     d_model, heads, kv_heads, d, T = 32, 4, 2, 8, 9
-    x = rng.standard_normal((2, T, d_model)).astype(np.float32)
-    w_q, w_k, w_v, w_o = _weights(rng, d_model, heads, kv_heads, d)
+    # dyadic inputs and weights (multiples of 1/4 and 1/16), so every projection is
+    # exact in float32: BLAS may sum a 1-row and a 9-row matmul in different orders
+    # (OpenBLAS on Zen 5 does), which must not reach the cache comparison below
+    x = np.round(rng.standard_normal((2, T, d_model)) * 4).astype(np.float32) / 4
+    w_q, w_k, w_v, w_o = (np.round(w * 16) / 16 for w in
+                          _weights(rng, d_model, heads, kv_heads, d))
     steps_cache = KVCache(2, kv_heads, d, max_len=T, dtype="int8")
     parts = [multi_head_attention(x[:, :4], w_q, w_k, w_v, w_o, heads, num_kv_heads=kv_heads,
                                   kv_cache=steps_cache)]
