@@ -157,11 +157,16 @@ def test_sdist_contents(tmp_path) -> None:
     import pytest
     if not _in_checkout():
         pytest.skip("not in a source checkout")
-    for mod in ("build", "Cython", "setuptools"):
+    for mod in ("Cython", "setuptools"):
         pytest.importorskip(mod)
+    # run from outside the checkout: its build/ folder (setup.py's build_ext)
+    # would shadow the 'build' package on sys.path
+    if subprocess.run([sys.executable, "-c", "import build.__main__"], cwd=tmp_path,
+                      capture_output=True).returncode:
+        pytest.skip("the 'build' package (PyPI: build) is not installed")
     p = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
                         "--outdir", str(tmp_path), REPO], capture_output=True, text=True,
-                       timeout=600)
+                       timeout=600, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (sdist,) = tmp_path.glob("fastattn-*.tar.gz")
     with tarfile.open(sdist) as tf:
