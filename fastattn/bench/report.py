@@ -45,7 +45,8 @@ BF16_MIN_ROWS = 16
 
 def kernel_path(case: Case) -> str:
     """The ISA path that ran the case, and for bfloat16 on the amx or
-    avx512_bf16 tiers whether their bfloat16 tiles took it."""
+    avx512_bf16 tiers whether their bfloat16 driver took it (amx: "bf16
+    tiles", avx512_bf16: "bf16 dot products") or the float32 arithmetic did."""
     import fastattn
     isa = fastattn.get_isa()
     if case.kind != "attention" or case.dtype != "bfloat16" or isa not in ("amx", "avx512_bf16"):
@@ -54,7 +55,7 @@ def kernel_path(case: Case) -> str:
     kw = variant_kwargs(case.variant, H, L, S) if case.variant else {}
     if any(k in kw for k in _BF16_DECLINED) or D > 256 or L < BF16_MIN_ROWS:
         return f"{isa} (float32 arithmetic)"
-    return f"{isa} (bf16 tiles)"
+    return f"{isa} (bf16 tiles)" if isa == "amx" else f"{isa} (bf16 dot products)"
 
 
 def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dict) -> dict:
