@@ -380,12 +380,24 @@ static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
                       * (a divisor of 16; 4 measured 22% slower on Zen 5) */
 #define FA_BF_QK_STEPS(nt16, nd) ((nt16) * (16 / FA_BF_SG)) /* per FA_BF_SG keys (all of E) */
 #define FA_BF_PV_STEPS(Evp, nc32) ((Evp) / FA_BF_SG) /* per FA_BF_SG Ev rows (all keys) */
+/* the pair at p (two halves) as a dword, by memcpy: p points into uint16_t
+ * rows, which C99's aliasing rules do not let us read as uint32_t (one
+ * broadcast load all the same) */
+static inline __m512i fa_bf_bcast_pair(const uint16_t *p)
+{
+    uint32_t d;
+    memcpy(&d, p, 4);
+    return _mm512_set1_epi32((int)d);
+}
+/* C rows i < FA_BF_SG (acc[i][0..1]) += sum over pairs k < np of A[i][k] B[k]:
+ * A's row i at pair k is A + i * astr + 2k (uint16_t), B's two halves of pair
+ * row k at B0, B1 (expressions of k) */
 #define FA_BF_ACC_LOOP(np, A, astr, B0, B1)                                                    \
     for (int64_t k = 0; k < (np); k++) {                                                       \
         const __m512i b0 = _mm512_loadu_si512((const void *)(B0)),                             \
                       b1 = _mm512_loadu_si512((const void *)(B1));                             \
         for (int i = 0; i < FA_BF_SG; i++) {                                                   \
-            const __m512i ai = _mm512_set1_epi32((int)(A)[i * (astr) + k]);                    \
+            const __m512i ai = fa_bf_bcast_pair((A) + i * (astr) + 2 * k);                     \
             acc[i][0] = fa_dpbf16(acc[i][0], ai, b0);                                          \
             acc[i][1] = fa_dpbf16(acc[i][1], ai, b1);                                          \
         }                                                                                      \
@@ -396,10 +408,9 @@ static inline void FA_BF(qk_step)(FA_BF(tiles) *w, int64_t j)
 {
     __m512 acc[FA_BF_SG][2];
     for (int i = 0; i < FA_BF_SG; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    /* A: K rows as dwords (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
-    const uint32_t *kr = (const uint32_t *)(w->kp + j * FA_BF_SG * w->Ep);
-    const uint16_t *qt = w->qt;
-    FA_BF_ACC_LOOP(w->nd * 16, kr, w->Ep / 2, qt + (k / 16 * 2) * 512 + k % 16 * 32,
+    /* A: K rows (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
+    const uint16_t *kr = w->kp + j * FA_BF_SG * w->Ep, *qt = w->qt;
+    FA_BF_ACC_LOOP(w->nd * 16, kr, w->Ep, qt + (k / 16 * 2) * 512 + k % 16 * 32,
                    qt + (k / 16 * 2 + 1) * 512 + k % 16 * 32)
     float *s = w->st + j * FA_BF_SG * FA_BF_MQ;
     for (int i = 0; i < FA_BF_SG; i++) {
@@ -417,9 +428,10 @@ static inline void FA_BF(pv_step)(FA_BF(tiles) *w, int64_t j)
         acc[i][0] = _mm512_loadu_ps(o + i * FA_BF_MQ);
         acc[i][1] = _mm512_loadu_ps(o + i * FA_BF_MQ + 16);
     }
-    /* A: V^T rows as dwords (key pairs); B: P^T pair rows of each half */
-    const uint32_t *vr = (const uint32_t *)(w->vt + j * FA_BF_SG * w->vts), *pt = w->pt;
-    FA_BF_ACC_LOOP(w->nc32 * 16, vr, w->vts / 2, pt + k * 16, pt + (FA_BF_KB / 2) * 16 + k * 16)
+    /* A: V^T rows (key pairs); B: P^T pair rows of each half */
+    const uint16_t *vr = w->vt + j * FA_BF_SG * w->vts;
+    const uint32_t *pt = w->pt;
+    FA_BF_ACC_LOOP(w->nc32 * 16, vr, w->vts, pt + k * 16, pt + (FA_BF_KB / 2) * 16 + k * 16)
     for (int i = 0; i < FA_BF_SG; i++) {
         _mm512_storeu_ps(o + i * FA_BF_MQ, acc[i][0]);
         _mm512_storeu_ps(o + i * FA_BF_MQ + 16, acc[i][1]);
