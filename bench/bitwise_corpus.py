@@ -4,7 +4,8 @@
     python bench/bitwise_corpus.py compare A.npz B.npz
 
 `save` runs every case on every ISA path `fastattn.available_isas()` gives:
-attention in float32/float64 (and float16 input) with upper-left/lower-right
+attention in float32/float64 (and float16 and bfloat16 input: on the
+bfloat16 tiers the 16-bit matrix driver) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
 (L = 1..8 against long S: the key-split path), L and S off the tile sizes, the
 weights path, out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden positions;
@@ -32,12 +33,13 @@ def _qkv(rng, dt, shape_q, shape_k, ev=None):
 
 def attention_cases(fa):
     """(name, thunk) pairs; every thunk returns an array or a tuple of arrays."""
+    import ml_dtypes
     cases = []
-    for dt in (np.float32, np.float64, np.float16):
+    for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
         dn = np.dtype(dt).name
         for (B, H, L, S, E, Ev) in [(1, 2, 64, 64, 64, 64), (2, 3, 37, 53, 24, 40),
                                     (1, 2, 200, 300, 64, 64), (1, 1, 67, 129, 33, 17),
-                                    (1, 2, 130, 130, 128, 128)]:
+                                    (1, 2, 130, 130, 128, 128), (1, 2, 48, 9000, 64, 64)]:
             for causal in (False, True, "lower_right"):
                 for nt in (1, 2):
                     def run(B=B, H=H, L=L, S=S, E=E, Ev=Ev, causal=causal, nt=nt, dt=dt):
