@@ -9,19 +9,13 @@
 #include "driver/decode_q8.h"
 #include "fastattn.h"
 #include "runtime/alloc.h"
+#include "runtime/arch.h"
 #include "runtime/parallel.h"
 
 /* The kernels by ISA, in the order of runtime/isa_list.h (NULL where the
- * ISA is not built for this target, as in runtime/dispatch.c). */
-#if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
-    !defined(FA_NO_X86_KERNELS)
-#define FA_Q8_IF_ARCH_x86(x) x
-#else
-#define FA_Q8_IF_ARCH_x86(x) NULL
-#endif
-#define FA_Q8_IF_ARCH_any(x) x
+ * ISA is not built for this target). */
 typedef void (*fa_q8_kernel)(const fa_q8_item *it);
-#define FA_ISA(name, NAME, arch, required) FA_Q8_IF_ARCH_##arch(fa_decode_q8_item_##name),
+#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(fa_decode_q8_item_##name),
 static const fa_q8_kernel g_q8[FA_ISA_COUNT] = {
 #include "runtime/isa_list.h"
 };

@@ -25,6 +25,7 @@
 
 #include "fastattn.h"
 #include "kernels/kernels.h"
+#include "runtime/arch.h"
 
 /* CPU and OS features, the `required` bits of isa_list.h. */
 enum {
@@ -42,10 +43,7 @@ enum {
     FA_CPU_AMX_FP16 = 1u << 11 /* no tier requires it: the amx tier's float16 tiles */
 };
 
-#if (defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)) && \
-    !defined(FA_NO_X86_KERNELS)
-#define FA_X86 1
-#define FA_IF_ARCH_x86(x) x
+#if FA_ARCH_X86
 #if defined(_MSC_VER)
 #include <intrin.h>
 static void fa_cpuid(int leaf, int sub, unsigned r[4])
@@ -68,10 +66,7 @@ static unsigned long long fa_xgetbv(void)
     return ((unsigned long long)hi << 32) | lo;
 }
 #endif
-#else
-#define FA_IF_ARCH_x86(x) NULL /* not built for this target */
 #endif
-#define FA_IF_ARCH_any(x) x
 
 /* The list, as tables indexed by FA_ISA_<NAME>. */
 #define FA_ISA(name, NAME, arch, required) #name,
@@ -127,7 +122,7 @@ static int amx_permitted(void)
 static unsigned detect_features(void)
 {
     unsigned have = 0;
-#ifdef FA_X86
+#if FA_ARCH_X86
     /* cpuid leaf, subleaf, register (0 eax .. 3 edx), bit: what each feature needs
      * (a feature listed twice needs both bits) */
     static const struct { unsigned feature; unsigned leaf, sub; int reg, bit; } cpuid_bits[] = {
