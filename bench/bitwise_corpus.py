@@ -11,7 +11,8 @@ causal, bool/additive/key-padding masks, grouped-query heads, decoding
 weights path, out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden positions;
 softmax; multi_head_attention and KVCache decoding.  Each result is stored
 under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
-any difference (np.array_equal with equal_nan=True, same dtype and shape) or
+any difference (same dtype and shape; np.array_equal with equal_nan=True for floats,
+the bytes for the rest, bfloat16 included) or
 on a case missing from either file.
 
 Only the public API is used, so the script runs against any build: to compare
@@ -203,6 +204,14 @@ def save(path):
     print(f"saved {len(res)} arrays ({', '.join(isas)}; fastattn from {fa.__file__}) to {path}")
 
 
+def _equal(x, y):
+    """Bitwise equal, NaN included: bfloat16 comes back from np.load as a
+    2-byte void dtype, compared by its bytes like every non-float."""
+    if x.dtype.kind in "fc":
+        return np.array_equal(x, y, equal_nan=True)
+    return x.tobytes() == y.tobytes()
+
+
 def compare(pa, pb):
     a, b = np.load(pa), np.load(pb)
     ka, kb = set(a.files), set(b.files)
@@ -213,7 +222,7 @@ def compare(pa, pb):
     same = 0
     for k in sorted(ka & kb):
         x, y = a[k], b[k]
-        if x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True):
+        if x.dtype == y.dtype and x.shape == y.shape and _equal(x, y):
             same += 1
         else:
             print(f"DIFFERS: {k} ({x.dtype}{x.shape} vs {y.dtype}{y.shape})")
