@@ -138,7 +138,8 @@ def target_machine(compiler_cmd=None, plat_name=None):
     if host:
         return normalise_machine(host.rsplit("-", 1)[-1]), f"_PYTHON_HOST_PLATFORM={host}"
     if compiler_cmd:
-        arches = {normalise_machine(a) for a in re.findall(r"-arch\s+(\S+)", " ".join(compiler_cmd))}
+        flags = " ".join(compiler_cmd)
+        arches = {normalise_machine(a) for a in re.findall(r"(?<!\S)-arch\s+(\S+)", flags)}
         if arches:
             one = arches.pop() if len(arches) == 1 else "universal2"
             return one, "the compiler's -arch flags"
@@ -147,7 +148,8 @@ def target_machine(compiler_cmd=None, plat_name=None):
                                text=True, timeout=60)
             triple = r.stdout.strip()
             if r.returncode == 0 and triple:
-                return normalise_machine(triple.split("-")[0]), f"{compiler_cmd[0]} -dumpmachine: {triple}"
+                return (normalise_machine(triple.split("-")[0]),
+                        f"{compiler_cmd[0]} -dumpmachine: {triple}")
         except (OSError, subprocess.SubprocessError):
             pass
     plat = plat_name or sysconfig.get_platform() or platform.machine()
