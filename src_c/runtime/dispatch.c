@@ -184,8 +184,9 @@ int fa_init_dispatch(char *msg, size_t msg_len)
             return FA_EINVAL;
         }
         if (!g_supported[i]) {
-            snprintf(msg, msg_len, "FASTATTN_ISA=%s: this CPU/OS does not support it "
-                     "(supported: %s)", want,
+            snprintf(msg, msg_len, "FASTATTN_ISA=%s: %s (supported: %s)", want,
+                     fa_isa_built(i) ? "this CPU/OS does not support it"
+                                     : "not built for this architecture",
                      join_names(names, sizeof names, 0, ", ", ", ", g_supported));
             return FA_EINVAL;
         }
