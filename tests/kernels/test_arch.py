@@ -160,14 +160,18 @@ def test_available_isas_are_built():
     assert fastattn.get_isa() in _config.built_isas()
 
 
-def test_isa_of_another_architecture_is_refused():
+NOT_BUILT = [n for n in _core.ISA_NAMES if n not in _core.BUILT_ISAS] or [pytest.param(
+    None, marks=pytest.mark.skip(reason="every line of isa_list.h is built for this target"))]
+
+
+@pytest.mark.parametrize("name", NOT_BUILT)
+def test_isa_of_another_architecture_is_refused(name):
     """A line not built for this target is never supported, nor selectable."""
     before = fastattn.get_isa()
-    for name in set(_core.ISA_NAMES) - set(_config.built_isas()):
-        assert not _core.cpu_supports(name)
-        with pytest.raises(ValueError, match="not available"):
-            fastattn.set_isa(name)
-        assert fastattn.get_isa() == before
+    assert not _core.cpu_supports(name)
+    with pytest.raises(ValueError, match="not available"):
+        fastattn.set_isa(name)
+    assert fastattn.get_isa() == before
 
 
 def test_build_config_records_this_machine_and_the_isas_built(setup_py):
