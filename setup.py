@@ -1,12 +1,17 @@
 """Build the extension fastattn._core from fastattn/_core.pyx and the C sources of src_c/.
 
 * The ISA paths are the FA_ISA(name, NAME, arch, required) lines of
-  src_c/runtime/isa_list.h.  src_c/kernels/kernels_isa.c is compiled once per
-  ISA, with -DFA_ISA_NAME=<name> and the flags of src_c/simd/<name>.flags
-  (`cc:` gcc/clang, `msvc:`); every other .c file under src_c/ is compiled
-  for the baseline of the target (no host-specific -march flag), and
-  runtime/dispatch.c picks a path at run time.  On a non-x86 target only the
-  ISAs of arch `any` (generic) are built.
+  src_c/runtime/isa_list.h.  The target's machine is found once
+  (target_machine: _PYTHON_HOST_PLATFORM, macOS's -arch flags, the
+  compiler's -dumpmachine, else the platform), and the lines of arch `any`
+  and of the target's architecture (ARCH_OF_MACHINE) are built, the build
+  saying which; a line of an arch this file does not know stops the build.
+  src_c/kernels/kernels_isa.c is compiled once per ISA built, with
+  -DFA_ISA_NAME=<name> and the flags of src_c/simd/<name>.flags (`cc:`
+  gcc/clang, `msvc:`); every other .c file under src_c/ is compiled for the
+  baseline of the target (no host-specific -march flag), and
+  runtime/dispatch.c picks a path at run time.  A target of no known
+  architecture (e.g. a universal macOS build) gets the `any` lines only.
 * OpenMP is used when the compiler supports it; otherwise the build goes on
   serial, with a warning, and fastattn.show_config() says so.
 * FASTATTN_CFLAGS (extra flags for every C file, e.g. the sanitizers) and
@@ -21,26 +26,41 @@
   amx.flags and avx512_bf16.flags), and offers the amx and avx512_bf16 paths
   wherever AVX2 runs too.  Slow, and never for a wheel: show_config() says so.
 * An extension with no source under src_c/ (e.g. a test-hook module) gets no
-  kernels; fastattn/_build_config.py records each ISA's flags by ISA name.
+  kernels; fastattn/_build_config.py records the target's machine, the ISAs
+  built and each one's flags.
+* The helpers above the `__main__` block (the list's parsing, the target)
+  import without building anything: tests/kernels/test_arch.py checks them.
 """
 import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
 import sysconfig
 import tempfile
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = "src_c"
 ISA_UNIT = os.path.join(SRC, "kernels", "kernels_isa.c")  # compiled once per ISA
+ISA_LIST = os.path.join(SRC, "runtime", "isa_list.h")
+
+# The `arch` value of runtime/isa_list.h's lines for each target machine (as
+# normalise_machine names it); a machine not here gets the `any` lines only.
+# A new architecture: its machine names here (and in MACHINE_ALIASES), and
+# runtime/arch.h, runtime/cpu.h and runtime/cpu_<arch>.c on the C side.
+ARCH_OF_MACHINE = {"x86_64": "x86", "x86": "x86", "aarch64": "aarch64"}
+KNOWN_ARCHES = ("any",) + tuple(sorted(set(ARCH_OF_MACHINE.values())))
+# Other spellings of a machine: platform tags (win-amd64), compiler triples
+# (arm64-apple-darwin), platform.machine() (AMD64, arm64).
+MACHINE_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "i386": "x86", "i486": "x86",
+                   "i586": "x86", "i686": "x86", "win32": "x86", "arm64": "aarch64",
+                   "arm64e": "aarch64"}
 
 
 def src_files(*suffixes):
@@ -52,31 +72,88 @@ def src_files(*suffixes):
     return sorted(found)
 
 
-def isa_list():
-    """The ISAs of src_c/runtime/isa_list.h: [(name, arch, {'cc': [...], 'msvc': [...], ...})]."""
+_ISA_LINE = re.compile(r"FA_ISA\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(.*?)\s*\)\s*$")
+
+
+def parse_isa_list(text, where=ISA_LIST):
+    """The lines FA_ISA(name, NAME, arch, required) of isa_list.h's text, as
+    [(name, arch)] in order.  Stops (SystemExit) on such a line it cannot read,
+    an arch it does not know, NAME not name in upper case, a name given twice,
+    or a first line that is not portable (arch any)."""
     isas = []
-    with open(os.path.join(HERE, SRC, "runtime", "isa_list.h")) as f:
-        for line in f:
-            m = re.match(r"FA_ISA\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,", line)
-            if m:
-                name, arch = m.group(1), m.group(3)
-                flags = {}
-                with open(os.path.join(HERE, SRC, "simd", name + ".flags")) as ff:
-                    for fl in ff:
-                        key, sep, val = fl.partition(":")
-                        if sep and not key.lstrip().startswith("#"):
-                            flags[key.strip()] = shlex.split(val)
-                isas.append((name, arch, flags))
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("FA_ISA("):
+            continue
+        m = _ISA_LINE.match(line)
+        if not m:
+            sys.exit(f"{where}:{no}: expected FA_ISA(name, NAME, arch, required), got {line!r}")
+        name, upper, arch = m.group(1, 2, 3)
+        if arch not in KNOWN_ARCHES:
+            sys.exit(f"{where}:{no}: ISA {name!r} has arch {arch!r}, which setup.py does not "
+                     f"know (known: {', '.join(KNOWN_ARCHES)}); a new architecture needs its "
+                     "machine names in setup.py's ARCH_OF_MACHINE")
+        if upper != name.upper() or name in [n for n, _ in isas]:
+            sys.exit(f"{where}:{no}: ISA {name!r}: NAME must be {name.upper()!r} and each "
+                     "name must appear once")
+        isas.append((name, arch))
     if not isas or isas[0][1] != "any":
-        sys.exit("src_c/runtime/isa_list.h: the first ISA must be portable (arch any)")
+        sys.exit(f"{where}: the first ISA must be portable (arch any)")
     return isas
 
 
-def is_x86():
-    mach = (os.environ.get("_PYTHON_HOST_PLATFORM") or sysconfig.get_platform() or
-            platform.machine()).lower()
-    return any(t in mach for t in ("x86_64", "amd64", "i686", "x86", "win32")) and \
-        "arm" not in mach and "aarch64" not in mach
+def read_flags(name):
+    """src_c/simd/<name>.flags as {'cc': [...], 'msvc': [...], ...}."""
+    path = os.path.join(HERE, SRC, "simd", name + ".flags")
+    if not os.path.exists(path):
+        sys.exit(f"{ISA_LIST}: ISA {name!r} has no flags file {os.path.relpath(path, HERE)}")
+    flags = {}
+    with open(path) as f:
+        for fl in f:
+            key, sep, val = fl.partition(":")
+            if sep and not key.lstrip().startswith("#"):
+                flags[key.strip()] = shlex.split(val)
+    return flags
+
+
+def select_isas(isas, machine):
+    """The (name, arch) of isas built for a target machine: arch any, and its own."""
+    return [(n, a) for n, a in isas if a == "any" or a == ARCH_OF_MACHINE.get(machine)]
+
+
+def normalise_machine(name):
+    """One spelling per machine: 'AMD64', 'x64' -> 'x86_64'; 'arm64' -> 'aarch64';
+    'i686', 'win32' -> 'x86'; any other name lower-cased ('ppc64le')."""
+    name = name.strip().lower()
+    return MACHINE_ALIASES.get(name, name)
+
+
+def target_machine(compiler_cmd=None, plat_name=None):
+    """(machine, what said so) of the build's target, normalised: from
+    _PYTHON_HOST_PLATFORM (cross builds set it: the compiler's default may be
+    the host's), else the -arch flags of the compiler command (macOS; two or
+    more: 'universal2'), else `compiler -dumpmachine` (gcc, clang: honours
+    CC=aarch64-linux-gnu-gcc or --target), else the platform (plat_name:
+    build_ext's, e.g. win-arm64 for MSVC; else sysconfig's)."""
+    host = os.environ.get("_PYTHON_HOST_PLATFORM")
+    if host:
+        return normalise_machine(host.rsplit("-", 1)[-1]), f"_PYTHON_HOST_PLATFORM={host}"
+    if compiler_cmd:
+        flags = " ".join(compiler_cmd)
+        arches = {normalise_machine(a) for a in re.findall(r"(?<!\S)-arch\s+(\S+)", flags)}
+        if arches:
+            one = arches.pop() if len(arches) == 1 else "universal2"
+            return one, "the compiler's -arch flags"
+        try:
+            r = subprocess.run(list(compiler_cmd) + ["-dumpmachine"], capture_output=True,
+                               text=True, timeout=60)
+            triple = r.stdout.strip()
+            if r.returncode == 0 and triple:
+                return (normalise_machine(triple.split("-")[0]),
+                        f"{compiler_cmd[0]} -dumpmachine: {triple}")
+        except (OSError, subprocess.SubprocessError):
+            pass
+    plat = plat_name or sysconfig.get_platform() or platform.machine()
+    return normalise_machine(plat.rsplit("-", 1)[-1]), f"the platform {plat}"
 
 
 class BuildExt(build_ext):
@@ -107,6 +184,37 @@ class BuildExt(build_ext):
                 return cflags, lflags
         return None
 
+    def _target_isas(self):
+        """The target's machine and the ISAs built for it, [(name, flags)], said once."""
+        msvc = self.compiler.compiler_type == "msvc"
+        cmd = None if msvc else getattr(self.compiler, "compiler_so", None)
+        machine, source = target_machine(cmd, self.plat_name)
+        with open(os.path.join(HERE, ISA_LIST)) as f:
+            lines = parse_isa_list(f.read())
+        flags = {n: read_flags(n) for n, _ in lines}   # every line's: a missing file stops
+        isas = [(n, flags[n]) for n, _ in select_isas(lines, machine)]
+        known = "" if machine in ARCH_OF_MACHINE else \
+            f"; no architecture of {ISA_LIST}: its portable lines only"
+        print(f"fastattn: building ISA tiers for {machine} ({source}{known}): "
+              f"{', '.join(n for n, _ in isas)}")
+        return machine, isas
+
+    def _emulation_flags(self, isas):
+        """FASTATTN_AVX512_EMULATION=simde: {name: the flags of its `simde:` line}."""
+        emulation = os.environ.get("FASTATTN_AVX512_EMULATION", "")
+        if not emulation:
+            return {}
+        simde = {n: f["simde"] for n, f in isas if "simde" in f}
+        if emulation != "simde" or self.compiler.compiler_type == "msvc" or not simde:
+            sys.exit(f"FASTATTN_AVX512_EMULATION={emulation!r}: only 'simde', with gcc "
+                     "or clang on x86-64, is supported")
+        if not self._try_compile(list(simde.values())[0], [],
+                                 "#define SIMDE_ENABLE_NATIVE_ALIASES\n"
+                                 "#include <simde/x86/avx512.h>\nint f(void){return 0;}\n"):
+            sys.exit("FASTATTN_AVX512_EMULATION=simde: cannot compile with "
+                     "<simde/x86/avx512.h> (Debian/Ubuntu: apt-get install libsimde-dev)")
+        return simde
+
     def build_extensions(self):
         msvc = self.compiler.compiler_type == "msvc"
         extra = shlex.split(os.environ.get("FASTATTN_CFLAGS", ""))
@@ -118,21 +226,10 @@ class BuildExt(build_ext):
             omp_c, omp_l = [], []
         else:
             omp_c, omp_l = omp
-        x86 = is_x86()
-        isas = [(n, f) for n, arch, f in isa_list() if arch == "any" or (arch == "x86" and x86)]
+        machine, isas = self._target_isas()
         isa_flags = {n: f.get("msvc" if msvc else "cc", []) for n, f in isas}
-        emulation = os.environ.get("FASTATTN_AVX512_EMULATION", "")
-        if emulation:
-            simde = {n: f["simde"] for n, f in isas if "simde" in f}
-            if emulation != "simde" or msvc or not simde:
-                sys.exit(f"FASTATTN_AVX512_EMULATION={emulation!r}: only 'simde', with gcc "
-                         "or clang on x86-64, is supported")
-            if not self._try_compile(list(simde.values())[0], [],
-                                     "#define SIMDE_ENABLE_NATIVE_ALIASES\n"
-                                     "#include <simde/x86/avx512.h>\nint f(void){return 0;}\n"):
-                sys.exit("FASTATTN_AVX512_EMULATION=simde: cannot compile with "
-                         "<simde/x86/avx512.h> (Debian/Ubuntu: apt-get install libsimde-dev)")
-            isa_flags.update(simde)
+        emulation = self._emulation_flags(isas)
+        isa_flags.update(emulation)
         for ext in self.extensions:
             ext.extra_compile_args = base + omp_c + extra
             ext.extra_link_args = omp_l + extra
@@ -145,8 +242,8 @@ class BuildExt(build_ext):
             common = [(f, base + omp_c + extra, macros, self.build_temp) for f in ext.sources]
             isa_jobs = []
             if any(os.path.normpath(f).startswith(SRC + os.sep) for f in ext.sources):
-                if not any(n != "generic" for n, _ in isas):
-                    macros.append(("FA_NO_X86_KERNELS", "1"))
+                if machine not in ARCH_OF_MACHINE:
+                    macros.append(("FA_GENERIC_ONLY", "1"))   # runtime/arch.h
                 if emulation:
                     macros.append(("FA_AVX512_EMULATED", "1"))
                     # and the bfloat16 tiers' instructions: simd/bf16_emulate.h
@@ -164,16 +261,18 @@ class BuildExt(build_ext):
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 ext.extra_objects = [o for objs in pool.map(compile_one, jobs) for o in objs]
             ext.sources = []
-        self._write_build_config(base + omp_c + extra, omp is not None, isa_flags)
+        self._write_build_config(base + omp_c + extra, omp is not None, isa_flags, machine)
         super().build_extensions()
 
-    def _write_build_config(self, flags, openmp, isa_files):
-        # isa_files: ISA -> the flags its kernels were compiled with
+    def _write_build_config(self, flags, openmp, isa_files, machine):
+        # isa_files: ISA built -> the flags its kernels were compiled with
         cc = self.compiler.compiler[0] if hasattr(self.compiler, "compiler") else self.compiler.compiler_type
         text = textwrap.dedent(f"""\
             # Generated by setup.py at build time; not part of the sources.
             compiler = {cc!r}
             cflags = {" ".join(flags)!r}
+            arch = {machine!r}
+            isas = {tuple(isa_files)!r}
             isa_flags = {isa_files!r}
             openmp = {openmp!r}
             """)
@@ -192,17 +291,20 @@ class BuildExt(build_ext):
                 f.write(text)
 
 
-ext = Extension(
-    "fastattn._core",
-    sources=["fastattn/_core.pyx"] + [f for f in src_files(".c") if f != ISA_UNIT],
-    include_dirs=[SRC, np.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    depends=src_files(".c", ".h", ".flags"),
-)
+if __name__ == "__main__":
+    import numpy as np
+    from Cython.Build import cythonize
 
-setup(
-    ext_modules=cythonize([ext, Extension("fastattn._testing", ["fastattn/_testing.pyx"],
-                                          include_dirs=[np.get_include()])],
-                          compiler_directives={"language_level": "3"}),
-    cmdclass={"build_ext": BuildExt},
-)
+    ext = Extension(
+        "fastattn._core",
+        sources=["fastattn/_core.pyx"] + [f for f in src_files(".c") if f != ISA_UNIT],
+        include_dirs=[SRC, np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        depends=src_files(".c", ".h", ".flags"),
+    )
+    setup(
+        ext_modules=cythonize([ext, Extension("fastattn._testing", ["fastattn/_testing.pyx"],
+                                              include_dirs=[np.get_include()])],
+                              compiler_directives={"language_level": "3"}),
+        cmdclass={"build_ext": BuildExt},
+    )

@@ -10,7 +10,8 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["get_isa", "set_isa", "available_isas", "openmp_enabled", "show_config"]
+__all__ = ["get_isa", "set_isa", "available_isas", "built_isas", "openmp_enabled",
+           "show_config"]
 
 
 def _cgroup_cpu_limit() -> int | None:
@@ -57,8 +58,9 @@ def _init_threads() -> None:
 
 
 def get_isa() -> str:
-    """The SIMD path in use: ``'amx'``, ``'avx512_bf16'``, ``'avx512'``, ``'avx2'``
-    or ``'generic'``.
+    """The SIMD path in use: one of the names of ``src_c/runtime/isa_list.h``
+    for this architecture, e.g. ``'generic'``, ``'avx2'``, ``'avx512'``,
+    ``'avx512_bf16'`` or ``'amx'`` on x86-64 (:func:`built_isas` lists them).
 
     Chosen at import as the best one the CPU and OS support, unless the
     environment variable ``FASTATTN_ISA`` names one.
@@ -102,6 +104,24 @@ def available_isas() -> tuple[str, ...]:
     return tuple(n for n in _core.ISA_NAMES if _core.cpu_supports(n))
 
 
+def built_isas() -> tuple[str, ...]:
+    """The SIMD paths compiled into this build, lowest first: the lines of
+    ``src_c/runtime/isa_list.h`` of arch ``any`` and of the target's
+    architecture (``config()["arch"]``).  :func:`available_isas` is the part
+    of them this CPU and OS can run.
+
+    Examples
+    --------
+    >>> import fastattn
+    >>> from fastattn import _config
+    >>> set(fastattn.available_isas()) <= set(_config.built_isas())
+    True
+    >>> _config.built_isas()[0]
+    'generic'
+    """
+    return _core.BUILT_ISAS
+
+
 def openmp_enabled() -> bool:
     """Whether the extension was built with OpenMP (else every call is serial).
 
@@ -118,8 +138,9 @@ def _build_config() -> dict[str, Any]:
     try:
         from . import _build_config as bc
     except ImportError:
-        return {"compiler": "unknown", "cflags": "unknown", "isa_flags": {}}
-    return {"compiler": bc.compiler, "cflags": bc.cflags, "isa_flags": bc.isa_flags}
+        return {"compiler": "unknown", "cflags": "unknown", "isa_flags": {}, "arch": "unknown"}
+    return {"compiler": bc.compiler, "cflags": bc.cflags, "isa_flags": bc.isa_flags,
+            "arch": bc.arch}
 
 
 def config() -> dict[str, Any]:
@@ -130,7 +151,10 @@ def config() -> dict[str, Any]:
         "version": __version__,
         "python": sys.version.split()[0],
         "machine": platform.machine(),
+        # the target setup.py built for (normalised: x86_64, aarch64, ...)
+        "arch": bc["arch"],
         "isa": get_isa(),
+        "built_isas": list(built_isas()),
         "available_isas": list(available_isas()),
         # a SIMDe test build (setup.py): the avx512 path is emulated on AVX2
         "avx512_emulated": _core.avx512_emulated(),
@@ -156,6 +180,7 @@ def show_config() -> None:
     """
     c = config()
     print(f"fastattn {c['version']} (Python {c['python']}, {c['machine']})")
+    print(f"  arch            : {c['arch']}  (ISA paths built: {', '.join(c['built_isas'])})")
     print(f"  ISA path in use : {c['isa']}  (available: {', '.join(c['available_isas'])})")
     if c["avx512_emulated"]:
         print("  avx512          : EMULATED by SIMDe on AVX2 (a test build: slow, not for use)")

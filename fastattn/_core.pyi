@@ -16,7 +16,8 @@ MAX_BATCH_DIMS: Final[int]
 __test__: dict[str, str]  # added by Cython to every module (its doctest table)
 # added by Cython: the C-level functions of _core.pxd, as capsules (for cimport)
 __pyx_capi__: dict[str, Any]
-ISA_NAMES: Final[tuple[str, ...]]
+ISA_NAMES: Final[tuple[str, ...]]  # every line of src_c/runtime/isa_list.h, in order
+BUILT_ISAS: Final[tuple[str, ...]]  # those compiled into this extension (its target's arch)
 
 def attention(
     q: _Array,

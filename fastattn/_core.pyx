@@ -49,6 +49,7 @@ cdef extern from "fastattn.h" nogil:
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                         int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
                         int64_t k_rs, int64_t k_cs, int num_threads)
+    int fa_isa_built(int isa)
     int fa_cpu_supports(int isa)
     int fa_get_isa()
     int fa_set_isa(int isa)
@@ -247,6 +248,7 @@ def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
 
 
 ISA_NAMES = tuple(fa_isa_name(i).decode() for i in range(FA_ISA_COUNT))
+BUILT_ISAS = tuple(n for i, n in enumerate(ISA_NAMES) if fa_isa_built(i))
 
 
 def cpu_supports(str name):

@@ -154,7 +154,8 @@ int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t
                    int64_t y_rs, float *scale);
 
 /* ISA selection (runtime/dispatch.c). */
-int fa_cpu_supports(int isa);          /* 1 if this CPU and OS can run it */
+int fa_isa_built(int isa);             /* 1 if built for this target (its arch) */
+int fa_cpu_supports(int isa);          /* 1 if built, and this CPU and OS can run it */
 int fa_get_isa(void);
 int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
 int fa_avx512_emulated(void);         /* 1 in a SIMDe test build (setup.py) */

@@ -1,9 +1,9 @@
 /* dispatch.c -- the one place the ISA path is chosen.
  *
  * The paths are the lines of runtime/isa_list.h.  At import,
- * fa_init_dispatch() asks the CPU (cpuid) and the OS (xgetbv: are the AVX /
- * AVX-512 register states saved on context switch?) which features it has
- * (FA_CPU_* below); a path is supported when it has every feature its line
+ * fa_init_dispatch() asks runtime/cpu.h which features this CPU and OS have
+ * (the FA_CPU_* / FA_OS_* bits of the target's architecture); a path is
+ * supported when it is built for this target and has every feature its line
  * requires.  Then it removes anything named in FASTATTN_DISABLE_CPU_FEATURES
  * (a comma list of path names other than the first, e.g. avx2,avx512: to test
  * the fallbacks on a capable machine, as numpy's NPY_DISABLE_CPU_FEATURES;
@@ -12,61 +12,14 @@
  * build with FA_AVX512_EMULATED (setup.py, FASTATTN_AVX512_EMULATION=simde)
  * the avx512 kernels run through SIMDe on AVX2, and are offered wherever AVX2
  * is. */
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* syscall() */
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 #include "fastattn.h"
 #include "kernels/kernels.h"
 #include "runtime/arch.h"
-
-/* CPU and OS features, the `required` bits of isa_list.h. */
-enum {
-    FA_CPU_AVX = 1u << 0,
-    FA_CPU_FMA = 1u << 1,
-    FA_CPU_AVX2 = 1u << 2,
-    FA_CPU_AVX512F = 1u << 3,
-    FA_OS_YMM = 1u << 4, /* XCR0: XMM and YMM state */
-    FA_OS_ZMM = 1u << 5, /* XCR0: plus opmask, ZMM_Hi256, Hi16_ZMM */
-    FA_CPU_F16C = 1u << 6, /* float16 conversions */
-    FA_CPU_AVX512BW = 1u << 7,
-    FA_CPU_AVX512BF16 = 1u << 8,
-    FA_CPU_AMX_BF16 = 1u << 9, /* AMX-TILE and AMX-BF16 */
-    FA_OS_AMX = 1u << 10,      /* XCR0: XTILECFG, XTILEDATA; Linux: permission granted */
-    FA_CPU_AMX_FP16 = 1u << 11 /* no tier requires it: the amx tier's float16 tiles */
-};
-
-#if FA_ARCH_X86
-#if defined(_MSC_VER)
-#include <intrin.h>
-static void fa_cpuid(int leaf, int sub, unsigned r[4])
-{
-    int t[4];
-    __cpuidex(t, leaf, sub);
-    for (int i = 0; i < 4; i++) r[i] = (unsigned)t[i];
-}
-static unsigned long long fa_xgetbv(void) { return _xgetbv(0); }
-#else
-#include <cpuid.h>
-static void fa_cpuid(int leaf, int sub, unsigned r[4])
-{
-    __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
-}
-static unsigned long long fa_xgetbv(void)
-{
-    unsigned lo, hi;
-    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((unsigned long long)hi << 32) | lo;
-}
-#endif
-#endif
+#include "runtime/cpu.h"
 
 /* The list, as tables indexed by FA_ISA_<NAME>. */
 #define FA_ISA(name, NAME, arch, required) #name,
@@ -74,8 +27,8 @@ static const char *const g_names[FA_ISA_COUNT] = {
 #include "runtime/isa_list.h"
 };
 #undef FA_ISA
-#define FA_ISA(name, NAME, arch, required) (unsigned)(required),
-static const unsigned g_required[FA_ISA_COUNT] = {
+#define FA_ISA(name, NAME, arch, required) (unsigned long long)(required),
+static const unsigned long long g_required[FA_ISA_COUNT] = {
 #include "runtime/isa_list.h"
 };
 #undef FA_ISA
@@ -103,63 +56,12 @@ static const fa_bf16_op_fn *const g_bf16op[FA_ISA_COUNT] = {
 #undef FA_ISA
 
 static int g_supported[FA_ISA_COUNT] = {1}; /* the first path: portable C */
-static unsigned g_features;                 /* detect_features() */
+static unsigned long long g_features;       /* fa_cpu_features() */
 static int g_isa = 0;
-
-/* Linux keeps the AMX tile data (XTILEDATA, XSAVE component 18) off until a
- * process asks (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16+): without it
- * the first tile instruction faults.  1 if granted (or not Linux). */
-static int amx_permitted(void)
-{
-#if defined(__linux__) && defined(SYS_arch_prctl)
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-#else
-    return 1;
-#endif
-}
-
-/* The features of this CPU and OS (FA_CPU_* bits). */
-static unsigned detect_features(void)
-{
-    unsigned have = 0;
-#if FA_ARCH_X86
-    /* cpuid leaf, subleaf, register (0 eax .. 3 edx), bit: what each feature needs
-     * (a feature listed twice needs both bits) */
-    static const struct { unsigned feature; unsigned leaf, sub; int reg, bit; } cpuid_bits[] = {
-        {FA_CPU_AVX, 1, 0, 2, 28}, {FA_CPU_FMA, 1, 0, 2, 12}, {FA_CPU_F16C, 1, 0, 2, 29},
-        {FA_CPU_AVX2, 7, 0, 1, 5}, {FA_CPU_AVX512F, 7, 0, 1, 16},
-        {FA_CPU_AVX512BW, 7, 0, 1, 30}, {FA_CPU_AVX512BF16, 7, 1, 0, 5},
-        {FA_CPU_AMX_BF16, 7, 0, 3, 22}, {FA_CPU_AMX_BF16, 7, 0, 3, 24},
-        {FA_CPU_AMX_FP16, 7, 1, 0, 21}};
-    static const struct { unsigned feature; unsigned long long xcr0; } os_bits[] = {
-        {FA_OS_YMM, 0x6}, {FA_OS_ZMM, 0xe6}, {FA_OS_AMX, 0x60000}};
-    unsigned r0[4], r[4], r1[4];
-    fa_cpuid(0, 0, r0);
-    unsigned missing = 0;
-    for (size_t i = 0; i < sizeof cpuid_bits / sizeof cpuid_bits[0]; i++) {
-        if (cpuid_bits[i].leaf > r0[0]) { missing |= cpuid_bits[i].feature; continue; }
-        fa_cpuid((int)cpuid_bits[i].leaf, (int)cpuid_bits[i].sub, r);
-        if ((r[cpuid_bits[i].reg] >> cpuid_bits[i].bit) & 1)
-            have |= cpuid_bits[i].feature;
-        else
-            missing |= cpuid_bits[i].feature;
-    }
-    have &= ~missing;
-    fa_cpuid(1, 0, r1);
-    const int osxsave = (r1[2] >> 27) & 1;
-    const unsigned long long xcr0 = osxsave ? fa_xgetbv() : 0;
-    for (size_t i = 0; i < sizeof os_bits / sizeof os_bits[0]; i++)
-        if ((xcr0 & os_bits[i].xcr0) == os_bits[i].xcr0) have |= os_bits[i].feature;
-    if ((have & (FA_CPU_AMX_BF16 | FA_OS_AMX)) == (FA_CPU_AMX_BF16 | FA_OS_AMX) &&
-        !amx_permitted())
-        have &= ~FA_OS_AMX; /* refused: the next path down */
-#endif
-    return have;
-}
 
 static void detect(void)
 {
-    const unsigned have = g_features = detect_features();
+    const unsigned long long have = g_features = fa_cpu_features();
     for (int i = 1; i < FA_ISA_COUNT; i++)
         g_supported[i] = g_f32[i] != NULL && (have & g_required[i]) == g_required[i];
 #ifdef FA_AVX512_EMULATED
@@ -181,6 +83,7 @@ int fa_avx512_emulated(void)
 #endif
 }
 
+int fa_isa_built(int isa) { return isa >= 0 && isa < FA_ISA_COUNT && g_f32[isa] != NULL; }
 int fa_cpu_supports(int isa) { return isa >= 0 && isa < FA_ISA_COUNT && g_supported[isa]; }
 int fa_get_isa(void) { return g_isa; }
 const char *fa_isa_name(int isa) { return (isa >= 0 && isa < FA_ISA_COUNT) ? g_names[isa] : "?"; }
@@ -200,7 +103,7 @@ int fa_amx_fp16(void)
 #if defined(FA_BF16_EMULATED)
     return g_supported[FA_ISA_AMX]; /* emulated, wherever the tier is */
 #else
-    return g_supported[FA_ISA_AMX] && (g_features & FA_CPU_AMX_FP16) != 0;
+    return g_supported[FA_ISA_AMX] && (g_features & FA_CPU_X86_AMX_FP16) != 0;
 #endif
 }
 fa_bf16_op_fn fa_bf16_native_op(void)
@@ -281,8 +184,9 @@ int fa_init_dispatch(char *msg, size_t msg_len)
             return FA_EINVAL;
         }
         if (!g_supported[i]) {
-            snprintf(msg, msg_len, "FASTATTN_ISA=%s: this CPU/OS does not support it "
-                     "(supported: %s)", want,
+            snprintf(msg, msg_len, "FASTATTN_ISA=%s: %s (supported: %s)", want,
+                     fa_isa_built(i) ? "this CPU/OS does not support it"
+                                     : "not built for this architecture",
                      join_names(names, sizeof names, 0, ", ", ", ", g_supported));
             return FA_EINVAL;
         }

@@ -6,20 +6,29 @@
  *             simd/simd_<name>.h, the flags file simd/<name>.flags and the
  *             suffix of the kernel tables (fa_kernels_f32_<name>, ..._f64_...);
  *   NAME      upper case: the enum constant FA_ISA_<NAME> of fastattn.h;
- *   arch      any (portable C) or x86 (built only for an x86 target);
- *   required  the CPU/OS features it needs, FA_CPU_* bits of
- *             runtime/dispatch.c (cpuid and xgetbv, table-driven).
+ *   arch      the architecture it is built for: any (portable C, built for
+ *             every target; the first line must be one), x86 (x86-64 and
+ *             32-bit x86) or aarch64; setup.py stops on any other value;
+ *   required  the CPU/OS features it needs, bits of runtime/cpu.h of its
+ *             architecture (FA_CPU_X86_* / FA_OS_X86_*, FA_CPU_ARM_*).
  * Its consumers define FA_ISA(...) and include this file (no include guard):
- * fastattn.h (the enum), kernels/kernels.h (the table externs),
- * runtime/dispatch.c (names, requirements, the table selectors), and setup.py,
- * which parses the lines below to compile kernels/kernels_isa.c once per ISA
- * with -DFA_ISA_NAME=<name> and the flags of simd/<name>.flags.
- * A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line here.
- * avx512_bf16 and amx run float32/float64 through exactly the avx512 kernels
- * (their mappings include simd_avx512.h); they add the bfloat16 flash driver
- * (driver/amx_flash.h: VDPBF16PS on zmm registers, or AMX tiles). */
+ *   fastattn.h            the enum FA_ISA_<NAME>, FA_ISA_COUNT;
+ *   kernels/kernels.h     the externs of each line's kernel tables;
+ *   runtime/dispatch.c    the names, the required bits, the table selectors;
+ *   driver/decode_q8.c    the int8 cache's kernel of each line;
+ *   setup.py              parses the lines: compiles kernels/kernels_isa.c
+ *                         once per line of arch `any` or of the target's
+ *                         architecture, with -DFA_ISA_NAME=<name> and the
+ *                         flags of simd/<name>.flags.
+ * Every line has its slot in each table whatever the target (runtime/arch.h:
+ * NULL where the line is not built), so FA_ISA_<NAME> means the same path
+ * everywhere.  A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line
+ * here.  avx512_bf16 and amx run float32/float64 through exactly the avx512
+ * kernels (their mappings include simd_avx512.h); they add the bfloat16
+ * flash driver (driver/amx_flash.h: VDPBF16PS on zmm registers, or AMX
+ * tiles). */
 FA_ISA(generic, GENERIC, any, 0)
-FA_ISA(avx2, AVX2, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM)
-FA_ISA(avx512, AVX512, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM)
-FA_ISA(avx512_bf16, AVX512_BF16, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM | FA_CPU_AVX512BW | FA_CPU_AVX512BF16)
-FA_ISA(amx, AMX, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM | FA_CPU_AVX512BW | FA_CPU_AVX512BF16 | FA_CPU_AMX_BF16 | FA_OS_AMX)
+FA_ISA(avx2, AVX2, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM)
+FA_ISA(avx512, AVX512, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM)
+FA_ISA(avx512_bf16, AVX512_BF16, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM | FA_CPU_X86_AVX512BW | FA_CPU_X86_AVX512BF16)
+FA_ISA(amx, AMX, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM | FA_CPU_X86_AVX512BW | FA_CPU_X86_AVX512BF16 | FA_CPU_X86_AMX_BF16 | FA_OS_X86_AMX)
