@@ -53,7 +53,8 @@ if [ "${FASTATTN_SANITIZE_NO_EMULATION:-0}" != 1 ]; then
         echo "emulation, set FASTATTN_SANITIZE_NO_EMULATION=1"; exit 1; }
     export FASTATTN_AVX512_EMULATION=simde
     # Emulated avx512 under ASan is slow: the default path stays avx2, and the
-    # avx512 kernels run in every test parametrized over the ISA paths.
+    # avx512 kernels run in every test parametrized over the ISA paths (the
+    # tests whose result depends on the kernels; the rest run once, on avx2).
     export FASTATTN_ISA=avx2
 fi
 echo "== building with FASTATTN_CFLAGS='$SAN_FLAGS' FASTATTN_AVX512_EMULATION='${FASTATTN_AVX512_EMULATION:-}' into $WORK/build"
@@ -99,12 +100,12 @@ if os.environ.get("FASTATTN_AVX512_EMULATION"):
     assert c.avx512_emulated() and "avx512" in fastattn.available_isas()
     assert {"avx512_bf16", "amx"} <= set(fastattn.available_isas())
 PYEOF
-# Left out: the RSS tests (they measure the allocator, and ASan's allocator
-# holds freed memory in quarantine and maps shadow memory: nothing of the
-# sanitizers' concern); the benchmark harness and packaging tests (Python
-# and build tooling: they call the kernels only on shapes the rest of the
-# suite covers, and took 70 s of this step).  All run in the plain pytest
-# step.
+# Left out: the RSS tests (test_no_memory_growth*, *streaming_extra_memory*:
+# they measure the allocator, and ASan's allocator holds freed memory in
+# quarantine and maps shadow memory: nothing of the sanitizers' concern); the
+# benchmark harness and packaging tests (Python and build tooling: they call
+# the kernels only on shapes the rest of the suite covers, and took 70 s of
+# this step).  All run in the plain pytest step.
 # Test paths given as arguments are relative to the checkout (pytest runs
 # from $WORK); without any, the whole tests/ folder.
 ARGS=()
@@ -115,7 +116,7 @@ done
 [ ${#PATHS[@]} -gt 0 ] || PATHS=("$REPO/tests")
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
-    -k "not test_no_memory_growth and not test_streaming_extra_memory" \
+    -k "not test_no_memory_growth and not streaming_extra_memory" \
     --ignore="$REPO/tests/cli/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
     "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"

@@ -6,13 +6,18 @@ tests/ on ``sys.path`` when it loads this file, and each test file's own folder
 when it imports that file.  Hence test file basenames are unique across the
 folders, and no subfolder has a conftest.py of its own (it would take this
 module's name); helpers shared inside one folder live in a plain module there
-(api/api_common.py, mha/mha_common.py, numerics/fuzz_common.py).
+(api/api_common.py, mha/mha_common.py, numerics/fuzz_common.py).  The shared
+helpers that must work without pytest (a fresh interpreter, the memory
+probes) are in tests/support.py.
+
+Only the tests whose result depends on the kernels take the ``isa`` fixture
+and so run once per ISA path; the rest run once, on the default path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import textwrap
 
 import numpy as np
 import pytest
@@ -21,17 +26,6 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
-
-# The source of status(key): a /proc/self/status field in bytes (VmRSS, VmHWM),
-# for the memory tests' subprocess scripts (Linux only).
-PROC_STATUS = textwrap.dedent("""
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise KeyError(key)
-""")
 
 # ---------------------------------------------------------------------------
 # hypothesis: one fixed, derandomized profile so that failures reproduce
@@ -115,24 +109,38 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        # (the file's name, not the node id: every node id of the amx tier holds "amx")
         redundant = (params.get("isa") in _BF16_TIERS and not _has_16_bit_param(params)
-                     and "amx" not in item.nodeid and "test_isa" not in item.nodeid)
+                     and not item.path.name.startswith(("test_amx", "test_isa")))
         (drop if redundant else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-@pytest.fixture(params=ISAS, ids=[f"isa={n}" for n in ISAS])
-def isa(request):
-    """Run the test with the kernels of one ISA path, restoring the old one."""
+@contextlib.contextmanager
+def using_isa(name: str):
+    """Run the body with the kernels of the ISA path ``name``, then restore
+    the path in use before, whatever happens in between."""
     previous = fastattn.get_isa()
-    fastattn.set_isa(request.param)
-    assert fastattn.get_isa() == request.param
+    fastattn.set_isa(name)
+    assert fastattn.get_isa() == name
     try:
-        yield request.param
+        yield name
     finally:
         fastattn.set_isa(previous)
+
+
+@pytest.fixture(params=ISAS, ids=[f"isa={n}" for n in ISAS])
+def isa(request):
+    """Run the test once per ISA path of this machine, with its kernels.
+
+    Only tests whose result depends on the kernels take it (numerics of the
+    attention, softmax and decoding paths, thread determinism, the ISA
+    paths' own tests); the rest of the suite runs once, on the default
+    path."""
+    with using_isa(request.param):
+        yield request.param
 
 
 @pytest.fixture

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tarfile
-import tempfile
 
 import numpy as np
 
 import fastattn
+from fastattn._core import ISA_NAMES
+from support import run_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,12 +55,8 @@ json.dump(res, sys.stdout)
 
 
 def _child(**env: str) -> dict:
-    e = {k: v for k, v in os.environ.items()
-         if k not in ("FASTATTN_ISA", "FASTATTN_DISABLE_CPU_FEATURES")}
-    e.update(env)
-    p = subprocess.run([sys.executable, "-c", _CHILD], env=e, capture_output=True, text=True,
-                       cwd=tempfile.gettempdir(), timeout=300)
-    assert p.returncode == 0, f"child with {env} failed:\n{p.stderr}"
+    p = run_python(_CHILD, env={"FASTATTN_ISA": None, "FASTATTN_DISABLE_CPU_FEATURES": None,
+                                **env}, timeout=300)
     return json.loads(p.stdout)
 
 
@@ -82,9 +77,7 @@ def test_smoke_walkthrough() -> None:
 
 
 def test_smoke_info() -> None:
-    p = subprocess.run([sys.executable, "-m", "fastattn", "info"], capture_output=True,
-                       text=True, cwd=tempfile.gettempdir(), timeout=120)
-    assert p.returncode == 0, p.stderr
+    p = run_python(module="fastattn", argv=["info"])
     assert fastattn.__version__ in p.stdout and fastattn.get_isa() in p.stdout, p.stdout
     print(p.stdout, end="")
 
@@ -92,7 +85,7 @@ def test_smoke_info() -> None:
 def test_smoke_every_isa_path() -> None:
     default = _child()
     assert default["isa"] == default["available"][-1]   # the best path by default
-    assert default["available"][0] == "generic"
+    assert default["available"][0] == ISA_NAMES[0]
     for isa in default["available"]:
         got = _child(FASTATTN_ISA=isa)
         assert got["isa"] == isa
@@ -105,12 +98,16 @@ def test_smoke_every_isa_path() -> None:
 
 
 def test_smoke_baseline_without_avx() -> None:
-    # What a CPU without AVX2 / AVX-512 sees: detection reports them missing.
-    got = _child(FASTATTN_DISABLE_CPU_FEATURES="avx2,avx512")
-    assert got["isa"] == "generic" and got["available"] == ["generic"], got
-    got = _child(FASTATTN_DISABLE_CPU_FEATURES="avx512")
-    assert "avx512" not in got["available"] and got["isa"] != "avx512", got
-    print("FASTATTN_DISABLE_CPU_FEATURES=avx2,avx512: baseline path 'generic' selected")
+    # What a CPU without the features of every path above the baseline (AVX2,
+    # AVX-512, ...) sees: detection reports them missing.
+    base, *above = ISA_NAMES
+    got = _child(FASTATTN_DISABLE_CPU_FEATURES=",".join(above))
+    assert got["isa"] == base and got["available"] == [base], got
+    best = fastattn.available_isas()[-1]
+    if best != base:        # the best path disabled alone: neither offered nor chosen
+        got = _child(FASTATTN_DISABLE_CPU_FEATURES=best)
+        assert best not in got["available"] and got["isa"] != best, got
+    print(f"FASTATTN_DISABLE_CPU_FEATURES={','.join(above)}: baseline path {base!r} selected")
 
 
 # --------------------------------------------------------------------------
@@ -159,15 +156,10 @@ def test_sdist_contents(tmp_path) -> None:
         pytest.skip("not in a source checkout")
     for mod in ("Cython", "setuptools"):
         pytest.importorskip(mod)
-    # run from outside the checkout: its build/ folder (setup.py's build_ext)
-    # would shadow the 'build' package on sys.path
-    if subprocess.run([sys.executable, "-c", "import build.__main__"], cwd=tmp_path,
-                      capture_output=True).returncode:
+    if run_python("import build.__main__", check=False).returncode:
         pytest.skip("the 'build' package (PyPI: build) is not installed")
-    p = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
-                        "--outdir", str(tmp_path), REPO], capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    run_python(module="build", argv=["--sdist", "--no-isolation", "--outdir", tmp_path, REPO],
+               timeout=600)
     (sdist,) = tmp_path.glob("fastattn-*.tar.gz")
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}

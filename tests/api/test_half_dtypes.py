@@ -4,15 +4,13 @@ the error naming ml_dtypes when it is missing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 import fastattn
 from fastattn.mha import KVCache
+from support import run_python
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -91,7 +89,5 @@ def test_bfloat16_without_ml_dtypes_names_the_package():
             "from fastattn.mha import KVCache\n"
             "try:\n    KVCache(1, 1, 4, 8, dtype='bfloat16')\n"
             "except ImportError as e:\n    print('ERR', e)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr
+    res = run_python(code)
     assert "ERR" in res.stdout and "ml_dtypes" in res.stdout

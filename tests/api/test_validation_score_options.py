@@ -63,9 +63,14 @@ def test_per_head_options_need_a_head_axis(name):
         fastattn.attention(x, x, x, **{name: [0.5]})
 
 
-def test_negative_infinite_sink_is_accepted(qkv):
+def test_negative_infinite_sink_is_accepted_as_no_sink(qkv):
+    """A sink of -inf is valid (exp(-inf) = 0 joins no row's sum): the result
+    and lse are bitwise those of the call without sinks."""
     q, k, v = qkv
-    fastattn.attention(q, k, v, sinks=-np.inf)
+    out, lse = fastattn.attention(q, k, v, sinks=-np.inf, return_lse=True)
+    want, want_lse = fastattn.attention(q, k, v, return_lse=True)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(lse, want_lse)
 
 
 def test_float64_accepts_what_float32_cannot_hold(qkv):

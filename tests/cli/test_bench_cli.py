@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,14 +17,17 @@ from pathlib import Path
 import pytest
 
 from fastattn.bench import cases, cli, peers, report, timing
+from support import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 
 
+RUN_PY = str(ROOT / "bench" / "run.py")
+
+
 def _run(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_python(argv=args, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +135,7 @@ def test_plot_writes_png(quick_run):
 
 def test_custom_shapes_and_wrapper(tmp_path):
     js = tmp_path / "c.json"
-    p = _run("bench/run.py", "--shapes", "1,2,8,4;1,2,1,16,8", "--threads", "1",
+    p = _run(RUN_PY, "--shapes", "1,2,8,4;1,2,1,16,8", "--threads", "1",
              "--causal", "yes", "--repeats", "3", "--peers", "numpy",
              "--json", str(js), timeout=60)
     assert p.returncode == 0, p.stderr
@@ -174,7 +176,7 @@ def test_bad_option_process_exit_code():
 
 def test_help():
     for args in (["-m", "fastattn", "--help"], ["-m", "fastattn", "bench", "--help"],
-                 ["bench/run.py", "--help"]):
+                 [RUN_PY, "--help"]):
         p = _run(*args, timeout=60)
         assert p.returncode == 0, p.stderr
         assert "usage" in p.stdout

@@ -8,14 +8,13 @@ is softmax([0, 1/sqrt(2)]) = [0.330, 0.670, 0].
 
 import json
 import math
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from fastattn.trace import main, to_json, trace
+from support import run_python
 
 X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 S_RAW = np.array([[1.0, 0, 1], [0, 1, 1], [1, 1, 2]])
@@ -24,7 +23,6 @@ OUT_WALKTHROUGH = np.array([[0.80, 0.60], [0.60, 0.80], [0.75, 0.75]])
 W_CAUSAL = np.array([[1.0, 0.0, 0.0], [0.330, 0.670, 0.0], [0.248, 0.248, 0.503]])
 KEYS = ["X", "W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scale", "scaled", "mask",
         "weights", "output"]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def softmax_rows(s):
@@ -304,8 +302,7 @@ def test_main_plot_unwritable(capsys, tmp_path):
 # ---------------------------------------------------------------------------
 
 def cli(*argv):
-    return subprocess.run([sys.executable, "-m", "fastattn", "trace", *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return run_python(module="fastattn", argv=["trace", *argv], check=False)
 
 
 def test_cli_default_and_causal():

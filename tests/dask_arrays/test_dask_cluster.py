@@ -24,10 +24,13 @@ import dask  # noqa: E402
 
 import fastattn  # noqa: E402
 import fastattn.dask as fdask  # noqa: E402
+import support  # noqa: E402
 from fastattn import _dask_tasks, reference  # noqa: E402
 
-# The workers cannot import this file: its functions travel by value.
+# The workers cannot import this file or tests/support.py: their functions
+# travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(support)
 
 MEMORY_LIMIT = 240 * 2**20       # per worker; each idles at about 90 MiB
 TIMEOUT = 120                    # seconds, for anything that waits on the cluster
@@ -116,11 +119,6 @@ def test_worker_killed_mid_computation_is_replaced_and_the_result_exact(client, 
     client.wait_for_workers(2, timeout=TIMEOUT)
 
 
-def _peak_rss():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-
-
 def test_causal_problem_whose_keys_and_values_exceed_a_worker_s_memory(client):
     client.wait_for_workers(2, timeout=TIMEOUT)
     S, L, H, E = 2**20, 256, 2, 16
@@ -130,7 +128,7 @@ def test_causal_problem_whose_keys_and_values_exceed_a_worker_s_memory(client):
     assert k.nbytes + v.nbytes > MEMORY_LIMIT          # 256 MiB against 240 MiB
     out, lse = fdask.attention(q, k, v, is_causal="lower_right", return_lse=True)
     got, got_lse = _compute(client, out, lse)
-    peaks = client.run(_peak_rss)
+    peaks = client.run(support.vm_hwm)
     assert max(peaks.values()) < MEMORY_LIMIT, peaks
     qn, kn, vn = dask.compute(q, k, v, scheduler="sync")
     for i in (0, 77, 200, 255):                        # query i sees keys j <= i + S - L

@@ -4,8 +4,7 @@ Runs whether or not dask is installed (dask is hidden from a subprocess)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from support import run_python
 
 
 def test_import_without_dask_names_the_extra():
@@ -17,16 +16,12 @@ def test_import_without_dask_names_the_extra():
             "    import fastattn.dask\n"
             "except ImportError as e:\n"
             "    print('ImportError:', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = run_python(code)
     assert "ImportError:" in r.stdout
     assert "fastattn[dask]" in r.stdout and "dask[array]" in r.stdout
 
 
 def test_fastattn_itself_does_not_import_dask():
     code = "import sys, fastattn; print('dask' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = run_python(code)
     assert r.stdout.strip() == "False"

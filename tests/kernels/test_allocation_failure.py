@@ -14,9 +14,6 @@ Weights of 256-512 TB raise ``MemoryError`` at once, before any work and with
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import zlib
 
 import numpy as np
@@ -24,6 +21,7 @@ import pytest
 
 import fastattn
 import fastattn._testing as _testing
+from support import run_python
 
 
 SENTINEL = -12345.0
@@ -251,7 +249,7 @@ def test_allocation_failure_from_several_python_threads_at_once():
 # a result too large to allocate
 # ---------------------------------------------------------------------------
 
-_MEMORY_SCRIPT = textwrap.dedent("""
+_MEMORY_SCRIPT = """
     import numpy as np, fastattn
     L = S = 10**6
     dt = np.dtype({dtype!r})
@@ -275,7 +273,7 @@ _MEMORY_SCRIPT = textwrap.dedent("""
         print("MEMORYERROR2", bool(np.all(out == -7)))
     else:
         print("NO ERROR2")
-""")
+"""
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -285,8 +283,6 @@ def test_weights_too_large_raises_memory_error(dtype):
     Run in a subprocess with a timeout so that an implementation that starts
     computing before allocating cannot hang the suite.
     """
-    proc = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT.format(dtype=dtype)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python(_MEMORY_SCRIPT.format(dtype=dtype))
     assert "MEMORYERROR " in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert "MEMORYERROR2 True" in proc.stdout, proc.stdout + proc.stderr[-3000:]

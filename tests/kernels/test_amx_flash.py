@@ -20,6 +20,7 @@ import pytest
 
 import fastattn
 from fastattn import reference
+from conftest import using_isa
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes")
 BF16 = ml_dtypes.bfloat16
@@ -30,12 +31,8 @@ pytestmark = pytest.mark.skipif(not TIERS, reason="no amx / avx512_bf16 tier on 
 
 @pytest.fixture(params=TIERS)
 def tier(request):
-    prev = fastattn.get_isa()
-    fastattn.set_isa(request.param)
-    try:
+    with using_isa(request.param):
         yield request.param
-    finally:
-        fastattn.set_isa(prev)
 
 
 def bf16(rng, shape, scale=1.0):
@@ -144,12 +141,8 @@ def check_differs_from_the_float32_path(dt):
     q, k, v = ((rng.standard_normal((2, n, 64)) * sc).astype(dt)
                for n, sc in ((64, 2.0), (256, 2.0), (256, 1.0)))
     ours = fastattn.attention(q, k, v)
-    prev = fastattn.get_isa()
-    fastattn.set_isa("avx512")
-    try:
+    with using_isa("avx512"):
         f32 = fastattn.attention(q, k, v)
-    finally:
-        fastattn.set_isa(prev)
     assert not np.array_equal(ours.view(np.uint16), f32.view(np.uint16))
 
 
@@ -198,12 +191,8 @@ def test_float32_on_the_bf16_tiers_is_the_avx512_path_bitwise(tier):
     for dt in (np.float32, np.float64):
         q, k, v = (rng.standard_normal((2, 50, 40)).astype(dt) for _ in range(3))
         ours = fastattn.attention(q, k, v, is_causal=True)
-        prev = fastattn.get_isa()
-        fastattn.set_isa("avx512")
-        try:
+        with using_isa("avx512"):
             base = fastattn.attention(q, k, v, is_causal=True)
-        finally:
-            fastattn.set_isa(prev)
         np.testing.assert_array_equal(ours, base)
 
 

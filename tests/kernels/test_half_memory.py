@@ -4,21 +4,19 @@ float32 copy of Q, K or V (6 MiB each) and no L x S matrix."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from conftest import PROC_STATUS
+from support import run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/self (Linux only)")
 
-_SCRIPT = PROC_STATUS + textwrap.dedent("""
+_SCRIPT = """
     import sys
     import ml_dtypes, numpy as np, fastattn
+    from support import peak_rss_delta
 
     dt = np.dtype(ml_dtypes.bfloat16) if sys.argv[1] == "bfloat16" else np.dtype(np.float16)
     L = S = 8192
@@ -27,25 +25,14 @@ _SCRIPT = PROC_STATUS + textwrap.dedent("""
     q, k, v = (rng.standard_normal((4, n, E), dtype=np.float32).astype(dt) for n in (L, S, S))
     out = np.full((4, L, E), np.nan, dt)              # touched: resident
     fastattn.attention(q[:, :256], k[:, :512], v[:, :512])   # warm-up: threads, code pages
-    try:                                               # reset VmHWM to VmRSS
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    base = status("VmRSS")
-    fastattn.attention(q, k, v, out=out, is_causal=True)
-    peak = status("VmHWM")
+    extra = peak_rss_delta(lambda: fastattn.attention(q, k, v, out=out, is_causal=True))
     assert np.isfinite(out.astype(np.float32)).all()
-    print("EXTRA", peak - base)
-""")
+    print("EXTRA", extra)
+"""
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 def test_half_streaming_extra_memory_at_8192(dt):
-    env = dict(os.environ)
-    env.pop("OMP_NUM_THREADS", None)
-    res = subprocess.run([sys.executable, "-c", _SCRIPT, dt], capture_output=True, text=True,
-                         timeout=300, env=env)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_python(_SCRIPT, argv=[dt], env={"OMP_NUM_THREADS": None}, timeout=300)
     extra = int([ln for ln in res.stdout.splitlines() if ln.startswith("EXTRA")][0].split()[1])
     assert extra <= 16 * 2**20, f"{dt}: {extra / 2**20:.1f} MiB beyond the resident arrays"

@@ -2,26 +2,24 @@
 error paths), and the streaming path's extra memory is bounded by the
 threads' scratch (no L x S matrix).
 
-Resident memory is read from ``/proc/self/statm`` (Linux).  Each leak test
-warms up, reads RSS, makes 3000 calls, reads RSS again and allows 8 MiB of
-slack (malloc arenas, the OpenMP pool); the inputs are large enough that a
-leaked output, input copy or scratch buffer per call would add tens of MiB.
+Resident memory is read from ``/proc/self/status`` (Linux; tests/support.py).
+Each leak test warms up, reads RSS, makes 3000 calls, reads RSS again and
+allows 8 MiB of slack (malloc arenas, the OpenMP pool); the inputs are large
+enough that a leaked output, input copy or scratch buffer per call would add
+tens of MiB.
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import fastattn
 import fastattn._testing as _testing
-from conftest import PROC_STATUS
+from support import run_python, vm_rss
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/self (Linux only)")
@@ -29,12 +27,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 WARMUP = 300
 CALLS = 3000
 SLACK = 8 * 2**20
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE
 
 
 def _qkv(rng, qs, ks, vs, dt=np.float32):
@@ -160,16 +152,17 @@ def test_no_memory_growth_over_3000_calls(path):
     for _ in range(WARMUP):
         fn()
     gc.collect()
-    before = _rss()
+    before = vm_rss()
     for _ in range(CALLS):
         fn()
     gc.collect()
-    grown = _rss() - before
+    grown = vm_rss() - before
     assert grown < SLACK, f"{path}: RSS grew by {grown / 2**20:.1f} MiB over {CALLS} calls"
 
 
-_STREAMING_SCRIPT = PROC_STATUS + textwrap.dedent("""
+_STREAMING_SCRIPT = """
     import numpy as np, fastattn
+    from support import peak_rss_delta
 
     L = S = 32768
     E = 64
@@ -180,15 +173,7 @@ _STREAMING_SCRIPT = PROC_STATUS + textwrap.dedent("""
     out = np.full((L, E), np.nan, np.float32)       # touched: resident
     # warm-up on a small problem: the OpenMP pool and the code pages
     fastattn.attention(q[:512], k[:1024], v[:1024])
-    try:                                               # reset VmHWM to VmRSS
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    base = status("VmRSS")
-    hwm0 = status("VmHWM")
-    fastattn.attention(q, k, v, out=out)
-    peak = status("VmHWM")
+    extra = peak_rss_delta(lambda: fastattn.attention(q, k, v, out=out))
     assert np.isfinite(out).all()
     # a few rows against float64
     rows = [0, 12345, L - 1]
@@ -196,19 +181,15 @@ _STREAMING_SCRIPT = PROC_STATUS + textwrap.dedent("""
     w = np.exp(s - s.max(axis=1, keepdims=True))
     exp = (w / w.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
     np.testing.assert_allclose(out[rows], exp, rtol=1e-4, atol=1e-5)
-    print("EXTRA", peak - base, base, hwm0, peak)
-""")
+    print("EXTRA", extra)
+"""
 
 
 def test_streaming_extra_memory_is_bounded_by_scratch():
     """L = S = 32768: the L x S scores would be 4 GiB; the streaming path
     must stay within its per-thread scratch (well under 64 MiB)."""
-    env = dict(os.environ)
-    env.pop("OMP_NUM_THREADS", None)
-    res = subprocess.run([sys.executable, "-c", _STREAMING_SCRIPT], capture_output=True,
-                         text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = run_python(_STREAMING_SCRIPT, env={"OMP_NUM_THREADS": None}, timeout=300)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("EXTRA")][0]
-    extra, base, hwm0, peak = map(int, line.split()[1:])
+    extra = int(line.split()[1])
     assert extra < 64 * 2**20, (f"peak RSS exceeded the resident inputs + output by "
-                                f"{extra / 2**20:.1f} MiB (base {base}, hwm0 {hwm0}, peak {peak})")
+                                f"{extra / 2**20:.1f} MiB")

@@ -30,7 +30,7 @@ def _weights(rng, dt, big=False):
 
 @pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
 @pytest.mark.parametrize("big", [False, True], ids=["finite", "overflowing"])
-def test_half_mha_rounds_once_at_the_end(isa, rng, dt, big):
+def test_half_mha_rounds_once_at_the_end(rng, dt, big):
     x = randn(rng, (2, 7, D), dt)
     w = _weights(rng, dt, big)
     with np.errstate(over="ignore"):
@@ -46,7 +46,7 @@ def test_half_mha_rounds_once_at_the_end(isa, rng, dt, big):
 
 
 @pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
-def test_half_cache_decoding_reads_the_cache_in_place(isa, rng, dt, monkeypatch):
+def test_half_cache_decoding_reads_the_cache_in_place(rng, dt, monkeypatch):
     """Each step equals the float32 computation over the cache's contents
     widened, bitwise; no float32 copy of the cache is made (attention gets
     the 16-bit views themselves)."""

@@ -133,7 +133,7 @@ def _check(call, want_window, options, sdpa_bias=None, sink=None):
     assert np.abs(plain - eager).max() > 100 * ATOL
 
 
-def test_mistral_sliding_window(monkeypatch, isa):
+def test_mistral_sliding_window(monkeypatch):
     from transformers import MistralConfig, MistralModel
     from transformers.models.mistral import modeling_mistral
 
@@ -150,7 +150,7 @@ def test_mistral_sliding_window(monkeypatch, isa):
     _check(call, WINDOW, {}, sdpa_bias=_band_bias(WINDOW))
 
 
-def test_gemma2_softcap_and_window(monkeypatch, isa):
+def test_gemma2_softcap_and_window(monkeypatch):
     from transformers import Gemma2Config, Gemma2Model
     from transformers.models.gemma2 import modeling_gemma2
 
@@ -174,7 +174,7 @@ def test_gemma2_softcap_and_window(monkeypatch, isa):
         assert np.abs(alone - _np(call["out"])).max() > 100 * ATOL
 
 
-def test_gpt_oss_sinks_and_window(monkeypatch, isa):
+def test_gpt_oss_sinks_and_window(monkeypatch):
     from transformers import GptOssConfig, GptOssModel
     from transformers.models.gpt_oss import modeling_gpt_oss
 
@@ -201,7 +201,7 @@ def test_gpt_oss_sinks_and_window(monkeypatch, isa):
         assert np.abs(alone - _np(call["out"])).max() > 100 * ATOL
 
 
-def test_bloom_alibi(isa):
+def test_bloom_alibi():
     from transformers import BloomConfig, BloomModel
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 

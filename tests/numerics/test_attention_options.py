@@ -1,8 +1,10 @@
 """fastattn.attention against fastattn.reference.attention: ``out=``,
 ``return_weights``, result dtypes and ``scale``.
 
-Every test runs on every ISA path (the ``isa`` fixture), most in float32 and
-float64 (the ``dtype`` fixture).
+The numeric tests run on every ISA path (the ``isa`` fixture), most in
+float32 and float64 (the ``dtype`` fixture); those of ``out=``'s layouts, the
+result dtypes and the inputs left unchanged (the Python layer's and the
+driver's work, the same for every path) run once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from conftest import (
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", ["C", "F", "sliced", "negative", "permuted"])
-def test_out_non_contiguous(isa, dtype, rng, layout):
+def test_out_non_contiguous(dtype, rng, layout):
     q, k, v = _randn(rng, (2, 3, 7, 4), dtype), _randn(rng, (2, 3, 9, 4), dtype), _randn(rng, (2, 3, 9, 5), dtype)
     expected = fastattn.attention(q, k, v, is_causal=True)
     out, parent = empty_with_layout((2, 3, 7, 5), dtype, layout, -99.0)
@@ -46,7 +48,7 @@ def test_out_non_contiguous(isa, dtype, rng, layout):
         assert np.all(parent[untouched] == -99.0)
 
 
-def test_out_with_return_weights(isa, dtype, rng):
+def test_out_with_return_weights(dtype, rng):
     q, k, v = _randn(rng, (6, 4), dtype), _randn(rng, (8, 4), dtype), _randn(rng, (8, 3), dtype)
     out = np.empty((6, 3), dtype)
     res = fastattn.attention(q, k, v, out=out, return_weights=True)
@@ -85,7 +87,7 @@ def test_return_weights_output_is_weights_times_value(isa, dtype, rng):
 
 
 @pytest.mark.parametrize("idtype", [np.int8, np.int32, np.int64, np.uint8, np.uint16, bool])
-def test_int_inputs_give_float64(isa, idtype, rng):
+def test_int_inputs_give_float64(idtype, rng):
     q = rng.integers(0, 3, (4, 3)).astype(idtype)
     k = rng.integers(0, 3, (5, 3)).astype(idtype)
     v = rng.integers(0, 3, (5, 2)).astype(idtype)
@@ -106,7 +108,7 @@ def test_int_inputs_give_float64(isa, idtype, rng):
     (np.int64, np.int16, np.float32),
     (np.float16, np.float16, np.float16),
 ])
-def test_mixed_dtypes_follow_result_type(isa, dts, rng):
+def test_mixed_dtypes_follow_result_type(dts, rng):
     q = (rng.standard_normal((2, 5, 4)) * 2).astype(dts[0])
     k = (rng.standard_normal((2, 7, 4)) * 2).astype(dts[1])
     v = (rng.standard_normal((2, 7, 3)) * 2).astype(dts[2])
@@ -167,7 +169,7 @@ def test_large_scale_saturates_without_overflow(isa, dtype, rng):
     assert np.all(np.isfinite(o))
 
 
-def test_inputs_are_not_modified(isa, dtype, rng):
+def test_inputs_are_not_modified(dtype, rng):
     q, k, v = _randn(rng, (2, 6, 4), dtype), _randn(rng, (2, 8, 4), dtype), _randn(rng, (2, 8, 3), dtype)
     m = rng.standard_normal((6, 8)).astype(dtype)
     kpm = rng.random(8) < 0.3
@@ -177,7 +179,7 @@ def test_inputs_are_not_modified(isa, dtype, rng):
         np.testing.assert_array_equal(a, c)
 
 
-def test_accepts_array_likes(isa):
+def test_accepts_array_likes():
     q = [[1.0, 0.0], [0.0, 1.0]]
     o = fastattn.attention(q, q, q)
     np.testing.assert_allclose(o, reference.attention(q, q, q), atol=1e-12)

@@ -8,7 +8,6 @@ soft-capping, sink and lse options (those tests are skipped until then).
 
 from __future__ import annotations
 
-import doctest
 import inspect
 
 import numpy as np
@@ -169,11 +168,6 @@ def test_threads_bitwise_equal_side_by_side():
 ])
 def test_side_by_side_rule(costs, nt, expected):
     assert fastattn.varlen._side_by_side(costs, nt, 512) == expected
-
-
-def test_docstring_example_runs():
-    result = doctest.testmod(fastattn.varlen, raise_on_error=False)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def _packed_from(lengths, heads, dims, **kwargs):

@@ -17,7 +17,7 @@ import fastattn
 import fastattn._testing as _testing
 import fastattn.reference as reference
 from fastattn.mha import KVCache, multi_head_attention
-from conftest import examples
+from conftest import examples, using_isa
 
 U = 2.0 ** -24  # float32 unit roundoff
 KC = 128        # keys per block of the kernel (kernels/blocking.h FA_Q8_KC)
@@ -301,16 +301,17 @@ def test_int8_threads_bitwise_identical(rng):
 
 
 def test_int8_isa_paths_agree_closely(rng):
+    """Every path against the first, and each against the reference over the
+    dequantised cache (so that one path alone is checked too)."""
     cache, _, _ = _filled_cache(rng, 1, 2, 333, 48, 48)
     q = rng.standard_normal((1, 4, 2, 48)).astype(np.float32)
-    previous = fastattn.get_isa()
-    try:
-        res = []
-        for name in fastattn.available_isas():
-            fastattn.set_isa(name)
+    ref = reference.attention(q.astype(np.float64), *_dequantised(cache, 2),
+                              is_causal="lower_right")
+    res = []
+    for name in fastattn.available_isas():
+        with using_isa(name):
             res.append(cache.attend(q))
-    finally:
-        fastattn.set_isa(previous)
+        np.testing.assert_allclose(res[-1], ref, rtol=2e-5, atol=2e-5, err_msg=name)
     for r in res[1:]:
         np.testing.assert_allclose(r, res[0], rtol=1e-5, atol=1e-6)
 

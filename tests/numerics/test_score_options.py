@@ -260,7 +260,7 @@ def _mha_weights(rng, d_model, heads, kv_heads, d_k, dt):
             rng.standard_normal((heads * d_k, d_model)).astype(dt) / 4)
 
 
-def test_multi_head_attention_passes_the_options(isa, rng):
+def test_multi_head_attention_passes_the_options(rng):
     from fastattn.mha import multi_head_attention
     n, L, d_model, heads, kv_heads, d_k = 2, 7, 16, 4, 2, 4
     x = rng.standard_normal((n, L, d_model))

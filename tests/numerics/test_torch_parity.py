@@ -109,7 +109,7 @@ def torch_cases(draw):
 
 @settings(max_examples=examples(100))
 @given(case=torch_cases())
-def test_matches_torch_random(isa, dtype, case):
+def test_matches_torch_random(dtype, case):
     case = dict(case)
     q, k, v = (case.pop(n).astype(dtype) for n in "qkv")
     mask = case.pop("mask", None)
@@ -118,21 +118,21 @@ def test_matches_torch_random(isa, dtype, case):
     _compare(q, k, v, mask, **case)
 
 
-def test_torch_walkthrough(isa, dtype):
+def test_torch_walkthrough(dtype):
     x = np.array([[1, 0], [0, 1], [1, 1]], dtype)
     _compare(x, x, x)
     _compare(x, x, x, is_causal=True)
 
 
 @pytest.mark.parametrize("L,S", [(1, 9), (4, 9), (9, 9), (9, 4), (300, 517)])
-def test_torch_causal(isa, dtype, L, S):
+def test_torch_causal(dtype, L, S):
     rng = np.random.default_rng(L * 1000 + S)
     q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(2, L, 32), (2, S, 32), (2, S, 16)])
     _compare(q, k, v, is_causal=True, factor=2.5)
     _compare(q, k, v, is_causal="lower_right", factor=2.5)
 
 
-def test_torch_causal_lower_right_bias(isa, dtype):
+def test_torch_causal_lower_right_bias(dtype):
     """Against torch's own causal_lower_right bias (L <= S only)."""
     bias = pytest.importorskip("torch.nn.attention.bias")
     rng = np.random.default_rng(3)
@@ -145,7 +145,7 @@ def test_torch_causal_lower_right_bias(isa, dtype):
 
 
 @pytest.mark.parametrize("hkv", [8, 2, 1])
-def test_torch_gqa(isa, dtype, hkv):
+def test_torch_gqa(dtype, hkv):
     rng = np.random.default_rng(hkv)
     q = rng.standard_normal((2, 8, 7, 16)).astype(dtype)
     k = rng.standard_normal((2, hkv, 11, 16)).astype(dtype)
@@ -159,7 +159,7 @@ def test_torch_gqa(isa, dtype, hkv):
     assert_close(got[~dead], exp[~dead], dtype, magnitude=finite_absmax(v))
 
 
-def test_torch_large(isa, dtype):
+def test_torch_large(dtype):
     rng = np.random.default_rng(4)
     q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(1, 2, 300, 64), (1, 2, 517, 64), (1, 2, 517, 64)])
     m = rng.standard_normal((300, 517)).astype(dtype)
@@ -167,7 +167,7 @@ def test_torch_large(isa, dtype):
     _compare(q, k, v, scale=0.05, factor=2.5)
 
 
-def test_torch_float16_inputs(isa):
+def test_torch_float16_inputs():
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal(s).astype(np.float16) for s in [(2, 9, 16), (2, 13, 16), (2, 13, 8)])
     got = fastattn.attention(q, k, v, is_causal=True)

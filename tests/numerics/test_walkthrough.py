@@ -70,7 +70,7 @@ def test_expected_values_are_the_true_values():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_walkthrough_unmasked(isa, dtype):
+def test_walkthrough_unmasked(dtype):
     x = X.astype(dtype)
     out, w = fastattn.attention(x, x, x, return_weights=True)
     _check(w, W_UNMASKED, dtype)
@@ -83,7 +83,7 @@ def test_walkthrough_unmasked(isa, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("is_causal", [True, "upper_left", "lower_right"])
-def test_walkthrough_causal(isa, dtype, is_causal):
+def test_walkthrough_causal(dtype, is_causal):
     """L == S, so every causal alignment is the same triangle."""
     x = X.astype(dtype)
     out, w = fastattn.attention(x, x, x, is_causal=is_causal, return_weights=True)
@@ -96,7 +96,7 @@ def test_walkthrough_causal(isa, dtype, is_causal):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_walkthrough_causal_as_additive_mask(isa, dtype):
+def test_walkthrough_causal_as_additive_mask(dtype):
     """The text's M: an upper triangle of -inf added before softmax."""
     x = X.astype(dtype)
     M = np.triu(np.full((3, 3), -np.inf), k=1).astype(dtype)
@@ -106,7 +106,7 @@ def test_walkthrough_causal_as_additive_mask(isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_walkthrough_causal_as_bool_mask(isa, dtype):
+def test_walkthrough_causal_as_bool_mask(dtype):
     x = X.astype(dtype)
     keep = np.tril(np.ones((3, 3), dtype=bool))
     out, w = fastattn.attention(x, x, x, attn_mask=keep, return_weights=True)
@@ -114,14 +114,14 @@ def test_walkthrough_causal_as_bool_mask(isa, dtype):
     _check(out, OUT_CAUSAL, dtype)
 
 
-def test_walkthrough_int_input_gives_float64(isa):
+def test_walkthrough_int_input_gives_float64():
     out, w = fastattn.attention(X, X, X, is_causal=True, return_weights=True)
     _check(w, W_CAUSAL, np.float64)
     _check(out, OUT_CAUSAL, np.float64)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_walkthrough_padding_or_causal(isa, dtype):
+def test_walkthrough_padding_or_causal(dtype):
     """'Padding masks combine with causal masks via logical OR': pad token C."""
     x = X.astype(dtype)
     out, w = fastattn.attention(x, x, x, is_causal=True, return_weights=True,
@@ -135,7 +135,7 @@ def test_walkthrough_padding_or_causal(isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_walkthrough_drill_change_token_b(isa, dtype):
+def test_walkthrough_drill_change_token_b(dtype):
     """The text's drill: B = (1, 1).  Recomputed exactly here."""
     x = np.array([[1, 0], [1, 1], [1, 1]], dtype=dtype)
     s = (x.astype(np.float64) @ x.T.astype(np.float64)) / math.sqrt(2)

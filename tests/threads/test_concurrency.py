@@ -87,7 +87,7 @@ def _new_out(spec, strided):
     return np.full(shape, np.nan, dt)
 
 
-def test_many_python_threads_each_get_their_own_answer(isa):
+def test_many_python_threads_each_get_their_own_answer():
     rng = np.random.default_rng(2024)
     jobs = _make_jobs(rng)
     # ground truth: each job alone, on one thread, before any concurrency
@@ -144,7 +144,7 @@ def test_concurrent_calls_share_read_only_inputs():
     assert not errors
 
 
-def test_concurrent_python_threads(isa):
+def test_concurrent_python_threads():
     """Several Python threads calling attention at once get correct results."""
     rng = np.random.default_rng(11)
     inputs = [tuple(rng.standard_normal(s).astype(np.float32) for s in

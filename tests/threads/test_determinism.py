@@ -182,7 +182,7 @@ def test_num_threads_larger_than_cores(isa, n):
     assert np.array_equal(a, b)
 
 
-def test_num_threads_numpy_integer(isa):
+def test_num_threads_numpy_integer():
     rng = np.random.default_rng(10)
     q, k, v = (rng.standard_normal(s) for s in [(300, 16), (517, 16), (517, 16)])
     a = fastattn.attention(q, k, v, num_threads=2)

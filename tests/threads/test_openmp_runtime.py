@@ -12,32 +12,22 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 import fastattn
 import fastattn._core as _core
+from support import run_python
 
 
 TIMEOUT = 60
 
 
-def _run(script, env_extra=None, env_drop=("OMP_NUM_THREADS",)):
-    env = dict(os.environ)
-    for k in env_drop:
-        env.pop(k, None)
-    env.update(env_extra or {})
-    try:
-        res = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
-                             capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"the subprocess hung for {TIMEOUT} s (deadlock?)\n"
-                    f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}")
-    assert res.returncode == 0, f"rc={res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
+def _run(script, env=None):
+    """The output of ``script`` in a fresh interpreter, with OMP_NUM_THREADS
+    unset unless ``env`` sets it."""
+    return run_python(script, env={"OMP_NUM_THREADS": None, **(env or {})},
+                      timeout=TIMEOUT).stdout
 
 
 needs_openmp = pytest.mark.skipif(not fastattn.openmp_enabled(),

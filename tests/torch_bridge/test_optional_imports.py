@@ -1,8 +1,7 @@
 """fastattn imports without torch, transformers and dask; fastattn.torch says
 it needs torch."""
 
-import subprocess
-import sys
+from support import run_python
 
 CODE = """
 import sys
@@ -19,6 +18,5 @@ except ImportError as e:
 
 
 def test_fastattn_imports_without_torch_transformers_dask():
-    r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = run_python(CODE)
     assert "refused:" in r.stdout and "torch" in r.stdout
