@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The bridge: turns validated NumPy arrays into pointers, sizes and strides
 and calls the C kernels of ``src_c/`` with the GIL released.  Validation,
-broadcasting and dtype rules live in ``fastattn/_api.py``."""
+broadcasting and dtype rules live in the Python layer (``fastattn/_api.py``,
+``fastattn/_validate.py``); the arrays are positional, every other argument
+is a keyword."""
 
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint64_t
