@@ -231,6 +231,8 @@ class KVCache:
 
         Raises
         ------
+        TypeError
+            If ``length`` is not an integer (a bool is not one here).
         ValueError
             If ``length`` is negative or more than ``len(self)``.
 
