@@ -11,12 +11,11 @@ from .merge import merge_attention
 from .varlen import attention_varlen
 from .mha import KVCache, multi_head_attention
 from .trace import trace
-from ._config import (_init_threads, available_isas, get_isa, openmp_enabled, set_isa,
-                      show_config)
+from . import _config
+from ._config import available_isas, get_isa, openmp_enabled, set_isa, show_config
+from ._version import __version__
 
-_init_threads()
-
-__version__ = "0.1.0"
+_config.init_threads()
 
 __all__ = [
     "attention",

@@ -1,5 +1,7 @@
-"""attention(): validation, dtype rules, broadcasting, ``out=``; the dtype,
-thread and ``out=`` rules that softmax() (``_softmax.py``) shares.
+"""attention(): validation, dtype rules, broadcasting, ``out=``, the kernel
+call; its steps (:func:`arrays_and_dtypes`, :func:`problem_shape`,
+:func:`run_kernel`) are also those of the Dask tasks.  The checks shared with
+the other public functions are :mod:`fastattn._validate`'s.
 
 Everything here is plain Python and NumPy; the arithmetic happens in the C
 kernels behind :mod:`fastattn._core`, called once per public call."""
@@ -8,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import operator
 from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
@@ -18,6 +19,7 @@ from . import _gqa
 from . import _half
 from . import _scores
 from ._masks import MaskPlan, resolve
+from ._validate import check_out, check_scale, kernel_dtypes, thread_count
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -33,72 +35,7 @@ __all__ = ["attention"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _ndarray = np.ndarray
-_F32_MAX = float(np.finfo(np.float32).max)
-# More threads than this are not honoured (the result is the same for any count).
-_MAX_THREADS = 256
 _MAX_BATCH_DIMS = _core.MAX_BATCH_DIMS
-
-
-def _dtypes(named) -> tuple[np.dtype, np.dtype]:
-    """(kernel dtype, result dtype) for the (name, dtype) pairs of the inputs.
-
-    The kernel dtype is the element type the kernel reads: float32, float64,
-    or, when every input has it, float16 or bfloat16 (read in place,
-    computed in float32, the result rounded once).  Mixed 16-bit dtypes give
-    float32, a 16-bit one with float32 float32, with float64 float64; integer
-    and bool inputs alone give float64."""
-    for name, dt in named:
-        if dt.kind not in "biuf" and not _half.is_bfloat16(dt):
-            raise TypeError(f"{name} has unsupported dtype {dt}: fastattn computes in float32 or "
-                            f"float64 (float16 and bfloat16 are read in place, integer and "
-                            f"bool inputs are converted)")
-    dts = [dt for _, dt in named]
-    bf = [dt for dt in dts if _half.is_bfloat16(dt)]
-    if bf:
-        rest = [dt for dt in dts if not _half.is_bfloat16(dt)]
-        if not rest:
-            return bf[0], bf[0]
-        rt = np.result_type(*rest)
-        return (_F64, _F64) if rt == _F64 or rt.kind in "biu" else (_F32, _F32)
-    rt = np.result_type(*dts)
-    if rt.kind in "biu":
-        return _F64, _F64
-    if rt == _F16:
-        return (_F16, _F16) if all(dt == _F16 for dt in dts) else (_F32, _F16)
-    if rt == _F32 or rt == _F64:
-        return rt, rt
-    raise TypeError(f"unsupported dtype {rt} ({', '.join(n for n, _ in named)}): use float16, "
-                    f"bfloat16, float32 or float64")
-
-
-def _threads(num_threads) -> int:
-    if num_threads is None:
-        return 0
-    if type(num_threads) is int and 1 <= num_threads <= _MAX_THREADS:
-        return num_threads
-    if isinstance(num_threads, (bool, np.bool_)):
-        raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}")
-    try:
-        n = operator.index(num_threads)
-    except TypeError:
-        raise TypeError(f"num_threads must be None or an int >= 1, got {num_threads!r}") from None
-    if n < 1:
-        raise ValueError(f"num_threads must be None or an int >= 1, got {n}")
-    return min(n, _MAX_THREADS)
-
-
-def _check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-    if out.shape != shape:
-        raise ValueError(f"out has shape {out.shape}, the result has shape {shape}")
-    if out.dtype != dtype:
-        raise TypeError(f"out has dtype {out.dtype}, the result has dtype {dtype}")
-    if not out.flags.writeable:
-        raise ValueError("out is read-only")
-    for name, x in inputs:
-        if x is not None and np.may_share_memory(out, x):
-            raise ValueError(f"out overlaps {name}: give a separate output array")
 
 
 @overload
@@ -287,23 +224,23 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     # The common case (float32/float64 arrays, one batch shape, no mask array,
     # no options) takes one call per step and nothing more: with the kernel
     # call, these steps are the whole overhead of a tiny problem.
-    q, k, v, cdt, odt = _arrays_and_dtypes(query, key, value)
-    batch, gqa, L, S, E, Ev = _problem_shape(q.shape, k.shape, v.shape, enable_gqa)
+    q, k, v, cdt, odt = arrays_and_dtypes(query, key, value)
+    batch, gqa, L, S, E, Ev = problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     adt = _half.arith(cdt)  # the arithmetic: float32 for 16-bit inputs
-    sc = _scale(scale, adt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
-    nt = 0 if num_threads is None else _threads(num_threads)
+    sc = check_scale(scale, adt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
+    nt = 0 if num_threads is None else thread_count(num_threads)
     plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
     opts = None
     if alibi_slopes is not None or softcap is not None or sinks is not None or return_lse:
         opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, adt)
     if out is not None:
-        _check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
+        check_out(out, batch + (L, Ev), odt, (("query", q), ("key", k), ("value", v),
                                                ("attn_mask", plan.bool_mask),
                                                ("attn_mask", plan.add_mask),
                                                ("key_padding_mask", plan.pad)))
     weights = _weights_array(batch + (L, S), cdt) if return_weights else None
     lse = np.empty(batch + (L,), adt) if return_lse else None
-    result = _run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt, opts, lse)
+    result = run_kernel(q, k, v, cdt, odt, batch, gqa, sc, plan, weights, out, nt, opts, lse)
     if return_weights:
         w = weights if odt is cdt else weights.astype(odt)
         return (result, w, lse) if return_lse else (result, w)
@@ -314,8 +251,8 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
 # the steps of attention(), in order
 # ---------------------------------------------------------------------------
 
-def _arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                   np.dtype, np.dtype]:
+def arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.dtype, np.dtype]:
     """query, key and value as arrays, and their (compute dtype, result dtype)."""
     q = query if type(query) is _ndarray else np.asarray(query)
     k = key if type(key) is _ndarray else np.asarray(key)
@@ -323,11 +260,11 @@ def _arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.nd
     dt = q.dtype
     if (dt is _F32 or dt is _F64 or dt is _F16) and k.dtype is dt and v.dtype is dt:
         return q, k, v, dt, dt
-    cdt, odt = _dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
+    cdt, odt = kernel_dtypes((("query", dt), ("key", k.dtype), ("value", v.dtype)))
     return q, k, v, cdt, odt
 
 
-def _problem_shape(qs: tuple, ks: tuple, vs: tuple, enable_gqa: bool) -> tuple:
+def problem_shape(qs: tuple, ks: tuple, vs: tuple, enable_gqa: bool) -> tuple:
     """(batch, gqa, L, S, E, Ev) of query, key and value of shapes qs, ks, vs.
 
     ``batch`` is the broadcast leading dimensions; ``gqa`` is None, or (key/value
@@ -387,18 +324,6 @@ def _batch_shape(qs: tuple, ks: tuple, vs: tuple, gqa, enable_gqa: bool) -> tupl
                                          " (for grouped-query heads, enable_gqa=True)")) from None
 
 
-def _scale(scale, cdt: np.dtype) -> float:
-    """A given ``scale`` as a float, checked (the default, 1 / sqrt(E), is
-    computed in attention() itself: the common case)."""
-    try:
-        sc = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale must be a real number, got {scale!r}") from None
-    if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
-        raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
-    return sc
-
-
 def _weights_array(shape: tuple, cdt: np.dtype) -> np.ndarray:
     """The (..., L, S) array return_weights fills, if this machine can hold it."""
     nbytes = math.prod(shape) * cdt.itemsize
@@ -418,9 +343,9 @@ def _physical_memory() -> int:
         return 1 << 62
 
 
-def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: np.dtype,
-                batch: tuple, gqa, sc: float, plan: MaskPlan, weights, out, nt: int,
-                opts: _scores.ScoreOptions | None = None, lse: np.ndarray | None = None):
+def run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: np.dtype,
+               batch: tuple, gqa, sc: float, plan: MaskPlan, weights, out, nt: int,
+               opts: _scores.ScoreOptions | None = None, lse: np.ndarray | None = None):
     """The inputs in the compute dtype, through the kernel: the output in the
     result dtype, ``out`` itself when given (``weights`` and ``lse`` filled
     if given; ``opts``: the score options, None if there are none)."""
@@ -435,14 +360,19 @@ def _run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt:
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:
         causal, offset, wl, wr, bm, am, pad = plan
+        target = out if direct else None
         if opts is None and lse is None:
-            target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
-                                      offset, wl, wr, bm, am, pad, weights, nt)
+            target = _core.attention(q, k, v, target, batch=batch, scale=sc, causal=causal,
+                                     causal_offset=offset, win_left=wl, win_right=wr,
+                                     bool_mask=bm, add_mask=am, pad=pad, weights=weights,
+                                     num_threads=nt)
         else:
             cap, al, sk = opts if opts is not None else (0.0, None, None)
-            target = _core.attention(q, k, v, out if direct else None, batch, sc, causal,
-                                      offset, wl, wr, bm, am, pad, weights, nt, cap, al, sk,
-                                      None if lse is None else lse[..., None])
+            target = _core.attention(q, k, v, target, batch=batch, scale=sc, causal=causal,
+                                     causal_offset=offset, win_left=wl, win_right=wr,
+                                     bool_mask=bm, add_mask=am, pad=pad, weights=weights,
+                                     num_threads=nt, softcap=cap, alibi=al, sinks=sk,
+                                     lse=None if lse is None else lse[..., None])
     else:
         target = out if direct else np.empty(batch + (q.shape[-2], v.shape[-1]), dtype=cdt)
         _gqa.run_grouped(q, k, v, target, batch, gqa, sc, plan, weights, nt, opts, lse)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from . import _core
+from ._version import __version__
 
 __all__ = ["get_isa", "set_isa", "available_isas", "built_isas", "openmp_enabled",
            "show_config"]
@@ -46,7 +47,7 @@ def effective_cpu_count() -> int:
     return max(1, min(n, limit) if limit else n)
 
 
-def _init_threads() -> None:
+def init_threads() -> None:
     """At import: unless OMP_NUM_THREADS is set, the OpenMP default becomes the
     CPUs this process may really use.  threadpoolctl and omp_set_num_threads
     still change it afterwards; num_threads=None reads it at each call."""
@@ -145,7 +146,6 @@ def _build_config() -> dict[str, Any]:
 
 def config() -> dict[str, Any]:
     """Everything :func:`show_config` prints, as a dict."""
-    from . import __version__
     bc = _build_config()
     return {
         "version": __version__,

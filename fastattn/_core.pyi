@@ -13,6 +13,7 @@ import numpy.typing as npt
 _Array = npt.NDArray[Any]
 
 MAX_BATCH_DIMS: Final[int]
+UNBOUNDED: Final[int]
 __test__: dict[str, str]  # added by Cython to every module (its doctest table)
 # added by Cython: the C-level functions of _core.pxd, as capsules (for cimport)
 __pyx_capi__: dict[str, Any]
@@ -24,24 +25,27 @@ def attention(
     k: _Array,
     v: _Array,
     out: _Array | None,
+    *,
     batch: tuple[int, ...],
     scale: float,
-    causal: int,
-    causal_offset: int,
-    win_left: int,
-    win_right: int,
-    bool_mask: _Array | None,
-    add_mask: _Array | None,
-    pad: _Array | None,
-    weights: _Array | None,
-    num_threads: int,
+    causal: bool = ...,
+    causal_offset: int = ...,
+    win_left: int = ...,
+    win_right: int = ...,
+    bool_mask: _Array | None = ...,
+    add_mask: _Array | None = ...,
+    pad: _Array | None = ...,
+    weights: _Array | None = ...,
+    num_threads: int = ...,
     softcap: float = ...,
     alibi: _Array | None = ...,
     sinks: _Array | None = ...,
     lse: _Array | None = ...,
 ) -> _Array: ...
 def in_kernel_form(q: _Array, k: _Array, v: _Array, dtype: np.dtype[Any]) -> bool: ...
-def softmax_rows(x: _Array, y: _Array, keep: npt.NDArray[np.uint8] | None, num_threads: int) -> None: ...
+def softmax_rows(
+    x: _Array, y: _Array, *, keep: npt.NDArray[np.uint8] | None = ..., num_threads: int = ...
+) -> None: ...
 def cpu_supports(name: str) -> bool: ...
 def get_isa() -> str: ...
 def set_isa(name: str) -> None: ...
@@ -60,16 +64,17 @@ def decode_q8(
     v: _Array,
     v_scale: _Array,
     out: _Array,
-    lse: _Array | None,
+    *,
+    lse: _Array | None = ...,
     scale: float,
-    causal: int,
-    causal_offset: int,
-    win_left: int,
-    win_right: int,
-    pad: _Array | None,
-    softcap: float,
-    alibi: _Array | None,
-    sinks: _Array | None,
-    num_threads: int,
+    causal: bool = ...,
+    causal_offset: int = ...,
+    win_left: int = ...,
+    win_right: int = ...,
+    pad: _Array | None = ...,
+    softcap: float = ...,
+    alibi: _Array | None = ...,
+    sinks: _Array | None = ...,
+    num_threads: int = ...,
 ) -> None: ...
 def quantize_q8(x: _Array, y: _Array, scale: _Array) -> None: ...

@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The bridge: turns validated NumPy arrays into pointers, sizes and strides
 and calls the C kernels of ``src_c/`` with the GIL released.  Validation,
-broadcasting and dtype rules live in ``fastattn/_api.py``."""
+broadcasting and dtype rules live in the Python layer (``fastattn/_api.py``,
+``fastattn/_validate.py``); the arrays are positional, every other argument
+is a keyword."""
 
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint64_t
@@ -19,6 +21,7 @@ cdef extern from "fastattn.h" nogil:
         FA_BFLOAT16
         FA_ISA_COUNT
         FA_MAX_BATCH_DIMS
+    int64_t FA_UNBOUNDED
     ctypedef struct fa_operand:
         const void *data
         int64_t bstride[32]
@@ -94,6 +97,7 @@ cdef extern from "fastattn.h" nogil:
                        int64_t y_rs, float *scale)
 
 MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
+UNBOUNDED = FA_UNBOUNDED  # a window side that bounds nothing
 
 fa_init_threads()
 cdef char _msg[512]
@@ -144,20 +148,24 @@ cdef int _check(int status) except -1:
     return 0
 
 
-def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, tuple batch,
-              double scale, int causal, int64_t causal_offset, int64_t win_left,
-              int64_t win_right, object bool_mask, object add_mask, object pad, object weights,
-              int num_threads, double softcap=0, object alibi=None, object sinks=None,
-              object lse=None):
+def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple batch,
+              double scale, bint causal=False, int64_t causal_offset=0,
+              int64_t win_left=FA_UNBOUNDED, int64_t win_right=FA_UNBOUNDED,
+              object bool_mask=None, object add_mask=None, object pad=None,
+              object weights=None, int num_threads=0, double softcap=0, object alibi=None,
+              object sinks=None, object lse=None):
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
     validated, same float dtype (float32, float64, float16 or bfloat16: then
     read in place and computed in float32; or float32 q, out with k, v of
-    one 16-bit dtype), dims broadcastable to batch.  win_left,
-    win_right: the sliding window's sides (>= 0; 2**63 - 1: unbounded).  The
-    score options: softcap (0: none); alibi, sinks: float64 (batch..., 1, 1)
-    or None; lse: None or (batch..., L, 1) of q's dtype (float32 for 16-bit
-    q), filled."""
+    one 16-bit dtype), dims broadcastable to batch.  causal, causal_offset:
+    query i sees keys j <= i + causal_offset; win_left, win_right: the
+    sliding window's sides (>= 0; UNBOUNDED: none); bool_mask (uint8, 1 =
+    may attend), add_mask (q's dtype), pad (uint8 (batch..., 1, S), 1 =
+    padding): None or broadcastable to batch + (L, S); num_threads 0: the
+    OpenMP default.  The score options: softcap (0: none); alibi, sinks:
+    float64 (batch..., 1, 1) or None; lse: None or (batch..., L, 1) of q's
+    dtype (float32 for 16-bit q), filled."""
     cdef fa_attention_args a
     cdef int nb = len(batch), d, status
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
@@ -223,10 +231,11 @@ def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype)
     return ok
 
 
-def softmax_rows(cnp.ndarray x, cnp.ndarray y, object keep, int num_threads):
+def softmax_rows(cnp.ndarray x, cnp.ndarray y, *, object keep=None, int num_threads=0):
     """y[r, :] = softmax(x[r, :]) for 2-D x, y (same shape and float dtype:
     float32, float64, float16 or bfloat16, the last two computed in float32
-    and rounded once); keep: None or a uint8 array broadcast to x's shape."""
+    and rounded once); keep: None or a uint8 array broadcast to x's shape;
+    num_threads 0: the OpenMP default."""
     cdef int dtype = _storage(x)
     cdef Py_ssize_t isz = x.dtype.itemsize
     cdef int64_t nrows = x.shape[0], n = x.shape[1]
@@ -324,15 +333,17 @@ def read_probe(cnp.ndarray a, int num_threads):
 
 
 def decode_q8(cnp.ndarray q, cnp.ndarray k, cnp.ndarray k_scale, cnp.ndarray v,
-              cnp.ndarray v_scale, cnp.ndarray out, object lse, double scale, int causal,
-              int64_t causal_offset, int64_t win_left, int64_t win_right, object pad,
-              double softcap, object alibi, object sinks, int num_threads):
+              cnp.ndarray v_scale, cnp.ndarray out, *, object lse=None, double scale,
+              bint causal=False, int64_t causal_offset=0, int64_t win_left=FA_UNBOUNDED,
+              int64_t win_right=FA_UNBOUNDED, object pad=None, double softcap=0,
+              object alibi=None, object sinks=None, int num_threads=0):
     """Fill ``out`` (B, Hq, L, Ev) float32 (and ``lse`` (B, Hq, L) float32 if
     given) with attention of the float32 queries ``q`` (B, Hq, L, E) over the
     int8 cache rows ``k`` (B, Hkv, S, E), ``v`` (B, Hkv, S, Ev) and their
     float32 scales (B, Hkv, S); every row of every array has unit column
     stride, scales unit stride along S; pad None or (B, S) uint8 C-ordered;
-    alibi, sinks None or (B, Hq) float64 C-ordered (validated by the caller)."""
+    alibi, sinks None or (B, Hq) float64 C-ordered (validated by the caller);
+    causal, the window and softcap as in :func:`attention`."""
     cdef fa_decode_q8_args a
     cdef int status
     a.B, a.Hq, a.L, a.E = q.shape[0], q.shape[1], q.shape[2], q.shape[3]

@@ -126,11 +126,11 @@ def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
         k, v = k[..., start:stop, :, :], v[..., start:stop, :, :]
         if index is not None:       # query heads cut across groups: one kv head each
             k, v = np.take(k, index, axis=-3), np.take(v, index, axis=-3)
-    q, k, v, cdt, _ = _api._arrays_and_dtypes(q, k, v)
+    q, k, v, cdt, _ = _api.arrays_and_dtypes(q, k, v)
     if cdt.itemsize == 2:  # 16-bit inputs: float32 partials (the result is rounded once, at
         cdt = _half.arith(cdt)  # the end); K and V are still read in place as 16-bit
         q = q.astype(cdt)
-    batch, gqa, L, S, _, _ = _api._problem_shape(q.shape, k.shape, v.shape, spec.gqa)
+    batch, gqa, L, S, _, _ = _api.problem_shape(q.shape, k.shape, v.shape, spec.gqa)
     plan = resolve(mask, False, pad, batch, L, S, cdt, spec.query_ndim)
     lim = spec.limits
     if lim.band is not None:
@@ -140,7 +140,7 @@ def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
     opts = _scores.resolve(spec.slopes, spec.softcap, None, batch, cdt)
     lse = np.empty(batch + (L,), cdt)
     nt = spec.num_threads or _worker_threads()
-    out = _api._run_kernel(q, k, v, cdt, cdt, batch, gqa, spec.scale, plan, None, None, nt,
+    out = _api.run_kernel(q, k, v, cdt, cdt, batch, gqa, spec.scale, plan, None, None, nt,
                            opts, lse)
     return out, lse
 

@@ -88,8 +88,10 @@ def _run_folded(q, k, v, target, batch, hk, sc, plan, keys, nt, cap, lse) -> boo
     if any(m is None and x is not None for m, x in zip(merged, ops)):
         return False
     qf, tf, bmf, amf, lsef = merged
-    _core.attention(qf, k[..., lo:hi, :], v[..., lo:hi, :], tf, batch[:-1] + (hk,), sc, False, 0,
-                    UNBOUNDED, UNBOUNDED, bmf, amf, pad, None, nt, cap, None, None, lsef)
+    # the key range [lo, hi) already holds every bound: no causal limit, no window
+    _core.attention(qf, k[..., lo:hi, :], v[..., lo:hi, :], tf, batch=batch[:-1] + (hk,),
+                    scale=sc, bool_mask=bmf, add_mask=amf, pad=pad, num_threads=nt,
+                    softcap=cap, lse=lsef)
     return True
 
 
@@ -119,5 +121,7 @@ def run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray,
     al = None if al is None else group_heads(np.broadcast_to(al, one), hk, g)
     sk = None if sk is None else group_heads(np.broadcast_to(sk, one), hk, g)
     _core.attention(group_heads(q, hk, g), k[..., None, :, :], v[..., None, :, :],
-                    group_heads(target, hk, g), batch[:-1] + (hk, g), sc,
-                    causal, offset, wl, wr, bm, am, pad, wk, nt, cap, al, sk, lk)
+                    group_heads(target, hk, g), batch=batch[:-1] + (hk, g), scale=sc,
+                    causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
+                    bool_mask=bm, add_mask=am, pad=pad, weights=wk, num_threads=nt,
+                    softcap=cap, alibi=al, sinks=sk, lse=lk)

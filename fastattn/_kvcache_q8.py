@@ -10,13 +10,11 @@ import math
 import numpy as np
 
 from . import _core
-from ._api import _scale, _threads
-from ._masks import check_window
+from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
+from ._validate import check_scale, thread_count
 
 __all__ = ["attend", "quantize_rows"]
-
-_UNBOUNDED = 2 ** 63 - 1  # FA_UNBOUNDED: a window side that bounds nothing
 
 
 def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -70,11 +68,6 @@ def _padding(key_padding_mask, B: int, S: int) -> np.ndarray | None:
     return np.ascontiguousarray(np.broadcast_to(m, (B, S)), dtype=np.uint8)
 
 
-def _per_head(name, values, B, Hq, *, neg_inf_ok=False):
-    a = per_head(name, values, (B, Hq), np.float64, neg_inf_ok=neg_inf_ok)
-    return None if a is None else np.ascontiguousarray(a)
-
-
 def attend(k8, ks, v8, vs, num_kv_heads, head_dim, query, *, scale, key_padding_mask,
            window, softcap, alibi_slopes, sinks, return_lse, num_threads):
     """Attention of ``query`` (B, Hq, L, E) over the filled int8 cache
@@ -83,17 +76,18 @@ def attend(k8, ks, v8, vs, num_kv_heads, head_dim, query, *, scale, key_padding_
     B, _, S, _ = k8.shape
     q = _query(query, B, num_kv_heads, head_dim)
     Hq, L = q.shape[1], q.shape[2]
-    sc = 1.0 / math.sqrt(head_dim) if scale is None else _scale(scale, np.dtype(np.float32))
+    sc = 1.0 / math.sqrt(head_dim) if scale is None else check_scale(scale, np.dtype(np.float32))
     left, right = check_window(window)
     cap = check_softcap(softcap)
-    alibi = _per_head("alibi_slopes", alibi_slopes, B, Hq)
-    sink = _per_head("sinks", sinks, B, Hq, neg_inf_ok=True)
+    alibi = per_head("alibi_slopes", alibi_slopes, (B, Hq), np.float64, contiguous=True)
+    sink = per_head("sinks", sinks, (B, Hq), np.float64, neg_inf_ok=True, contiguous=True)
     pad = _padding(key_padding_mask, B, S)
-    nt = _threads(num_threads)
+    nt = thread_count(num_threads)
     out = np.empty((B, Hq, L, v8.shape[3]), np.float32)
     lse = np.empty((B, Hq, L), np.float32) if return_lse else None
-    _core.decode_q8(q, k8, ks, v8, vs, out, lse, sc, 1, S - L,
-                    _UNBOUNDED if left is None else left,
-                    _UNBOUNDED if right is None else right, pad,
-                    0.0 if cap is None else cap, alibi, sink, nt)
+    _core.decode_q8(q, k8, ks, v8, vs, out, lse=lse, scale=sc, causal=True,
+                    causal_offset=S - L, win_left=UNBOUNDED if left is None else left,
+                    win_right=UNBOUNDED if right is None else right, pad=pad,
+                    softcap=0.0 if cap is None else cap, alibi=alibi, sinks=sink,
+                    num_threads=nt)
     return (out, lse) if return_lse else out

@@ -24,13 +24,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import _core
 from ._half import is_bfloat16
 
 __all__ = ["MaskPlan", "resolve", "causal_offset", "check_window", "check_head_masks",
            "check_cache_causal", "UNBOUNDED"]
 
-# A window side that bounds nothing: FA_UNBOUNDED of fastattn.h.
-UNBOUNDED = 2**63 - 1
+# A window side that bounds nothing: FA_UNBOUNDED of fastattn.h (2**63 - 1).
+UNBOUNDED: int = _core.UNBOUNDED
 
 
 class MaskPlan(NamedTuple):

@@ -40,9 +40,15 @@ def check_softcap(softcap: Any) -> float | None:
 
 
 def per_head(name: str, values: Any, heads_shape: tuple, dtype: Any, *,
-             neg_inf_ok: bool = False) -> np.ndarray | None:
+             neg_inf_ok: bool = False, in_range: bool = False,
+             contiguous: bool = False) -> np.ndarray | None:
     """``values`` (slopes or sinks) checked and broadcast to ``heads_shape``
-    (the batch shape, heads last) in ``dtype``; None stays None."""
+    (the batch shape, heads last) in ``dtype``; None stays None.
+
+    ``in_range``: values that the rounding to ``dtype`` makes infinite are
+    refused as the raw values would be (the kernels' rule; the reference
+    computes with the rounded values).  ``contiguous``: a C-ordered array
+    instead of a broadcast view (the int8 decoding kernel's layout)."""
     if values is None:
         return None
     a = np.asarray(values)
@@ -63,19 +69,24 @@ def per_head(name: str, values: Any, heads_shape: tuple, dtype: Any, *,
     if bad.any():
         what = "NaN or +inf" if neg_inf_ok else "non-finite"
         raise ValueError(f"{name} of shape {a.shape} has {what} entries: {a[bad][:4]}")
-    return np.broadcast_to(a.astype(dtype), tuple(heads_shape))
+    small = _rounded(name, a, np.dtype(dtype), neg_inf_ok) if in_range else a.astype(dtype)
+    full = np.broadcast_to(small, tuple(heads_shape))
+    return np.ascontiguousarray(full) if contiguous else full
 
 
-def _in_dtype(name: str, a: np.ndarray | None, cdt: np.dtype, neg_inf_ok: bool):
-    """a (already in cdt) as float64 of shape batch + (1, 1); values that the
-    rounding to cdt made infinite are rejected (as the raw values would be)."""
-    if a is None:
-        return None
-    bad = (a == np.inf) if neg_inf_ok else ~np.isfinite(a)
+def _rounded(name: str, a: np.ndarray, dtype: np.dtype, neg_inf_ok: bool) -> np.ndarray:
+    """a (checked) rounded to dtype, refused if the rounding made it infinite."""
+    with np.errstate(over="ignore"):
+        small = a.astype(dtype)
+    bad = (small == np.inf) if neg_inf_ok else ~np.isfinite(small)
     if bad.any():
-        raise ValueError(f"{name} has entries beyond the range of {cdt}: "
-                         f"{np.asarray(a)[bad][:4]}")
-    return a.astype(np.float64)[..., None, None]
+        raise ValueError(f"{name} has entries beyond the range of {dtype}: {a[bad][:4]}")
+    return small
+
+
+def _as_operand(a: np.ndarray | None) -> np.ndarray | None:
+    """a (batch shape) as the kernel's float64 operand of shape batch + (1, 1)."""
+    return None if a is None else a.astype(np.float64)[..., None, None]
 
 
 def resolve(alibi_slopes: Any, softcap: Any, sinks: Any, batch: tuple,
@@ -84,9 +95,6 @@ def resolve(alibi_slopes: Any, softcap: Any, sinks: Any, batch: tuple,
     cap = check_softcap(softcap)
     if cap is not None and cdt == np.float32 and cap > float(np.finfo(np.float32).max):
         raise ValueError(f"softcap must be finite in {cdt}, got {softcap!r}")
-    with np.errstate(over="ignore"):
-        slopes = per_head("alibi_slopes", alibi_slopes, batch, cdt)
-        sink = per_head("sinks", sinks, batch, cdt, neg_inf_ok=True)
-    return ScoreOptions(0.0 if cap is None else cap,
-                        _in_dtype("alibi_slopes", slopes, cdt, False),
-                        _in_dtype("sinks", sink, cdt, True))
+    slopes = per_head("alibi_slopes", alibi_slopes, batch, cdt, in_range=True)
+    sink = per_head("sinks", sinks, batch, cdt, neg_inf_ok=True, in_range=True)
+    return ScoreOptions(0.0 if cap is None else cap, _as_operand(slopes), _as_operand(sink))

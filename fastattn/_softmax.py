@@ -1,7 +1,7 @@
 """softmax(): ``scipy.special.softmax`` with a mask, ``out=`` and threads.
 
-Validation and the axes as rows in plain Python and NumPy (the dtype, thread
-and ``out=`` rules are :mod:`fastattn._api`'s); the rows go to the C kernel
+Validation and the axes as rows in plain Python and NumPy (the dtype and
+``out=`` rules are :mod:`fastattn._validate`'s); the rows go to the C kernel
 behind :mod:`fastattn._core` in one call."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 import numpy as np
 
 from . import _core
-from ._api import _check_out, _dtypes
+from ._validate import check_out, kernel_dtypes
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -96,7 +96,7 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
     array([0.119, 0.   , 0.881])
     """
     xa = x if type(x) is np.ndarray else np.asarray(x)
-    cdt, odt = _dtypes((("x", xa.dtype),))
+    cdt, odt = kernel_dtypes((("x", xa.dtype),))
     axes = _normalize_axes(axis, xa.ndim)
     keep = None
     if mask is not None:
@@ -108,7 +108,7 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
         except ValueError:
             raise ValueError(f"mask of shape {m.shape} does not broadcast to x's shape {xa.shape}") from None
     if out is not None:
-        _check_out(out, xa.shape, odt, (("mask", mask if isinstance(mask, np.ndarray) else None),))
+        check_out(out, xa.shape, odt, (("mask", mask if isinstance(mask, np.ndarray) else None),))
     if xa.size == 0:
         return out if out is not None else np.empty(xa.shape, odt)
     xc = xa if xa.dtype == cdt and xa.flags.aligned else np.ascontiguousarray(xa, dtype=cdt)
@@ -135,7 +135,7 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
             y2 = None  # partial overlap: go through a temporary
     if y2 is None:
         y2 = np.empty(x2.shape, cdt)
-        _core.softmax_rows(x2, y2, k2, 0)
+        _core.softmax_rows(x2, y2, keep=k2)
         moved = (tuple(xv.shape[i] for i in range(xv.ndim) if i not in ax) +
                  tuple(xv.shape[i] for i in ax))
         res = y2.reshape(moved)
@@ -144,5 +144,5 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
             out[...] = res
             return out
         return res if odt == cdt else res.astype(odt)
-    _core.softmax_rows(x2, y2, k2, 0)
+    _core.softmax_rows(x2, y2, keep=k2)
     return out

@@ -15,8 +15,8 @@ import sys
 
 import numpy as np
 
-from ._trace_show import _print_text, _save_plot, _token_names, to_json
-from .trace import WALKTHROUGH_X, _check_variants, trace
+from ._trace_show import print_text, save_plot, to_json, token_names
+from ._trace_steps import WALKTHROUGH_X, check_variants, trace
 
 __all__ = ["main"]
 
@@ -97,7 +97,7 @@ def _parse_variants(args):
             given[key] = (option, _parse_number(text, option))
     for key, (option, value) in given.items():
         try:
-            _check_variants(**{k: value if k == key else None
+            check_variants(**{k: value if k == key else None
                                for k in ("window", "alibi", "softcap", "sink")})
         except (TypeError, ValueError) as exc:
             raise _UsageError(f"argument {option}: {exc}") from None
@@ -193,7 +193,7 @@ def _print_steps(t, args, scale) -> bool:
         if args.json:
             print(to_json(t))
         else:
-            _print_text(t, causal=args.causal, scale_given=scale is not None)
+            print_text(t, causal=args.causal, scale_given=scale is not None)
         sys.stdout.flush()
     except BrokenPipeError:              # e.g. piped into `head`: stop quietly
         try:
@@ -238,7 +238,7 @@ def main(argv=None):
         return 1
     if args.plot is not None:
         try:
-            _save_plot(t, args.plot, _token_names(t["X"].shape[0]), causal=args.causal)
+            save_plot(t, args.plot, token_names(t["X"].shape[0]), causal=args.causal)
         except (OSError, ValueError) as exc:
             return _fail(f"--plot: cannot write {args.plot!r}: {exc}".replace("\n", " "),
                          status=1)

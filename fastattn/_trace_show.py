@@ -13,9 +13,11 @@ import math
 
 import numpy as np
 
+__all__ = ["print_text", "save_plot", "to_json", "token_names"]
 
 
-def _token_names(n):
+def token_names(n):
+    """Token labels: A, B, C, ... up to 26 tokens, else t0, t1, ..."""
     if n <= 26:
         return [chr(ord("A") + i) for i in range(n)]
     return [f"t{i}" for i in range(n)]
@@ -52,20 +54,31 @@ def _window_text(window):
     return f"{_window_pair(window)}: token i sees the keys j with {sees}"
 
 
-def _print_text(t, *, causal, scale_given):
+def print_text(t, *, causal, scale_given):
+    """The trace ``t`` printed as the walkthrough's numbered steps."""
+    n = t["X"].shape[0]
+    names = token_names(n)
+    dims = [f"d{j}" for j in range(max(t["X"].shape[1], t["Q"].shape[1], t["V"].shape[1]))]
+    step = iter(range(1, 100))
+    _print_inputs(t, step, names, dims, causal)
+    _print_scale(t, step, names, scale_given)
+    logits = _print_variants(t, step, names)
+    _print_mask(t, step, names, causal)
+    _print_weights(t, step, names, logits)
+    _print_matrix(f"{next(step)}. output = weights V  (each row: {_output_text(t)})",
+                  t["output"], names, dims[:t["output"].shape[1]])
+
+
+def _print_inputs(t, step, names, dims, causal):
+    """The header, X, the projections, Q, K, V and the raw scores."""
     x = t["X"]
     n, d_model = x.shape
-    d_k = t["Q"].shape[1]
-    names = _token_names(n)
-    dims = [f"d{j}" for j in range(max(d_model, d_k, t["V"].shape[1]))]
-    step = iter(range(1, 100))
-
     variants = [what for what, present in (
         ("causal", causal), (f"softcap {_num(t.get('softcap'))}", "softcap" in t),
         (f"ALiBi slope {_num(t.get('alibi_slope'))}", "alibi_slope" in t),
         (f"window {_window_pair(t.get('window'))}", "window" in t),
         (f"sink {_num(t.get('sink'))}", "sink" in t)) if present]
-    print(f"Attention, one head: {n} tokens, d_model = {d_model}, d_k = {d_k}, "
+    print(f"Attention, one head: {n} tokens, d_model = {d_model}, d_k = {t['Q'].shape[1]}, "
           f"d_v = {t['V'].shape[1]}{''.join(', ' + v for v in variants)}")
     print()
     _print_matrix(f"{next(step)}. X (input tokens, one row per token)", x, names,
@@ -85,6 +98,11 @@ def _print_text(t, *, causal, scale_given):
                   s, names, names)
     print(f"    largest |raw score| = {np.abs(s).max():.2f}")
     print()
+
+
+def _print_scale(t, step, names, scale_given):
+    """The scale (given or 1/sqrt(d_k)) and the scaled scores."""
+    d_k = t["Q"].shape[1]
     scale = float(t["scale"])
     if scale_given:
         how = "given with --scale" if scale != 1 else "given with --scale: no scaling"
@@ -96,6 +114,10 @@ def _print_text(t, *, causal, scale_given):
     _print_matrix(f"{next(step)}. scaled scores S_scaled = S_raw * scale", t["scaled"],
                   names, names)
     print()
+
+
+def _print_variants(t, step, names) -> str:
+    """The soft-cap and ALiBi steps, if any; the name of the scores they end with."""
     logits = "S_scaled"
     if "capped" in t:
         c = float(t["softcap"])
@@ -115,6 +137,11 @@ def _print_text(t, *, causal, scale_given):
                       names, names)
         print()
         logits = "S_bias"
+    return logits
+
+
+def _print_mask(t, step, names, causal):
+    """The additive mask (causal, window), or that there is none."""
     if t["mask"] is None:
         print(f"{next(step)}. mask: none (no causal mask; every token sees every token)")
     else:
@@ -123,6 +150,11 @@ def _print_text(t, *, causal, scale_given):
         _print_matrix(f"{next(step)}. mask M ({'; '.join(why)}; -inf = hidden, added before "
                       f"softmax)", t["mask"], names, names)
     print()
+
+
+def _print_weights(t, step, names, logits):
+    """The sink's share (if any) and the softmax weights of each row."""
+    n = t["X"].shape[0]
     w = t["weights"]
     plus_m = " + M" if t["mask"] is not None else ""
     if "sink_weight" in t:
@@ -144,10 +176,11 @@ def _print_text(t, *, causal, scale_given):
     print(f"    largest weight per row: " + ", ".join(
         f"{names[i]} {w[i].max():.2f}" for i in range(n)))
     print()
-    what = ("weighted sum of the value rows, the weights summing to less than 1"
+
+
+def _output_text(t) -> str:
+    return ("weighted sum of the value rows, the weights summing to less than 1"
             if "sink_weight" in t else "weighted average of the value rows")
-    _print_matrix(f"{next(step)}. output = weights V  (each row: {what})", t["output"], names,
-                  dims[:t["output"].shape[1]])
 
 
 def _num(value):
@@ -191,7 +224,7 @@ def to_json(t):
     return json.dumps({key: _jsonable(value) for key, value in t.items()}, allow_nan=False)
 
 
-def _save_plot(t, path, names, causal=None):
+def save_plot(t, path, names, causal=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

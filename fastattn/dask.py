@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra
     raise ImportError("fastattn.dask needs dask[array] (and distributed for a cluster), "
                       "which are not installed: pip install 'fastattn[dask]'") from e
 
-from . import _api, _half, _scores
+from . import _api, _half, _scores, _validate
 from . import _dask_tasks as _t
 from ._masks import causal_offset, check_window, resolve
 
@@ -68,21 +68,6 @@ def _pad_dims(x, nd: int):
 def _stand_in(shape: tuple, dtype) -> np.ndarray:
     """A read-only array of ``shape`` that takes no memory, for the checks."""
     return np.broadcast_to(np.zeros((), dtype), shape)
-
-
-def _per_head(name: str, values, batch: tuple, cdt: np.dtype, neg_inf_ok: bool):
-    """ALiBi slopes or sinks checked as the in-memory call checks them, as a
-    view of shape ``batch`` in the compute dtype; None stays None."""
-    if values is None:
-        return None
-    a = np.asarray(values)
-    full = _scores.per_head(name, a, batch, cdt, neg_inf_ok=neg_inf_ok)
-    with np.errstate(over="ignore"):
-        small = a.astype(cdt)
-    bad = (small == np.inf) if neg_inf_ok else ~np.isfinite(small)
-    if bad.any():
-        raise ValueError(f"{name} has entries beyond the range of {cdt}: {a[bad][:4]}")
-    return full
 
 
 class _Problem(NamedTuple):
@@ -204,9 +189,9 @@ def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_ma
         arrays[name], given[name] = _as_dask(x, name)
     q, k, v = arrays["query"], arrays["key"], arrays["value"]
     query_ndim = q.ndim
-    cdt, odt = _api._dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    cdt, odt = _validate.kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
-    batch, gqa, L, S, E, Ev = _api._problem_shape(q.shape, k.shape, v.shape, enable_gqa)
+    batch, gqa, L, S, E, Ev = _api.problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     m_in = None if attn_mask is None else (_known(attn_mask, "attn_mask")
                                            if isinstance(attn_mask, da.Array)
                                            else np.asarray(attn_mask))
@@ -339,12 +324,13 @@ def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
     prob, (E, query_ndim, gqa) = _problem(query, key, value, attn_mask, is_causal, enable_gqa,
                                           key_padding_mask, window)
     cdt = prob.cdt
-    sc = _api._scale(scale, cdt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
-    nt = _api._threads(num_threads)
+    sc = (_validate.check_scale(scale, cdt) if scale is not None
+          else 1.0 / math.sqrt(E) if E > 0 else 1.0)
+    nt = _validate.thread_count(num_threads)
     _scores.resolve(None, softcap, None, (), cdt)         # softcap's checks
     cap = _scores.check_softcap(softcap)
-    slopes = _per_head("alibi_slopes", alibi_slopes, prob.batch, cdt, False)
-    sink = _per_head("sinks", sinks, prob.batch, cdt, True)
+    slopes = _scores.per_head("alibi_slopes", alibi_slopes, prob.batch, cdt, in_range=True)
+    sink = _scores.per_head("sinks", sinks, prob.batch, cdt, neg_inf_ok=True, in_range=True)
     causal, off = causal_offset(is_causal, prob.L, prob.S)
     left, right = check_window(window)
     hi = off if causal else (None if right is None else right)

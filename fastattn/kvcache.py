@@ -7,37 +7,19 @@ attends over the filled part, a strided view of the storage, never a copy.
 
 from __future__ import annotations
 
-import numbers
-import operator
 from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 import numpy as np
 
+from . import _api
 from . import _half
 from . import _kvcache_q8
+from ._validate import positive_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 __all__ = ["KVCache"]
-
-
-def _positive_int(value, name, *, minimum=1):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    value = operator.index(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _as_float_array(a, name):
-    arr = np.asarray(a)
-    if arr.dtype.kind in "biu":
-        return arr
-    if arr.dtype.kind != "f" and not _half.is_bfloat16(arr.dtype):
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    return arr
 
 
 def _storage(dtype) -> tuple[str, np.dtype[Any]]:
@@ -150,11 +132,11 @@ class KVCache:
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, max_len: int,
                  dtype: DTypeLike | str = np.float32, value_dim: int | None = None) -> None:
-        batch_size = _positive_int(batch_size, "batch_size")
-        num_kv_heads = _positive_int(num_kv_heads, "num_kv_heads")
-        head_dim = _positive_int(head_dim, "head_dim")
-        max_len = _positive_int(max_len, "max_len")
-        value_dim = head_dim if value_dim is None else _positive_int(value_dim, "value_dim")
+        batch_size = positive_int(batch_size, "batch_size")
+        num_kv_heads = positive_int(num_kv_heads, "num_kv_heads")
+        head_dim = positive_int(head_dim, "head_dim")
+        max_len = positive_int(max_len, "max_len")
+        value_dim = head_dim if value_dim is None else positive_int(value_dim, "value_dim")
         self._kind, dtype = _storage(dtype)
         self._keys = np.zeros((batch_size, num_kv_heads, max_len, head_dim), dtype)
         self._values = np.zeros((batch_size, num_kv_heads, max_len, value_dim), dtype)
@@ -242,7 +224,46 @@ class KVCache:
         """Forget every cached position (the storage is kept for reuse)."""
         self._len = 0
 
-    def _check_room(self, n_new):
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` cached positions and forget the rest
+        (``truncate(0)`` is :meth:`reset`): how a step that failed after
+        appending puts the cache back as it was.
+
+        Raises
+        ------
+        TypeError
+            If ``length`` is not an integer (a bool is not one here).
+        ValueError
+            If ``length`` is negative or more than ``len(self)``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fastattn.mha import KVCache
+        >>> cache = KVCache(1, 1, 2, max_len=4)
+        >>> cache.append(np.ones((1, 1, 3, 2)), np.ones((1, 1, 3, 2)))
+        >>> cache.truncate(1)
+        >>> len(cache), cache.keys.shape
+        (1, (1, 1, 1, 2))
+        """
+        length = positive_int(length, "length", minimum=0)
+        if length > self._len:
+            raise ValueError(f"truncate: length {length} is more than the {self._len} "
+                             f"cached positions")
+        self._len = length
+
+    def check_room(self, n_new: int) -> None:
+        """Raise ValueError if ``n_new`` more positions do not fit in the
+        cache (before anything else of a step is done).
+
+        Examples
+        --------
+        >>> from fastattn.mha import KVCache
+        >>> KVCache(1, 1, 2, max_len=4).check_room(5)
+        Traceback (most recent call last):
+            ...
+        ValueError: kv_cache overflow: the cache holds 0 of max_len=4 positions and cannot take 5 more; the cache was left unchanged
+        """
         if self._len + n_new > self.max_len:
             raise ValueError(
                 f"kv_cache overflow: the cache holds {self._len} of max_len={self.max_len} "
@@ -286,7 +307,7 @@ class KVCache:
                 raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in a "
                                 f"{self.dtype} cache")
         n_new = k.shape[2]
-        self._check_room(n_new)
+        self.check_room(n_new)
         start = self._len
         with np.errstate(over="ignore"):  # beyond a 16-bit range: +-inf, documented
             self._keys[:, :, start:start + n_new] = k
@@ -299,7 +320,7 @@ class KVCache:
                 raise TypeError(f"{what} of dtype {arr.dtype} cannot be stored in an int8 "
                                 "cache (real numbers only)")
         n_new = k.shape[2]
-        self._check_room(n_new)
+        self.check_room(n_new)
         k8, ks = _kvcache_q8.quantize_rows(k, "keys")
         v8, vs = _kvcache_q8.quantize_rows(v, "values")
         start, stop = self._len, self._len + n_new
@@ -343,7 +364,6 @@ class KVCache:
             return _kvcache_q8.attend(k, self._k_scale[:, :, :self._len], v,
                                       self._v_scale[:, :, :self._len], self.num_kv_heads,
                                       self.head_dim, query, **opts)
-        from . import _api
         q = np.asarray(query)
         return _api.attention(q, k, v, is_causal="lower_right",
                               enable_gqa=q.ndim == 4 and q.shape[1] != self.num_kv_heads,
@@ -352,8 +372,3 @@ class KVCache:
     def _filled(self):
         # Internal, writable views of the filled part (no copies).
         return self._keys[:, :, :self._len], self._values[:, :, :self._len]
-
-
-# ---------------------------------------------------------------------------
-# multi_head_attention
-# ---------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._half import is_bfloat16
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -22,7 +24,8 @@ __all__ = ["merge_attention"]
 
 
 def _parts(name, parts):
-    """``parts`` as a list of at least one floating ndarray of one shape and dtype."""
+    """``parts`` as a list of at least one floating ndarray (bfloat16
+    included) of one shape and dtype."""
     if isinstance(parts, np.ndarray) and parts.ndim == 0:
         raise ValueError(f"{name} must be a sequence of arrays, got a 0-d array")
     try:
@@ -33,7 +36,7 @@ def _parts(name, parts):
     if not arrays:
         raise ValueError(f"{name} is empty: merge_attention needs at least one part")
     first = arrays[0]
-    if first.dtype.kind != "f":
+    if first.dtype.kind != "f" and not is_bfloat16(first.dtype):
         raise TypeError(f"{name} must hold floating arrays, got dtype {first.dtype}")
     for i, a in enumerate(arrays):
         if a.shape != first.shape or a.dtype != first.dtype:
@@ -64,7 +67,8 @@ def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
     Parameters
     ----------
     outputs : sequence of array_like, each of shape (..., H, L, Dv)
-        The parts' outputs, of one shape and one floating dtype.
+        The parts' outputs, of one shape and one floating dtype (float16,
+        bfloat16 -- ``ml_dtypes.bfloat16`` --, float32 or float64).
     lses : sequence of array_like, each of shape (..., H, L)
         The parts' natural-log LSEs, in the same order, of one shape
         (``outputs[0].shape[:-1]``) and one floating dtype.
@@ -72,7 +76,8 @@ def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
     Returns
     -------
     out : ndarray, shape (..., H, L, Dv)
-        In the outputs' dtype.
+        In the outputs' dtype (a 16-bit one rounded once, to nearest even,
+        from the float32 merge).
     lse : ndarray, shape (..., H, L)
         float64 when the outputs are float64, float32 otherwise.
 
@@ -87,8 +92,8 @@ def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
 
     Notes
     -----
-    The sums run over the parts in the order given, in float32 for float16
-    and float32 outputs and in float64 for float64, so the result is
+    The sums run over the parts in the order given, in float32 for float16,
+    bfloat16 and float32 outputs and in float64 for float64, so the result is
     deterministic; another order of the parts may differ in the last bits.
     Splitting the keys changes the rounding too: the merge matches the
     single call to within the accumulation dtype's rounding, not bitwise.

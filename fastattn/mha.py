@@ -15,9 +15,9 @@ import numpy as np
 
 from . import _api
 from . import _half
-from ._api import _dtypes  # the dtype rules live in one place
 from ._masks import check_cache_causal, check_head_masks, check_window
-from .kvcache import KVCache, _as_float_array, _positive_int
+from ._validate import kernel_dtypes, positive_int, real_array
+from .kvcache import KVCache
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -276,7 +276,7 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
     if kv_cache is not None:
         _check_cache(kv_cache, is_causal, (n, num_kv_heads, d_k, d_v), odt, cdt,
                      (x, w_q, w_k, w_v, w_o), num_kv_heads)
-        kv_cache._check_room(S_new)
+        kv_cache.check_room(S_new)
         S += len(kv_cache)
         if kv_cache.dtype == np.int8 and (attn_mask is not None or return_weights):
             raise ValueError("an int8 kv_cache supports neither attn_mask nor return_weights "
@@ -313,8 +313,8 @@ def multi_head_attention(x: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, w_v: Arra
 
 def _head_counts(num_heads, num_kv_heads) -> tuple[int, int]:
     """num_heads and num_kv_heads as checked ints (num_kv_heads divides num_heads)."""
-    num_heads = _positive_int(num_heads, "num_heads")
-    num_kv_heads = num_heads if num_kv_heads is None else _positive_int(num_kv_heads,
+    num_heads = positive_int(num_heads, "num_heads")
+    num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads,
                                                                          "num_kv_heads")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"num_heads={num_heads} must be a multiple of "
@@ -324,19 +324,19 @@ def _head_counts(num_heads, num_kv_heads) -> tuple[int, int]:
 
 def _arrays(x, w_q, w_k, w_v, w_o, context, kv_cache):
     """The inputs as arrays, and their (compute dtype, result dtype)."""
-    x = _as_float_array(x, "x")
+    x = real_array(x, "x")
     if x.ndim not in (2, 3):
         raise ValueError(f"x must have shape (N, L, d_model) or (L, d_model), got {x.shape}")
-    w_q = _as_float_array(w_q, "w_q")
-    w_k = _as_float_array(w_k, "w_k")
-    w_v = _as_float_array(w_v, "w_v")
-    w_o = _as_float_array(w_o, "w_o")
+    w_q = real_array(w_q, "w_q")
+    w_k = real_array(w_k, "w_k")
+    w_v = real_array(w_v, "w_v")
+    w_o = real_array(w_o, "w_o")
     arrays = [("x", x), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)]
     if context is not None:
         if kv_cache is not None:
             raise ValueError("context and kv_cache cannot be combined: the cache is for "
                              "causal self-attention decoding")
-        context = _as_float_array(context, "context")
+        context = real_array(context, "context")
         if context.ndim != x.ndim:
             raise ValueError(f"context must have as many dimensions as x ({x.ndim}): "
                              f"x has shape {x.shape}, context has shape {context.shape}")
@@ -344,7 +344,7 @@ def _arrays(x, w_q, w_k, w_v, w_o, context, kv_cache):
             raise ValueError(f"context and x must have the same batch size: x has shape "
                              f"{x.shape}, context has shape {context.shape}")
         arrays.append(("context", context))
-    cdt, odt = _dtypes(tuple((n, a.dtype) for n, a in arrays))
+    cdt, odt = kernel_dtypes(tuple((n, a.dtype) for n, a in arrays))
     return x, w_q, w_k, w_v, w_o, context, cdt, odt
 
 
@@ -417,16 +417,16 @@ def _attend(q, k_new, v_new, kv_cache, cdt, is_causal, options: dict):
             kv_cache.append(k_new, v_new)
             if kv_cache.dtype == np.int8:   # read in place by its own kernel
                 return _attend_int8(q, kv_cache, options)
-            k, v = kv_cache._filled()
+            # the filled part, read in place (a 16-bit cache too, against float32 queries)
+            k, v = kv_cache.keys, kv_cache.values
             causal = "lower_right"
-            # a 16-bit cache is read in place by the kernels (float32 queries)
         else:
             k, v = k_new, v_new
         # Looked up at call time, so that a replaced _api.attention is the one called.
         return _api.attention(q, k, v, is_causal=causal, **options)
     except BaseException:
         if kv_cache is not None:
-            kv_cache._len = old_len      # an error leaves the cache as it was
+            kv_cache.truncate(old_len)   # an error leaves the cache as it was
         raise
 
 

@@ -114,74 +114,35 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     """Reference scaled dot-product attention (see the module docstring)."""
     left, right = _check_window(window)
     cap = _check_softcap(softcap)
-    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
-    cdt, odt = _compute_dtype(q, k, v)
-    q, k, v = q.astype(cdt), k.astype(cdt), v.astype(cdt)
+    q, k, v, cdt, odt = _inputs(query, key, value, enable_gqa)
     L, E = q.shape[-2:]
     S = k.shape[-2]
-    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
-        rep = q.shape[-3] // k.shape[-3]
-        k = np.repeat(k, rep, axis=-3)
-        v = np.repeat(v, rep, axis=-3)
     if scale is None:
         scale = 1.0 / math.sqrt(E) if E > 0 else 1.0
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     slopes = _per_head("alibi_slopes", alibi_slopes, batch, cdt)
     sink = _per_head("sinks", sinks, batch, cdt, neg_inf_ok=True)
+    sink = None if sink is None else sink[..., None, None]
     with np.errstate(all="ignore"):
-        scores = np.matmul(q, np.swapaxes(k, -1, -2)) * cdt.type(scale)
-        if cap is not None:
-            scores = cdt.type(cap) * np.tanh(scores / cdt.type(cap))
         pos = np.arange(L)[:, None] + (S - L if is_causal == "lower_right" else 0)  # p(i)
         j = np.arange(S)[None, :]
-        if slopes is not None:
-            scores = scores - slopes[..., None, None] * np.abs(pos - j).astype(cdt)
-        hidden = np.zeros(batch + (L, S), dtype=bool)
-        if is_causal:
-            hidden |= j > pos
-        if left is not None:
-            hidden |= j < pos - left
-        if right is not None:
-            hidden |= j > pos + right
-        if attn_mask is not None:
-            m = np.asarray(attn_mask)
-            if m.dtype == bool:
-                hidden |= ~m
-            else:
-                m = m.astype(cdt)
-                hidden |= m == -np.inf
-                scores = scores + m
-        if key_padding_mask is not None:
-            kpm = np.asarray(key_padding_mask, dtype=bool)
-            if kpm.ndim == 2:  # (N, S): N is the first dimension of query
-                kpm = kpm.reshape((kpm.shape[0],) + (1,) * (q.ndim - 3) + (1, S))
-            hidden |= kpm
-        scores = np.broadcast_to(scores, hidden.shape)
-        hidden = hidden | (scores == -np.inf)
+        scores = _logits(q, k, scale, cap, slopes, pos, j, cdt)
+        hidden = _hidden(batch + (L, S), pos, j, is_causal, left, right, key_padding_mask,
+                         q.ndim)
+        scores, hidden = _with_mask(scores, hidden, attn_mask, cdt)
         dead = hidden.all(axis=-1, keepdims=True)
         masked = np.where(hidden | dead, -np.inf, scores)
         masked = np.where(dead, 0, masked)          # keep softmax away from all -inf rows
         # m of the module docstring: the row's largest visible logit, or the sink.
         top = masked.max(axis=-1, keepdims=True) if S > 0 else np.zeros(batch + (L, 1), cdt)
         if sink is not None:
-            sink = sink[..., None, None]
             top = np.maximum(top, sink)
-        if sink is None:
-            weights = scipy.special.softmax(masked, axis=-1) if S > 0 else masked
-        else:
-            # scipy's softmax with one more term, the sink's, in the denominator.
-            e = np.exp(masked - top)
-            weights = e / (e.sum(axis=-1, keepdims=True) + np.exp(sink - top))
-        weights = np.where(hidden, 0, weights).astype(cdt)
+        weights = _weights(masked, hidden, top, sink, S, cdt)
         # Sum over visible keys only: a hidden key never touches the output.
         vb = np.broadcast_to(v, batch + (S, v.shape[-1]))
         contrib = np.where(hidden[..., None], 0, weights[..., None] * vb[..., None, :, :])
         output = contrib.sum(axis=-2).astype(odt)
-        if return_lse:
-            total = np.exp(masked - top).sum(axis=-1, keepdims=True)
-            if sink is not None:
-                total = total + np.exp(sink - top)
-            lse = np.where(dead, -np.inf, top + np.log(total))[..., 0].astype(_lse_dtype(odt))
+        lse = _lse(masked, top, sink, dead, odt) if return_lse else None
     if out is not None:
         out[...] = output
         output = out
@@ -191,6 +152,82 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
     if return_lse:
         result += (lse,)
     return result if len(result) > 1 else output
+
+
+def _inputs(query, key, value, enable_gqa):
+    """q, k, v in the compute dtype (grouped-query heads repeated), and the
+    (compute dtype, result dtype)."""
+    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
+    cdt, odt = _compute_dtype(q, k, v)
+    q, k, v = q.astype(cdt), k.astype(cdt), v.astype(cdt)
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k = np.repeat(k, rep, axis=-3)
+        v = np.repeat(v, rep, axis=-3)
+    return q, k, v, cdt, odt
+
+
+def _logits(q, k, scale, cap, slopes, pos, j, cdt):
+    """The scaled scores, soft-capped, minus the ALiBi bias."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * cdt.type(scale)
+    if cap is not None:
+        scores = cdt.type(cap) * np.tanh(scores / cdt.type(cap))
+    if slopes is not None:
+        scores = scores - slopes[..., None, None] * np.abs(pos - j).astype(cdt)
+    return scores
+
+
+def _hidden(shape, pos, j, is_causal, left, right, key_padding_mask, query_ndim):
+    """The positions of ``shape`` (batch + (L, S)) that the causal mask, the
+    window and the key padding hide."""
+    hidden = np.zeros(shape, dtype=bool)
+    if is_causal:
+        hidden |= j > pos
+    if left is not None:
+        hidden |= j < pos - left
+    if right is not None:
+        hidden |= j > pos + right
+    if key_padding_mask is not None:
+        kpm = np.asarray(key_padding_mask, dtype=bool)
+        if kpm.ndim == 2:  # (N, S): N is the first dimension of query
+            kpm = kpm.reshape((kpm.shape[0],) + (1,) * (query_ndim - 3) + (1, shape[-1]))
+        hidden |= kpm
+    return hidden
+
+
+def _with_mask(scores, hidden, attn_mask, cdt):
+    """``attn_mask`` applied (bool: hides; float: added, -inf hides), and the
+    positions whose score is -inf hidden: (scores, hidden), of one shape
+    (``hidden`` is updated in place)."""
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        if m.dtype == bool:
+            hidden |= ~m
+        else:
+            m = m.astype(cdt)
+            hidden |= m == -np.inf
+            scores = scores + m
+    scores = np.broadcast_to(scores, hidden.shape)
+    return scores, hidden | (scores == -np.inf)
+
+
+def _weights(masked, hidden, top, sink, S, cdt):
+    """The softmax of each row over its visible logits (and the sink)."""
+    if sink is None:
+        weights = scipy.special.softmax(masked, axis=-1) if S > 0 else masked
+    else:
+        # scipy's softmax with one more term, the sink's, in the denominator.
+        e = np.exp(masked - top)
+        weights = e / (e.sum(axis=-1, keepdims=True) + np.exp(sink - top))
+    return np.where(hidden, 0, weights).astype(cdt)
+
+
+def _lse(masked, top, sink, dead, odt):
+    """Each row's log-sum-exp (the sink's term included); -inf for a dead row."""
+    total = np.exp(masked - top).sum(axis=-1, keepdims=True)
+    if sink is not None:
+        total = total + np.exp(sink - top)
+    return np.where(dead, -np.inf, top + np.log(total))[..., 0].astype(_lse_dtype(odt))
 
 
 def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, *, is_causal=False,

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 import numpy as np
 
 from . import _core
-from ._api import _check_out, _dtypes, _threads, attention
+from ._api import attention
 from ._half import arith
 from ._scores import per_head
+from ._validate import check_out, kernel_dtypes, thread_count
 from ._varlen_checks import check_packed
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _side_by_side(costs: list[int], num_threads, per_pair: int) -> int:
     thread each: the thread count, or 1 (one after the other, each on all the
     threads) when they are too few or too small, or one of them is longer than
     a thread's share of the work (it would finish last, alone)."""
-    nt = _core.openmp_max_threads() if num_threads is None else _threads(num_threads)
+    nt = _core.openmp_max_threads() if num_threads is None else thread_count(num_threads)
     total = sum(costs)
     if (nt <= 1 or len(costs) < 2 * nt or total * per_pair < _POOL_MIN_WORK
             or max(costs) * nt > total):
@@ -182,14 +183,14 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    kdt, odt = _dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
+    kdt, odt = kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     cdt = arith(kdt)  # float32 for 16-bit inputs (read in place)
     n = cq.size - 1
     slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
     sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)
     shape = (q.shape[0], H, v.shape[2])
     if out is not None:
-        _check_out(out, shape, odt, (("query", q), ("key", k), ("value", v)))
+        check_out(out, shape, odt, (("query", q), ("key", k), ("value", v)))
     # Only the options given are passed on, so that a call without them works
     # whatever keywords this build's attention() has.
     options: dict[str, Any] = {}

@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["fastattn._api", "fastattn._softmax", "fastattn._config", "fastattn.mha",
-           "fastattn.kvcache", "fastattn.merge", "fastattn.varlen", "fastattn.trace"]
+           "fastattn.kvcache", "fastattn.merge", "fastattn.varlen", "fastattn.trace",
+           "fastattn._trace_steps"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -537,7 +537,7 @@ def test_main_plot_variants(tmp_path, capsys):
 def test_plot_shows_the_variants(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.axes
-    from fastattn._trace_show import _save_plot
+    from fastattn._trace_show import save_plot
 
     titles, images = [], []
     real_title, real_imshow = matplotlib.axes.Axes.set_title, matplotlib.axes.Axes.imshow
@@ -547,7 +547,7 @@ def test_plot_shows_the_variants(tmp_path, monkeypatch):
                         lambda self, a, *r, **k: (images.append(np.asarray(a)),
                                                   real_imshow(self, a, *r, **k))[1])
     t = trace(window=(1, 0), alibi=0.5, sink=0.0)
-    _save_plot(t, str(tmp_path / "p.png"), ["A", "B", "C"], causal=False)
+    save_plot(t, str(tmp_path / "p.png"), ["A", "B", "C"], causal=False)
     assert titles[0] == "scores after ALiBi, masked"
     assert titles[1] == "attention weights\n(window (1, 0), sink 0)"
     assert images[1].shape == (3, 4)                         # the sink's column
