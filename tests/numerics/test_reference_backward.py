@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fastattn import reference
-from fastattn._reference_grad import attention_backward
+from fastattn.reference import attention_backward
 
 OPTIONS = {
     "plain": {},
