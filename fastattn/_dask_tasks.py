@@ -6,7 +6,8 @@ no Dask (the graph is built in :mod:`fastattn.dask`).
   window sides for that pair, so that causality, the window and ALiBi see
   the global positions;
 * :func:`partial_attention` -- one pair's ``(out, lse)``, in the compute dtype;
-* :func:`merge_parts` -- ``merge_attention`` of a fixed, bounded list of parts;
+* :func:`accumulate` -- one step of a query block's running merge: a pair's
+  partial merged into the result of the block's earlier key chunks;
 * :func:`finish` -- the sinks (added once, here) and the result dtype;
 * :func:`empty_result` -- a block no key chunk reaches.
 """
@@ -22,7 +23,7 @@ from . import _api, _half, _scores
 from ._masks import UNBOUNDED, resolve
 from .merge import merge_attention
 
-__all__ = ["Limits", "chunk_limits", "partial_attention", "merge_parts", "finish",
+__all__ = ["Limits", "chunk_limits", "partial_attention", "accumulate", "finish",
            "empty_result", "first", "second"]
 
 
@@ -145,9 +146,14 @@ def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
     return out, lse
 
 
-def merge_parts(parts):
-    """``merge_attention`` of ``parts`` (a list of ``(out, lse)``), in order."""
-    return merge_attention([p[0] for p in parts], [p[1] for p in parts])
+def accumulate(acc, q, k, v, mask, pad, *, spec: PartSpec):
+    """The pair's partial ``(out, lse)`` merged into ``acc``, the merge of the
+    query block's earlier key chunks (None at its first): one step of the
+    block's running merge, which holds one partial at a time."""
+    part = partial_attention(q, k, v, mask, pad, spec=spec)
+    if acc is None:
+        return part
+    return merge_attention([acc[0], part[0]], [acc[1], part[1]])
 
 
 def finish(part, *, sinks, odt):

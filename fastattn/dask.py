@@ -4,10 +4,15 @@ merged exactly.
 :func:`attention` takes ``dask.array`` inputs (NumPy arrays are wrapped as one
 chunk) and returns a lazy ``dask.array`` chunked as the query along batch,
 heads and queries.  Each (batch, head, query) block against each key chunk
-is one task giving a partial ``(out, lse)`` (:mod:`fastattn._dask_tasks`);
-a block's partials are merged with :func:`fastattn.merge_attention` in a
-tree of fixed shape and order (at most :data:`FAN_IN` parts at once), so the
-result does not depend on the scheduler, the workers or their threads.
+is one task (:mod:`fastattn._dask_tasks`): it computes that key chunk's
+partial ``(out, lse)`` and merges it, with :func:`fastattn.merge_attention`,
+into the result of the block's previous key chunk, which is its one
+dependency besides the chunks.  A block's key chunks thus form a chain in
+key order: one partial alive per block at a time (inside its task), merged
+as soon as it exists, and in a fixed order, so the result does not depend on
+the scheduler, the workers or their threads.  Each task runs where the most
+of its inputs' bytes are (its key/value chunk, or the query chunk and the
+running result), as the scheduler places it.
 
 Needs the ``[dask]`` extra: ``pip install "fastattn[dask]"`` (``dask[array]``
 and ``distributed``).
@@ -39,10 +44,7 @@ if TYPE_CHECKING:
 
     from numpy.typing import ArrayLike
 
-__all__ = ["attention", "FAN_IN"]
-
-# The most partial results merged by one task: the merge tree's fan-in.
-FAN_IN = 4
+__all__ = ["attention"]
 
 
 def _known(x, name: str):
@@ -223,24 +225,6 @@ def _block_key(x, name_dims: tuple, idx: tuple) -> tuple:
                              for d, (n, i) in enumerate(zip(name_dims, idx)))
 
 
-def _merge_tree(dsk: dict, name: str, head: tuple, parts: list) -> tuple:
-    """Merge ``parts`` (keys, in key order) in groups of FAN_IN, level by level;
-    -> the key of the whole."""
-    level = 0
-    while len(parts) > 1:
-        nxt = []
-        for gi in range(0, len(parts), FAN_IN):
-            group = parts[gi:gi + FAN_IN]
-            if len(group) == 1:
-                nxt.append(group[0])
-                continue
-            key = (name,) + head + (level, gi // FAN_IN)
-            dsk[key] = (_t.merge_parts, group)
-            nxt.append(key)
-        parts, level = nxt, level + 1
-    return parts[0]
-
-
 def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
               value: ArrayLike | da.Array, attn_mask: ArrayLike | da.Array | None = None,
               is_causal: bool | Literal["upper_left", "lower_right"] = False,
@@ -297,12 +281,17 @@ def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
     Notes
     -----
     Key chunks that causality, the window or a NumPy ``key_padding_mask``
-    hide from a whole query block are pruned from the graph.  A block's
-    partials are merged :data:`FAN_IN` at a time in key order, in a tree
-    fixed by the chunks alone: the result is bitwise the same on every
+    hide from a whole query block are pruned from the graph.  The other key
+    chunks of a block are visited in key order, each task merging its
+    chunk's partial into the running result of the ones before: the order
+    is fixed by the chunks alone, so the result is bitwise the same on every
     scheduler and any number of workers or threads, and equals the
-    in-memory call to float32 (float64) rounding.  Memory per task is
-    bounded by the chunk sizes; nothing of size ``L x S`` is ever built,
+    in-memory call to float32 (float64) rounding.  A block has one partial
+    alive at a time, so a worker holds little beyond its chunks and its
+    share of the result; the key chunks of one block are visited one after
+    another (the parallelism is over the blocks of batch, heads and
+    queries).  Memory per task is bounded by the chunk sizes; nothing of
+    size ``L x S`` is ever built,
     except an ``Lq x Sk`` boolean band per task where ALiBi meets a window
     side wider than a (query chunk, key chunk) pair.
 
@@ -338,7 +327,7 @@ def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
     token = tokenize(prob.q.name, prob.k.name, prob.v.name,
                      None if prob.mask is None else prob.mask.name,
                      None if prob.pad is None else prob.pad.name, causal, off, lo, hi, sc,
-                     gqa, query_ndim, slopes, cap, sink, nt, FAN_IN)
+                     gqa, query_ndim, slopes, cap, sink, nt, "chain")
     return _build(prob, token, _Options(sc, lo, hi, off, slopes, cap, sink, nt, query_ndim,
                                         gqa), return_lse)
 
@@ -356,21 +345,24 @@ class _Options(NamedTuple):
     gqa: Any
 
 
-def _build(prob: _Problem, token: str, o: _Options, return_lse: bool):
-    """The graph: partial tasks, merge trees, the results' blocks."""
-    q, k, v = prob.q, prob.k, prob.v
-    nb = len(prob.batch)
-    pname, oname, lname = (f"fastattn-{w}-{token}" for w in ("partial", "attention", "lse"))
-    dsk: dict = {}
-    out_dsk: dict = {}
-    lse_dsk: dict = {}
+class _Block(NamedTuple):
+    """One block of the batch axes (heads included): its index, shape, key/value
+    block index, and what its tasks take besides their chunks."""
+    bidx: tuple
+    bshape: tuple
+    kv_bidx: tuple
+    kv_heads: tuple | None    # (start, stop, index or None) within the kv block
+    gqa: bool                 # the query heads are whole groups of the kv heads
+    slopes: Any
+    sinks: Any
+
+
+def _blocks(prob: _Problem, o: _Options):
+    """The blocks of the batch axes, in index order."""
     bstarts = [_starts(c) for c in prob.out_chunks]
-    qstarts, sstarts = _starts(q.chunks[-2]), _starts(k.chunks[-2])
-    hd = nb - 1
-    dk = nb - (o.query_ndim - 2)
+    hd = len(prob.batch) - 1
     for bidx in itertools.product(*(range(len(c)) for c in prob.out_chunks)):
         bsl = tuple(slice(bstarts[d][i], bstarts[d][i + 1]) for d, i in enumerate(bidx))
-        bshape = tuple(s.stop - s.start for s in bsl)
         kv_bidx = list(bidx)
         kv_heads = None
         if prob.kv_heads is not None:
@@ -378,49 +370,80 @@ def _build(prob: _Problem, token: str, o: _Options, return_lse: bool):
             kv_bidx[hd] = ci
             kv_heads = (s, e, index)
         gqa_ok = o.gqa is not None and (kv_heads is None or kv_heads[2] is None)
-        slopes = None if o.slopes is None else np.ascontiguousarray(o.slopes[bsl])
-        sinks = None if o.sinks is None else np.ascontiguousarray(o.sinks[bsl])
-        for qi, Lc in enumerate(q.chunks[-2]):
-            head = bidx + (qi,)
-            q0 = qstarts[qi]
-            parts = []
-            for kj, Sc in enumerate(k.chunks[-2]):
-                if 0 in bshape:
-                    break
-                lim = _t.chunk_limits(q0, Lc, sstarts[kj], Sc, o.lo, o.hi, o.off,
-                                      slopes is not None)
-                if lim is None:
-                    continue
-                if prob.pad_visible is not None:
-                    row = bidx[dk] if prob.pad.ndim == 2 and prob.pad.shape[0] > 1 else 0
-                    if not prob.pad_visible[row, kj]:
-                        continue
-                spec = _t.PartSpec(o.scale, lim, o.query_ndim, kv_heads, gqa_ok, slopes,
-                                   o.softcap, o.num_threads)
-                key = (pname,) + head + (kj,)
-                dsk[key] = (functools.partial(_t.partial_attention, spec=spec),
-                            _block_key(q, q.shape, bidx + (qi, 0)),
-                            _block_key(k, k.shape, tuple(kv_bidx) + (kj, 0)),
-                            _block_key(v, v.shape, tuple(kv_bidx) + (kj, 0)),
-                            None if prob.mask is None else
-                            _block_key(prob.mask, prob.mask.shape, bidx + (qi, kj)),
-                            None if prob.pad is None else _pad_key(prob.pad, bidx, dk, kj))
-                parts.append(key)
-            if parts:
-                root = _merge_tree(dsk, pname, head, parts)
-                if sinks is not None or prob.odt != prob.cdt:
-                    rkey = (pname,) + head + ("root",)
-                    dsk[rkey] = (functools.partial(_t.finish, sinks=sinks, odt=prob.odt), root)
-                    root = rkey
-            else:
-                root = (pname,) + head + ("empty",)
-                dsk[root] = (functools.partial(_t.empty_result, out_shape=bshape + (Lc, prob.Ev),
-                                               cdt=prob.cdt, odt=prob.odt),)
+        yield _Block(bidx, tuple(s.stop - s.start for s in bsl), tuple(kv_bidx), kv_heads,
+                     gqa_ok, None if o.slopes is None else np.ascontiguousarray(o.slopes[bsl]),
+                     None if o.sinks is None else np.ascontiguousarray(o.sinks[bsl]))
+
+
+def _chain(dsk: dict, prob: _Problem, o: _Options, pname: str, blk: _Block, qi: int):
+    """The running merge of query chunk ``qi`` of ``blk`` over its key chunks:
+    one task per key chunk that is not pruned, in key order, each computing
+    its chunk's partial and merging it into the previous task's result, so
+    that a query block has one partial alive at a time and its merges run in
+    one fixed order.  -> the key of the last task (None: no key chunk)."""
+    q, k, v = prob.q, prob.k, prob.v
+    q0, Lc = _starts(q.chunks[-2])[qi], q.chunks[-2][qi]
+    dk = len(prob.batch) - (o.query_ndim - 2)
+    head = blk.bidx + (qi,)
+    acc = None
+    if 0 in blk.bshape:
+        return acc
+    for kj, (s0, Sc) in enumerate(zip(_starts(k.chunks[-2]), k.chunks[-2])):
+        lim = _t.chunk_limits(q0, Lc, s0, Sc, o.lo, o.hi, o.off, blk.slopes is not None)
+        if lim is None:
+            continue
+        if prob.pad_visible is not None:
+            row = blk.bidx[dk] if prob.pad.ndim == 2 and prob.pad.shape[0] > 1 else 0
+            if not prob.pad_visible[row, kj]:
+                continue
+        spec = _t.PartSpec(o.scale, lim, o.query_ndim, blk.kv_heads, blk.gqa, blk.slopes,
+                           o.softcap, o.num_threads)
+        key = (pname,) + head + (kj,)
+        dsk[key] = (functools.partial(_t.accumulate, spec=spec), acc,
+                    _block_key(q, q.shape, blk.bidx + (qi, 0)),
+                    _block_key(k, k.shape, blk.kv_bidx + (kj, 0)),
+                    _block_key(v, v.shape, blk.kv_bidx + (kj, 0)),
+                    None if prob.mask is None else
+                    _block_key(prob.mask, prob.mask.shape, blk.bidx + (qi, kj)),
+                    None if prob.pad is None else _pad_key(prob.pad, blk.bidx, dk, kj))
+        acc = key
+    return acc
+
+
+def _root(dsk: dict, prob: _Problem, pname: str, blk: _Block, qi: int, last) -> tuple:
+    """The key of the block's ``(out, lse)``: the chain's last task, then the
+    sinks and the result dtype; zeros when no key chunk reaches the block."""
+    head = blk.bidx + (qi,)
+    if last is None:
+        root = (pname,) + head + ("empty",)
+        Lc = prob.q.chunks[-2][qi]
+        dsk[root] = (functools.partial(_t.empty_result, out_shape=blk.bshape + (Lc, prob.Ev),
+                                       cdt=prob.cdt, odt=prob.odt),)
+        return root
+    if blk.sinks is None and prob.odt == prob.cdt:
+        return last
+    root = (pname,) + head + ("root",)
+    dsk[root] = (functools.partial(_t.finish, sinks=blk.sinks, odt=prob.odt), last)
+    return root
+
+
+def _build(prob: _Problem, token: str, o: _Options, return_lse: bool):
+    """The graph: a chain of partial-and-merge tasks per query block, the
+    results' blocks."""
+    q = prob.q
+    pname, oname, lname = (f"fastattn-{w}-{token}" for w in ("partial", "attention", "lse"))
+    dsk: dict = {}
+    out_dsk: dict = {}
+    lse_dsk: dict = {}
+    for blk in _blocks(prob, o):
+        for qi in range(len(q.chunks[-2])):
+            head = blk.bidx + (qi,)
+            root = _root(dsk, prob, pname, blk, qi, _chain(dsk, prob, o, pname, blk, qi))
             out_dsk[(oname,) + head + (0,)] = (_t.first, root)
             lse_dsk[(lname,) + head] = (_t.second, root)
-    deps = [x for x in (q, k, v, prob.mask, prob.pad) if x is not None]
+    deps = [x for x in (q, prob.k, prob.v, prob.mask, prob.pad) if x is not None]
     g = HighLevelGraph.from_collections(pname, dsk, dependencies=deps)
-    nd = nb + 2
+    nd = len(prob.batch) + 2
     out = _array(g, pname, oname, out_dsk, prob.out_chunks + (q.chunks[-2], (prob.Ev,)),
                  np.empty((0,) * nd, prob.odt))
     if not return_lse:

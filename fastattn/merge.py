@@ -143,9 +143,12 @@ def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
             total += e
         lse = np.where(dead, -np.inf, m0 + np.log(total))
         out = np.zeros(outs[0].shape, dtype=acc)
+        term = np.empty_like(out)           # one part's term at a time: two outputs' memory
         for o, a, e in zip(outs, ls, scaled):
             # exp(lse_p - lse), without the cancellation of lse_p - lse
-            w = (e / total)[..., None]
+            np.multiply((e / total)[..., None], o if o.dtype == acc else o.astype(acc),
+                        out=term)
             # A part with nothing visible in a row never touches that row.
-            out += np.where((a == -np.inf)[..., None], 0, w * o.astype(acc))
-    return out.astype(odt), lse
+            term[a == -np.inf] = 0
+            out += term
+    return out.astype(odt, copy=False), lse

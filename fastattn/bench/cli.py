@@ -32,7 +32,7 @@ EPILOG = textwrap.dedent("""\
     and return_lse vs the plain causal call, fastattn only; 16 causal
     sequences of 64 .. 2048 tokens through attention_varlen vs the same
     padded to 2048 with a key_padding_mask), dask (only when
-    asked for, --suite dask: fastattn.dask at (1, 8, 65536, 64) on a 2-worker
+    asked for, --suite dask: fastattn.dask at (1, 8, 32768, 64) on a 2-worker
     LocalCluster vs the in-memory call on 2 threads, and each worker's peak
     memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
     --suite model (alone; needs the [torch] extra): whole transformers models

@@ -41,27 +41,22 @@ def assert_matches(out, lse, want, want_lse, dtype):
 
 
 def partial_tasks(arr) -> list:
-    """The keys of the partial-attention tasks in arr's graph."""
+    """The keys of the partial-attention tasks in arr's graph (one per
+    query block and key chunk: each computes its partial and merges it)."""
+    return list(chain_steps(arr))
+
+
+def chain_steps(arr) -> dict:
+    """The partial-and-merge tasks of arr's graph: {key: the key of the
+    running result it merges into, or None at a block's first key chunk}."""
     from fastattn import _dask_tasks
     graph = arr.__dask_graph__()
-    keys = []
+    steps = {}
     for name, layer in graph.layers.items():
         if not name.startswith("fastattn-partial-"):
             continue
         for key, task in layer.items():
             f = task[0] if isinstance(task, tuple) else None
-            if getattr(f, "func", None) is _dask_tasks.partial_attention:
-                keys.append(key)
-    return keys
-
-
-def merge_tasks(arr) -> list:
-    """The (key, number of parts) of the merge tasks in arr's graph."""
-    from fastattn import _dask_tasks
-    graph = arr.__dask_graph__()
-    found = []
-    for name, layer in graph.layers.items():
-        if name.startswith("fastattn-partial-"):
-            found += [(key, len(task[1])) for key, task in layer.items()
-                      if isinstance(task, tuple) and task[0] is _dask_tasks.merge_parts]
-    return found
+            if getattr(f, "func", None) is _dask_tasks.accumulate:
+                steps[key] = task[1]
+    return steps

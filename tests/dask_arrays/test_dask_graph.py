@@ -1,4 +1,4 @@
-"""The graph of fastattn.dask.attention: pruned key chunks, bounded merges,
+"""The graph of fastattn.dask.attention: pruned key chunks, one merge chain per block,
 lazy construction, the same bits on every local scheduler, rechunking of
 chunks that do not line up, and the errors of bad input."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dask_common import assert_matches, chunked, import_dask, inputs, merge_tasks, partial_tasks
+from dask_common import assert_matches, chain_steps, chunked, import_dask, inputs, partial_tasks
 
 da = import_dask()
 
@@ -65,14 +65,28 @@ def test_block_that_sees_no_key_chunk_is_zeros_without_tasks():
     assert np.all(got == 0) and np.all(got_lse == -np.inf)
 
 
-def test_merges_take_at_most_fan_in_parts_in_a_tree():
-    _, (q, k, v) = _qkv(L=8, S=8 * 37, chunk=8)
+def test_each_query_block_merges_its_key_chunks_in_one_chain_in_key_order():
+    _, (q, k, v) = _qkv(L=16, S=8 * 37, chunk=8)
     out = fdask.attention(q, k, v)
-    merges = merge_tasks(out)
-    assert len(partial_tasks(out)) == 37
-    assert merges and max(n for _, n in merges) <= fdask.FAN_IN
-    # 37 -> 10 -> 3 -> 1: ceil(37/4) + ceil(10/4) + 1 merge tasks (a lone part passes on)
-    assert len(merges) == 9 + 3 + 1
+    steps = chain_steps(out)
+    assert len(steps) == 2 * 37
+    for key, acc in steps.items():
+        *head, kj = key
+        # each step merges into the step of the previous key chunk of its block
+        assert acc == (None if kj == 0 else tuple(head) + (kj - 1,))
+    # so every running result has exactly one consumer, and a block one
+    # partial alive at a time
+    consumed = [acc for acc in steps.values() if acc is not None]
+    assert len(consumed) == len(set(consumed)) == 2 * 36
+
+
+def test_the_chain_skips_pruned_key_chunks():
+    _, (q, k, v) = _qkv(L=64, S=64)
+    steps = chain_steps(fdask.attention(q, k, v, is_causal=True, window=(20, 0)))
+    # query chunk 3 (rows 48..63) sees key chunks 1 (from key 28), 2 and 3
+    chain = sorted((key[-1], acc) for key, acc in steps.items() if key[-2] == 3)
+    assert [kj for kj, _ in chain] == [1, 2, 3]
+    assert chain[0][1] is None and chain[1][1][-1] == 1 and chain[2][1][-1] == 2
 
 
 def test_building_the_graph_computes_nothing():
