@@ -1,5 +1,5 @@
-"""The benchmark harness behind ``python -m fastattn bench`` (and
-``bench/run.py``), shipped with the package.
+"""The benchmark harness behind ``python -m fastattn bench``, shipped with
+the package.
 
 Times :func:`fastattn.attention` (and :func:`fastattn.softmax`) against
 ``torch.nn.functional.scaled_dot_product_attention`` (when torch is

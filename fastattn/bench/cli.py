@@ -1,5 +1,4 @@
-"""The command line of ``python -m fastattn bench`` (and ``bench/run.py``):
-the options, their checks, and :func:`main`, the run as a sequence of steps
+"""The command line of ``python -m fastattn bench``: the options, their checks, and :func:`main`, the run as a sequence of steps
 (resolve the options, find the peers, list or measure, report)."""
 
 from __future__ import annotations

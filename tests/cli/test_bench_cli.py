@@ -1,4 +1,4 @@
-"""The benchmark command line (``python -m fastattn bench``, ``bench/run.py``).
+"""The benchmark command line (``python -m fastattn bench``).
 
 These tests check that the harness runs and reports what it should.  They
 never assert anything about speed.
@@ -12,18 +12,15 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from fastattn.bench import cases, cli, peers, report, timing
 from support import run_python
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
 
 
-RUN_PY = str(ROOT / "bench" / "run.py")
 
 
 def _run(*args, timeout=TIMEOUT):
@@ -133,9 +130,9 @@ def test_plot_writes_png(quick_run):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
 
-def test_custom_shapes_and_wrapper(tmp_path):
+def test_custom_shapes(tmp_path):
     js = tmp_path / "c.json"
-    p = _run(RUN_PY, "--shapes", "1,2,8,4;1,2,1,16,8", "--threads", "1",
+    p = _run("-m", "fastattn", "bench", "--shapes", "1,2,8,4;1,2,1,16,8", "--threads", "1",
              "--causal", "yes", "--repeats", "3", "--peers", "numpy",
              "--json", str(js), timeout=60)
     assert p.returncode == 0, p.stderr
@@ -175,8 +172,7 @@ def test_bad_option_process_exit_code():
 
 
 def test_help():
-    for args in (["-m", "fastattn", "--help"], ["-m", "fastattn", "bench", "--help"],
-                 [RUN_PY, "--help"]):
+    for args in (["-m", "fastattn", "--help"], ["-m", "fastattn", "bench", "--help"]):
         p = _run(*args, timeout=60)
         assert p.returncode == 0, p.stderr
         assert "usage" in p.stdout
