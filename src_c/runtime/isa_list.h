@@ -16,8 +16,8 @@
  * with -DFA_ISA_NAME=<name> and the flags of simd/<name>.flags.
  * A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line here.
  * avx512_bf16 and amx run float32/float64 through exactly the avx512 kernels
- * (their mappings include simd_avx512.h); they add the bfloat16 flash driver
- * (driver/amx_flash.h: VDPBF16PS on zmm registers, or AMX tiles). */
+ * (their mappings include simd_avx512.h); they add the 16-bit matrix kernels
+ * (kernels/flash16.h: VDPBF16PS on zmm registers, or AMX tiles). */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_AVX | FA_CPU_FMA | FA_CPU_AVX2 | FA_CPU_F16C | FA_OS_YMM | FA_CPU_AVX512F | FA_OS_ZMM)
