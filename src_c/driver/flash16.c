@@ -349,7 +349,7 @@ int fa_flash16(const fa_attention_args *a)
     pl.ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
     pl.evp = fa_round_up(a->Ev, FA_FLASH16_EROWS);
     pl.npk = fa_min64(fa_round_up(a->S, KGRID), PANEL_KEYS);
-    pl.vts = pl.npk + KGRID; /* V^T rows a line apart from 4 KiB multiples */
+    pl.vts = pl.npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
     pl.lay = fa_flash16_layout_of(&pl);
     void *mem = fa_malloc((size_t)pl.lay.total * (size_t)nt + 64); /* before any output */
     if (!mem) return FA_ENOMEM;
