@@ -69,7 +69,7 @@ typedef struct fa_flash16_plan {
     float c;        /* scale * log2(e): the scores in log2 units */
     int f16;        /* 1: float16, 0: bfloat16 */
     int64_t nb, nqb, chunk, nchunks; /* batch items, query blocks, blocks per chunk */
-    int64_t ep, evp, npk, vts;       /* padded E and Ev, keys packed per panel, V^T stride */
+    int64_t ep, evp, npk, vt_rs;       /* padded E and Ev, keys packed per panel, V^T stride */
     fa_flash16_layout lay;
     char *scratch;
 } fa_flash16_plan;
@@ -87,7 +87,7 @@ static fa_flash16_layout fa_flash16_layout_of(const fa_flash16_plan *pl)
     int64_t at = 0, b = 0;
     y.tf = lay_take(&at, pl->K->tile_bytes);
     y.kp = lay_take(&at, pl->npk * pl->ep * 2);
-    y.vt = lay_take(&at, pl->evp * pl->vts * 2);
+    y.vt = lay_take(&at, pl->evp * pl->vt_rs * 2);
     y.st = lay_take(&at, 2 * KB * MQ * 4);                       /* two S^T blocks */
     y.pt = lay_take(&at, 2 * (KB / 2) * 2 * HALF * 4);           /* two P^T blocks */
     y.alpha = lay_take(&at, MQ * 4);
@@ -178,7 +178,7 @@ static unsigned fa_flash16_pack_panel(const fa_flash16_plan *pl, const fa_flash1
     p.evp = pl->evp;
     p.nk = pe - p0;
     p.npk = fa_round_up(pe - p0, KGRID);
-    p.vts = pl->vts;
+    p.vt_rs = pl->vt_rs;
     p.exp_bits = fa_half_bits_of(pl->f16).exp;
     p.kp = bf->kp;
     p.vt = bf->vt;
@@ -212,7 +212,7 @@ static void fa_flash16_panel(const fa_flash16_plan *pl, const fa_flash16_bufs *b
         float *st = bf->st + cur * KB * MQ;
         w.ip = w.iq = w.npv = w.nqk = 0;
         if (nprev)
-            K->queue_pv(&w, vt + (kprev - p0), pl->vts, pl->evp, nprev,
+            K->queue_pv(&w, vt + (kprev - p0), pl->vt_rs, pl->evp, nprev,
                         bf->pt + (cur ^ 1) * KB * HALF, s->ot);
         if (rows->pad || fa_limits_cut(&pl->lim, rows->q0, MQ, k0, n)) K->mask(rows, k0, n, st);
         if (K->newmax(st, n, pl->c, s->m, s->l, bf->alpha)) {
@@ -226,7 +226,7 @@ static void fa_flash16_panel(const fa_flash16_plan *pl, const fa_flash16_bufs *b
         nprev = n;
     }
     w.ip = w.iq = w.npv = w.nqk = 0;
-    K->queue_pv(&w, vt + (kprev - p0), pl->vts, pl->evp, nprev, bf->pt + (cur ^ 1) * KB * HALF,
+    K->queue_pv(&w, vt + (kprev - p0), pl->vt_rs, pl->evp, nprev, bf->pt + (cur ^ 1) * KB * HALF,
                 s->ot);
     K->drain(&w);
 }
@@ -287,23 +287,33 @@ static void fa_flash16_block(const fa_flash16_plan *pl, const fa_flash16_bufs *b
     }
 }
 
+/* The keys [*klo, *khi) that some row of the nblk query blocks (rows rows)
+ * at r0 sees, from the first block's grid: the first block's lowest, the
+ * last block's highest (both limits grow with the row). */
+static void fa_flash16_chunk_keys(const fa_flash16_plan *pl, int64_t r0, int64_t nblk,
+                                  int64_t rows, int64_t *klo, int64_t *khi)
+{
+    int64_t lo_last, hi_first;
+    fa_limits_keys(&pl->lim, r0, fa_min64(rows, MQ), pl->a->S, klo, &hi_first);
+    fa_limits_keys(&pl->lim, r0 + (nblk - 1) * MQ, rows - (nblk - 1) * MQ, pl->a->S, &lo_last, khi);
+    *klo = *klo / KGRID * KGRID;
+}
+
 /* Work item it = (batch index, chunk of query blocks). */
 static void fa_flash16_item(void *ctx, int64_t it, int tid)
 {
     const fa_flash16_plan *pl = (const fa_flash16_plan *)ctx;
     const fa_attention_args *a = pl->a;
     const int64_t r0 = it % pl->nchunks * pl->chunk * MQ;
-    const int64_t nblk = fa_min64(pl->chunk, pl->nqb - r0 / MQ), rows = fa_min64(nblk * MQ, a->L - r0);
+    const int64_t nblk = fa_min64(pl->chunk, pl->nqb - r0 / MQ);
+    const int64_t rows = fa_min64(nblk * MQ, a->L - r0);
     fa_offsets off;
     fa_batch_offsets(a, it / pl->nchunks, &off);
     const fa_flash16_bufs bf = fa_flash16_carve(pl->scratch + (size_t)tid * (size_t)pl->lay.total,
                                                 &pl->lay);
     for (int64_t b = 0; b < nblk; b++) fa_flash16_block(pl, &bf, &off, b, r0 + b * MQ, 0);
-    /* the keys any row of the chunk sees, from its first block's grid */
-    int64_t klo, khi, lo_last, hi_first;
-    fa_limits_keys(&pl->lim, r0, fa_min64(rows, MQ), a->S, &klo, &hi_first);
-    fa_limits_keys(&pl->lim, r0 + (nblk - 1) * MQ, rows - (nblk - 1) * MQ, a->S, &lo_last, &khi);
-    klo = klo / KGRID * KGRID;
+    int64_t klo, khi;
+    fa_flash16_chunk_keys(pl, r0, nblk, rows, &klo, &khi);
     unsigned nonfinite = 0;
     if (klo < khi) memset(bf.flags + klo, 0, (size_t)(khi - klo));
     pl->K->tiles_on(bf.tf);
@@ -349,7 +359,7 @@ int fa_flash16(const fa_attention_args *a)
     pl.ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
     pl.evp = fa_round_up(a->Ev, FA_FLASH16_EROWS);
     pl.npk = fa_min64(fa_round_up(a->S, KGRID), PANEL_KEYS);
-    pl.vts = pl.npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
+    pl.vt_rs = pl.npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
     pl.lay = fa_flash16_layout_of(&pl);
     void *mem = fa_malloc((size_t)pl.lay.total * (size_t)nt + 64); /* before any output */
     if (!mem) return FA_ENOMEM;

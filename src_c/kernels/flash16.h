@@ -21,7 +21,7 @@
  *   kp   K rows of a key panel, row r at kp + r*ep (ep = E rounded up to
  *        FA_FLASH16_EPAIR), zero past E and past the last key;
  *   vt   V^T of the panel: row e (< evp = Ev rounded up to FA_FLASH16_EROWS)
- *        at vt + e*vts, key r at column r, zero past Ev and the last key; a
+ *        at vt + e*vt_rs, key r at column r, zero past Ev and the last key; a
  *        NaN or Inf value packed as 0 (0 x NaN is NaN in P.V, and a hidden
  *        key's must not reach the output) and its key flagged;
  *   qt   Q^T of one query block: (ep / FA_FLASH16_EPAIR) x 2 tiles of
@@ -53,11 +53,11 @@
 typedef struct fa_flash16_queue {
     void *tf;                 /* the tile state (tile_bytes of scratch) */
     const uint16_t *kp, *qt;  /* Q.K^T: K rows of the block, Q^T */
-    int64_t ep, epairs, nkt;  /* K row stride, E / FA_FLASH16_EPAIR, 16-key tiles */
+    int64_t ep, e_tiles, key_tiles; /* K row stride, E / FA_FLASH16_EPAIR, 16-key tiles */
     float *st;                /* its S^T */
     const uint16_t *vt;       /* P.V: V^T at the block's first key */
     const uint32_t *pt;       /* its P^T */
-    int64_t vts, evp, nkc;    /* V^T row stride, padded Ev, 32-key chunks */
+    int64_t vt_rs, evp, key_chunks; /* V^T row stride, padded Ev, 32-key chunks */
     float *ot;
     int64_t npv, nqk, ip, iq; /* steps of each, the next ones */
     int f16;                  /* 1: float16 (TDPFP16PS), 0: bfloat16 */
@@ -67,7 +67,7 @@ typedef struct fa_flash16_queue {
  * rs, cs), npk (a multiple of FA_FLASH16_KGRID, >= nk) packed. */
 typedef struct fa_flash16_pack {
     const uint16_t *k, *v;
-    int64_t krs, kcs, vrs, vcs, E, Ev, ep, evp, nk, npk, vts;
+    int64_t krs, kcs, vrs, vcs, E, Ev, ep, evp, nk, npk, vt_rs;
     uint16_t exp_bits;        /* the type's exponent field: NaN or Inf when all set */
     uint16_t *kp, *vt;
     uint8_t *flags;           /* flags[j] = 1: value row j has a NaN or Inf */
@@ -89,14 +89,14 @@ typedef struct fa_flash16_kernels {
     unsigned (*pack_kv)(const fa_flash16_pack *p);
     /* qt of rows 0 .. nq-1 at q (strides rs, cs), E columns */
     void (*pack_qt)(const uint16_t *q, int64_t rs, int64_t cs, int64_t E, int64_t nq,
-                    int64_t epairs, uint16_t *qt);
+                    int64_t e_tiles, uint16_t *qt);
     void (*tiles_on)(void *tf);
     void (*tiles_off)(void *tf);
     /* queue Q.K^T of n keys (K rows kp, stride ep) into st; P.V of n keys */
     /* (V^T at the block's first key) into ot; run every queued step */
     void (*queue_qk)(fa_flash16_queue *w, const uint16_t *kp, int64_t ep, int64_t n,
                      const uint16_t *qt, float *st);
-    void (*queue_pv)(fa_flash16_queue *w, const uint16_t *vt, int64_t vts, int64_t evp,
+    void (*queue_pv)(fa_flash16_queue *w, const uint16_t *vt, int64_t vt_rs, int64_t evp,
                      int64_t n, const uint32_t *pt, float *ot);
     void (*drain)(fa_flash16_queue *w);
     /* S^T rows r < n (keys k0 + r) set to -inf for the lanes that do not */

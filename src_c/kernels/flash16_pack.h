@@ -61,10 +61,10 @@ static unsigned FL(pack_vt)(const fa_flash16_pack *p)
             for (int64_t kq = 0; kq < M16_W; kq++)
                 r[kq] = FL(pack_pair)(p, j0 + 2 * kq, jend, e0, ne, &nonfinite);
             m16_transpose(r);
-            for (int64_t e = 0; e < ne; e++) m16_store(p->vt + (e0 + e) * p->vts + j0, r[e]);
+            for (int64_t e = 0; e < ne; e++) m16_store(p->vt + (e0 + e) * p->vt_rs + j0, r[e]);
         }
     }
-    for (int64_t e = p->Ev; e < p->evp; e++) memset(p->vt + e * p->vts, 0, (size_t)p->npk * 2);
+    for (int64_t e = p->Ev; e < p->evp; e++) memset(p->vt + e * p->vt_rs, 0, (size_t)p->npk * 2);
     return nonfinite;
 }
 
@@ -77,9 +77,9 @@ static unsigned FL(pack_kv)(const fa_flash16_pack *p)
 /* Q^T of rows 0 .. nq-1 as B tiles (kernels/flash16.h): the rows' dwords
  * transposed 16 x 16 */
 static void FL(pack_qt)(const uint16_t *q, int64_t rs, int64_t cs, int64_t E, int64_t nq,
-                        int64_t epairs, uint16_t *qt)
+                        int64_t e_tiles, uint16_t *qt)
 {
-    for (int64_t kk = 0; kk < epairs; kk++)
+    for (int64_t kk = 0; kk < e_tiles; kk++)
         for (int h = 0; h < 2; h++) {
             m16_vi r[M16_W];
             const int64_t ne = E - FA_FLASH16_EPAIR * kk < FA_FLASH16_EPAIR

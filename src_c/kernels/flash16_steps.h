@@ -22,63 +22,65 @@
 #define FL_DP(w, tf, c, a, b) FT_DP(tf, c, a, b)
 #endif
 /* Tile registers of both steps: C 0-3 (2 A tiles x 2 query halves), A 4-5,
- * B 6-7.  Q.K^T step j: key tile pair j / epairs, E pairs 16 (j % epairs)..,
+ * B 6-7.  Q.K^T step j: key tile pair j / e_tiles, E pairs 16 (j % e_tiles)..,
  * each C tile summed from 0 over the E pairs in order. */
 static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
 {
     fa_tilefile *tf = (fa_tilefile *)w->tf;
     (void)tf; /* (the AMX macros name tile registers, not tf) */
-    const int64_t t = j / w->epairs * 2, kk = j % w->epairs, ks = w->ep * 2;
-    const int two = t + 1 < w->nkt;
+    const int64_t t = j / w->e_tiles * 2, kk = j % w->e_tiles, k_bytes = w->ep * 2;
+    const int two = t + 1 < w->key_tiles;
     const uint16_t *k0 = w->kp + t * FT_ROWS * w->ep;
     if (kk == 0) {
         FT_ZERO(tf, 0); FT_ZERO(tf, 1);
         if (two) { FT_ZERO(tf, 2); FT_ZERO(tf, 3); }
     }
-    FT_LOAD(tf, 4, k0 + kk * EPAIR, ks);
+    FT_LOAD(tf, 4, k0 + kk * EPAIR, k_bytes);
     FT_LOAD(tf, 6, w->qt + (kk * 2) * TILE, FT_COLSB);
     FT_LOAD(tf, 7, w->qt + (kk * 2 + 1) * TILE, FT_COLSB);
     FL_DP(w, tf, 0, 4, 6); FL_DP(w, tf, 1, 4, 7);
     if (two) {
-        FT_LOAD(tf, 5, k0 + FT_ROWS * w->ep + kk * EPAIR, ks);
+        FT_LOAD(tf, 5, k0 + FT_ROWS * w->ep + kk * EPAIR, k_bytes);
         FL_DP(w, tf, 2, 5, 6); FL_DP(w, tf, 3, 5, 7);
     }
-    if (kk == w->epairs - 1) {
+    if (kk == w->e_tiles - 1) {
         float *s0 = w->st + t * FT_ROWS * MQ, *s1 = s0 + FT_ROWS * MQ;
         FT_STORE(tf, 0, s0, MQ * 4); FT_STORE(tf, 1, s0 + HALF, MQ * 4);
         if (two) { FT_STORE(tf, 2, s1, MQ * 4); FT_STORE(tf, 3, s1 + HALF, MQ * 4); }
     }
 }
 
-/* P.V step j: Ev tile pair j / nkc, keys 32 (j % nkc) ..; the C tiles
+/* P.V step j: Ev tile pair j / key_chunks, keys 32 (j % key_chunks) ..; the C tiles
  * loaded from O^T at the first 32-key chunk, stored after the last */
 static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 {
     fa_tilefile *tf = (fa_tilefile *)w->tf;
     (void)tf;
-    const int64_t et = j / w->nkc * 2, c = j % w->nkc, vs = w->vts * 2, os = MQ * 4;
+    const int64_t et = j / w->key_chunks * 2, c = j % w->key_chunks;
+    const int64_t vt_bytes = w->vt_rs * 2, o_bytes = MQ * 4;
     const int two = et + 1 < w->evp / FT_ROWS;
     float *o0 = w->ot + et * FT_ROWS * MQ, *o1 = o0 + FT_ROWS * MQ;
     if (c == 0) {
-        FT_LOAD(tf, 0, o0, os); FT_LOAD(tf, 1, o0 + HALF, os);
-        if (two) { FT_LOAD(tf, 2, o1, os); FT_LOAD(tf, 3, o1 + HALF, os); }
+        FT_LOAD(tf, 0, o0, o_bytes); FT_LOAD(tf, 1, o0 + HALF, o_bytes);
+        if (two) { FT_LOAD(tf, 2, o1, o_bytes); FT_LOAD(tf, 3, o1 + HALF, o_bytes); }
     }
-    FT_LOAD(tf, 4, w->vt + et * FT_ROWS * w->vts + c * FA_FLASH16_KGRID, vs);
+    FT_LOAD(tf, 4, w->vt + et * FT_ROWS * w->vt_rs + c * FA_FLASH16_KGRID, vt_bytes);
     FT_LOAD(tf, 6, w->pt + c * FT_ROWS * HALF, FT_COLSB);
     FT_LOAD(tf, 7, w->pt + PT_HALF + c * FT_ROWS * HALF, FT_COLSB);
     FL_DP(w, tf, 0, 4, 6); FL_DP(w, tf, 1, 4, 7);
     if (two) {
-        FT_LOAD(tf, 5, w->vt + (et + 1) * FT_ROWS * w->vts + c * FA_FLASH16_KGRID, vs);
+        FT_LOAD(tf, 5, w->vt + (et + 1) * FT_ROWS * w->vt_rs + c * FA_FLASH16_KGRID, vt_bytes);
         FL_DP(w, tf, 2, 5, 6); FL_DP(w, tf, 3, 5, 7);
     }
-    if (c == w->nkc - 1) {
-        FT_STORE(tf, 0, o0, os); FT_STORE(tf, 1, o0 + HALF, os);
-        if (two) { FT_STORE(tf, 2, o1, os); FT_STORE(tf, 3, o1 + HALF, os); }
+    if (c == w->key_chunks - 1) {
+        FT_STORE(tf, 0, o0, o_bytes); FT_STORE(tf, 1, o0 + HALF, o_bytes);
+        if (two) { FT_STORE(tf, 2, o1, o_bytes); FT_STORE(tf, 3, o1 + HALF, o_bytes); }
     }
 }
 
-#define FL_QK_STEPS(nkt, epairs) (((nkt) + 1) / 2 * (epairs)) /* per key tile pair, per E tile */
-#define FL_PV_STEPS(evp, nkc) (((evp) / FT_ROWS + 1) / 2 * (nkc)) /* per Ev tile pair, per 32 keys */
+/* steps: one per key tile pair and E tile; one per Ev tile pair and 32 keys */
+#define FL_QK_STEPS(key_tiles, e_tiles) (((key_tiles) + 1) / 2 * (e_tiles))
+#define FL_PV_STEPS(evp, key_chunks) (((evp) / FT_ROWS + 1) / 2 * (key_chunks))
 #else
 /* avx512_bf16: a step is FA_DP16_ROWS rows of C (keys of S^T, or Ev rows of
  * O^T) x the 32 query lanes (two vectors per row) summed over the whole
@@ -86,8 +88,8 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
  * they lie (K rows, Q^T, V^T, P^T): each A dword broadcast once for two
  * VDPBF16PS, each B row loaded once per FA_DP16_ROWS rows, C loaded and
  * stored once per step. */
-#define FL_QK_STEPS(nkt, epairs) ((nkt) * (FT_ROWS / FA_DP16_ROWS)) /* all of E each */
-#define FL_PV_STEPS(evp, nkc) ((evp) / FA_DP16_ROWS) /* all the keys each */
+#define FL_QK_STEPS(key_tiles, e_tiles) ((key_tiles) * (FT_ROWS / FA_DP16_ROWS)) /* all of E each */
+#define FL_PV_STEPS(evp, key_chunks) ((evp) / FA_DP16_ROWS) /* all the keys each */
 /* C rows i < FA_DP16_ROWS (acc[i][0..1]) += sum over pairs k < np of
  * A[i][k] B[k]: A's row i at pair k is A + i * astr + 2k (uint16_t), B's two
  * halves of pair row k at B0, B1 (expressions of k) */
@@ -108,7 +110,8 @@ static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
     for (int i = 0; i < FA_DP16_ROWS; i++) acc[i][0] = acc[i][1] = vf_zero();
     /* A: K rows (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
     const uint16_t *kr = w->kp + j * FA_DP16_ROWS * w->ep, *qt = w->qt;
-    FL_ACC_LOOP(w->epairs * FT_ROWS, kr, w->ep, qt + (k / FT_ROWS * 2) * TILE + k % FT_ROWS * EPAIR,
+    FL_ACC_LOOP(w->e_tiles * FT_ROWS, kr, w->ep,
+                qt + (k / FT_ROWS * 2) * TILE + k % FT_ROWS * EPAIR,
                 qt + (k / FT_ROWS * 2 + 1) * TILE + k % FT_ROWS * EPAIR)
     float *s = w->st + j * FA_DP16_ROWS * MQ;
     for (int i = 0; i < FA_DP16_ROWS; i++) {
@@ -127,9 +130,9 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
         acc[i][1] = vf_load(o + i * MQ + HALF);
     }
     /* A: V^T rows (key pairs); B: P^T pair rows of each half */
-    const uint16_t *vr = w->vt + j * FA_DP16_ROWS * w->vts;
+    const uint16_t *vr = w->vt + j * FA_DP16_ROWS * w->vt_rs;
     const uint32_t *pt = w->pt;
-    FL_ACC_LOOP(w->nkc * FT_ROWS, vr, w->vts, pt + k * HALF, pt + PT_HALF + k * HALF)
+    FL_ACC_LOOP(w->key_chunks * FT_ROWS, vr, w->vt_rs, pt + k * HALF, pt + PT_HALF + k * HALF)
     for (int i = 0; i < FA_DP16_ROWS; i++) {
         vf_store(o + i * MQ, acc[i][0]);
         vf_store(o + i * MQ + HALF, acc[i][1]);
@@ -151,16 +154,16 @@ static void FL(drain)(fa_flash16_queue *w)
     while (w->iq < w->nqk || w->ip < w->npv) FL(step)(w);
 }
 
-static void FL(queue_pv)(fa_flash16_queue *w, const uint16_t *vt, int64_t vts, int64_t evp,
+static void FL(queue_pv)(fa_flash16_queue *w, const uint16_t *vt, int64_t vt_rs, int64_t evp,
                          int64_t n, const uint32_t *pt, float *ot)
 {
     w->vt = vt;
-    w->vts = vts;
+    w->vt_rs = vt_rs;
     w->evp = evp;
     w->pt = pt;
-    w->nkc = fa_div_up(n, FA_FLASH16_KGRID);
+    w->key_chunks = fa_div_up(n, FA_FLASH16_KGRID);
     w->ot = ot;
-    w->npv = FL_PV_STEPS(evp, w->nkc);
+    w->npv = FL_PV_STEPS(evp, w->key_chunks);
 }
 
 static void FL(queue_qk)(fa_flash16_queue *w, const uint16_t *kp, int64_t ep, int64_t n,
@@ -168,11 +171,11 @@ static void FL(queue_qk)(fa_flash16_queue *w, const uint16_t *kp, int64_t ep, in
 {
     w->kp = kp;
     w->ep = ep;
-    w->epairs = ep / EPAIR;
-    w->nkt = fa_div_up(n, FT_ROWS);
+    w->e_tiles = ep / EPAIR;
+    w->key_tiles = fa_div_up(n, FT_ROWS);
     w->qt = qt;
     w->st = st;
-    w->nqk = FL_QK_STEPS(w->nkt, w->epairs);
+    w->nqk = FL_QK_STEPS(w->key_tiles, w->e_tiles);
 }
 
 static void FL(tiles_on)(void *tf)
