@@ -100,7 +100,7 @@ int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
  * softcap kernel with a cap of 1), for its accuracy tests; y may equal x. */
 int fa_tanh(int dtype, int64_t n, const void *x, void *y);
 
-/* Test hook (driver/amx_hooks.c): one instruction of the bfloat16 tiers on
+/* Test hook (testing/bf16_hooks.c): one instruction of the bfloat16 tiers on
  * small arrays.  native 0: its plain-C emulation (simd/bf16_emulate.h);
  * 1: the instruction itself, FA_EINVAL where the CPU, the OS or the build
  * lacks it.  Operands (row-major, 64-byte rows):

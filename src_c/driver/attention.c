@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/flash16.h"
 #include "driver/mask_summary.h"
+#include "driver/offsets.h"
 #include "driver/scratch.h"
 #include "driver/window.h"
 #include "fastattn.h"
@@ -19,54 +21,12 @@
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
-#define FA_LOG2E 1.44269504088896340735992468100189214
-#define FA_LN2 0.693147180559945309417232121458176568
-
-/* Element offsets of one batch index in every operand; bms: its slice of
- * the boolean mask (mask_summary.h). */
-typedef struct fa_offsets {
-    int64_t q, k, v, o, bm, am, pad, bms;
-    int64_t al, sk, lse; /* the score options' operands (zero when absent) */
-} fa_offsets;
-
-static void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
-{
-    memset(off, 0, sizeof(*off));
-    int64_t nbms = 1;
-    for (int d = a->nbatch_dims - 1; d >= 0; d--) {
-        int64_t n = a->batch_shape[d], i = b % n;
-        b /= n;
-        off->q += i * a->q.bstride[d];
-        off->k += i * a->k.bstride[d];
-        off->v += i * a->v.bstride[d];
-        off->o += i * a->out.bstride[d];
-        off->bm += i * a->bool_mask.bstride[d];
-        off->am += i * a->add_mask.bstride[d];
-        off->pad += i * a->pad.bstride[d];
-        if (a->bool_mask.bstride[d] != 0) { off->bms += i * nbms; nbms *= n; }
-        if (a->alibi.data) off->al += i * a->alibi.bstride[d];
-        if (a->sinks.data) off->sk += i * a->sinks.bstride[d];
-        if (a->lse.data) off->lse += i * a->lse.bstride[d];
-    }
-}
-
 #define FA_SFX f32
 #include "driver/attention_tmpl.h" /* attention_f32 */
 #undef FA_SFX
 #define FA_SFX f64
 #include "driver/attention_tmpl.h" /* attention_f64 */
 #undef FA_SFX
-
-/* The bfloat16 driver of the ISA in use takes the call (kernels.h): one
- * exists, the call has enough query rows (FA_BF16_MIN_ROWS) and nothing it
- * leaves to the float32 path. */
-static int fa_bf16_flash_eligible(const fa_attention_args *a)
-{
-    return fa_bf16_flash_current() != NULL && a->dtype == FA_FLOAT32 &&
-           a->L >= FA_BF16_MIN_ROWS && !a->weights &&
-           !a->bool_mask.data && !a->add_mask.data && !(a->softcap > 0) && !a->alibi.data &&
-           !a->sinks.data;
-}
 
 int fa_attention(const fa_attention_args *a)
 {
@@ -79,11 +39,11 @@ int fa_attention(const fa_attention_args *a)
     if ((a->storage != a->dtype && !(a->dtype == FA_FLOAT32 && half)) ||
         (a->kv_storage != a->storage && !(a->storage == FA_FLOAT32 && kv_half)))
         return FA_EINVAL;
-    if ((a->storage == FA_BFLOAT16 || a->storage == FA_FLOAT16) && fa_bf16_flash_eligible(a)) {
-        /* the amx / avx512_bf16 tiers' 16-bit driver (kernels.h; it declines
-         * float16 without AMX-FP16) */
-        const int rc = fa_bf16_flash_current()(a);
-        if (rc != FA_BF16_DECLINED) return rc;
+    if (half) {
+        /* the 16-bit matrix driver, where the ISA in use has one and the
+         * call is one it takes (flash16.h) */
+        const int rc = fa_flash16(a);
+        if (rc != FA_FLASH16_DECLINED) return rc;
     }
     if (a->dtype == FA_FLOAT32) return attention_f32(a);
     if (a->dtype == FA_FLOAT64) return attention_f64(a);

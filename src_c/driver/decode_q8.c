@@ -1,25 +1,19 @@
 /* decode_q8.c -- the int8 KV cache's entry points (fastattn.h):
  * fa_decode_q8 (checks, the per-thread scratch, the (batch, kv head) work
- * items over the threads, each computed by the ISA's kernel of
- * decode_q8_tmpl.h) and fa_quantize_q8 (the rows appended to the cache). */
+ * items over the threads, each computed by the decode_q8 kernel of the ISA
+ * in use, kernels/decode_q8_tmpl.h) and fa_quantize_q8 (the rows appended
+ * to the cache). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "driver/decode_q8.h"
 #include "fastattn.h"
+#include "kernels/decode_q8.h"
+#include "kernels/kernels.h"
 #include "runtime/alloc.h"
-#include "runtime/arch.h"
 #include "runtime/parallel.h"
 
-/* The kernels by ISA, in the order of runtime/isa_list.h (NULL where the
- * ISA is not built for this target). */
 typedef void (*fa_q8_kernel)(const fa_q8_item *it);
-#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(fa_decode_q8_item_##name),
-static const fa_q8_kernel g_q8[FA_ISA_COUNT] = {
-#include "runtime/isa_list.h"
-};
-#undef FA_ISA
 
 typedef struct fa_q8_job {
     const fa_decode_q8_args *a;
@@ -80,7 +74,7 @@ int fa_decode_q8(const fa_decode_q8_args *a)
     if (!fa_q8_args_ok(a)) return FA_EINVAL;
     const int64_t items = a->B * a->Hkv;
     if (items == 0 || a->L == 0) return FA_OK;
-    const fa_q8_kernel kernel = g_q8[fa_get_isa()];
+    const fa_q8_kernel kernel = fa_kernels_f32_current()->decode_q8;
     if (!kernel) return FA_EINVAL;
     /* threads: at most one per item, one for a small problem (the FLOP
      * count of Q.K^T and P.V) */

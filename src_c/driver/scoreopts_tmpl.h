@@ -69,10 +69,10 @@ static FA_T FN(row_finish)(const fa_attention_args *a, const fa_offsets *off, in
         const double f = base2 ? exp2((double)m - M) : exp((double)m - M);
         const double lt = (double)l * f + (base2 ? exp2(t - M) : exp(t - M));
         inv = (FA_T)(f / lt);
-        lse = base2 ? (M + log2(lt)) * FA_LN2 : M + log(lt);
+        lse = fa_lse_of(M, lt, base2);
     } else {
         inv = (FA_T)1 / l;
-        lse = base2 ? ((double)m + log2((double)l)) * FA_LN2 : (double)m + log((double)l);
+        lse = fa_lse_of((double)m, (double)l, base2);
     }
     if (a->lse.data) ((FA_T *)a->lse.data)[off->lse + i * a->lse.rs] = (FA_T)lse;
     return inv;

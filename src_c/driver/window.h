@@ -4,8 +4,8 @@
  * the right side cut to p(i) with causal.  As offsets from i: keys
  * i + lo <= j (when has_lo) and j <= i + hi (when has_hi); a side wider
  * than L + S bounds nothing, so it is dropped (no overflow, and without a
- * window the limits are exactly the causal ones).  Included once by
- * attention.c. */
+ * window the limits are exactly the causal ones).  Shared by the float
+ * drivers (attention.c) and the 16-bit matrix driver (flash16.c). */
 #ifndef FASTATTN_WINDOW_H
 #define FASTATTN_WINDOW_H
 
@@ -48,6 +48,16 @@ static inline int fa_limits_none(const fa_limits *w, int64_t i0, int64_t ni, int
                                  int64_t nk)
 {
     return (w->has_hi && kb > i0 + ni - 1 + w->hi) || (w->has_lo && kb + nk - 1 < i0 + w->lo);
+}
+
+/* The keys [*lo, *hi) some row of [i0, i0 + ni) sees, of S (empty: *lo >= *hi). */
+static inline void fa_limits_keys(const fa_limits *w, int64_t i0, int64_t ni, int64_t S,
+                                  int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = S;
+    if (w->has_lo && i0 + w->lo > *lo) *lo = i0 + w->lo;
+    if (w->has_hi && i0 + ni - 1 + w->hi + 1 < *hi) *hi = i0 + ni - 1 + w->hi + 1;
 }
 
 #endif

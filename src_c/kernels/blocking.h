@@ -15,8 +15,8 @@
  *          (FA_KC x Ev) are 32-64 KiB each for E = 64-128 in float32:
  *          L2-resident, reused by every query row of a work chunk before the
  *          next block; one NR-wide V panel (8 KiB) stays in L1 during P.V.
- *          128 measured faster than 256 at E = 64 (README, git log).  Must be
- *          a multiple of every ISA's NR (16, 32 for float; 8, 16 for double).
+ *          Must be a multiple of every ISA's NR (16, 32 for float; 8, 16
+ *          for double).
  *   FA_MAX_CHUNK_MC  at most this many score tiles (query rows / FA_MC) share
  *          one packed K/V block (packed once per chunk: 16 tiles = 1024
  *          rows halve the packing of 8 at L = 1024); bounds the per-thread Q
@@ -53,7 +53,7 @@
  * the FMA latency on two pipes (4 cycles x 2 = 8 on Zen 3 and Skylake-X),
  * few enough to stay in the 16 vector registers of AVX2. */
 #define FA_PROBE_CHAINS 12
-/* The int8 KV cache's decode (driver/decode_q8_tmpl.h): query rows sharing
+/* The int8 KV cache's decode (kernels/decode_q8_tmpl.h): query rows sharing
  * one pass over a kv head's keys (a GQA group x the new tokens; one int8 key
  * converted once serves them all: FA_Q8_ROWS accumulators + the key vector
  * fit AVX2's 16 registers), and keys per block (the FA_Q8_ROWS x FA_Q8_KC
@@ -61,11 +61,40 @@
  * stay in L1 between the scores, the softmax and P.V). */
 #define FA_Q8_ROWS 8
 #define FA_Q8_KC 128
-/* Fewest query rows the bfloat16 tile driver (driver/amx_flash.h) takes: an
- * AMX tile holds 16 rows, so below that most of each tile product is padding,
- * and a decoding step (a few rows against a long cache) is bound by reading
- * K and V, which the direct 16-bit path does once, at memory speed. */
-#define FA_BF16_MIN_ROWS 16
+/* The 16-bit matrix path (driver/flash16.c, kernels/flash16.h):
+ *   FA_FLASH16_MQ  query rows per block = two 16-lane tile columns: Q.K^T
+ *          uses 4 C tiles (2 key tiles x 2 query halves) + 2 A + 2 B, all 8
+ *          AMX tile registers (avx512_bf16: two zmm per row of C).
+ *   FA_FLASH16_KB  keys per key block: two S^T blocks (KB x 32 float32,
+ *          8 KiB each: the one the softmax reads, the one Q.K^T writes), two
+ *          P^T blocks (4 KiB each) and O^T (Ev x 32 float32, 8 KiB at Ev =
+ *          64) stay in a 48 KiB L1 with the Q^T tiles (4 KiB at E = 64) and
+ *          the streamed K and V^T tiles; 128 would overflow it (56 KiB of
+ *          buffers), 32 loads and stores O^T twice as often.
+ *   FA_FLASH16_KGRID  key blocks start on multiples of this (a 32-key chunk
+ *          of V^T and P^T: 16 key pairs, one tile's rows).
+ *   FA_FLASH16_PANEL  keys packed at once per thread (K rows and V^T:
+ *          256 KiB at E = Ev = 64, 1 MiB at 256): L2-resident while every
+ *          query block of a chunk runs over them, and the call's extra
+ *          memory bounded by the threads, not by S.
+ *   FA_FLASH16_MAX_CHUNK  query blocks sharing one packed panel (1024 rows:
+ *          a panel is packed once per 1024 query rows; their O^T, Q^T, m
+ *          and l, 12 KiB per block at E = Ev = 64, stay in the L2).
+ *   FA_FLASH16_MIN_ROWS  the fewest query rows the path takes: an AMX tile
+ *          holds 16 rows, so below that most of each tile product is
+ *          padding, and a decoding step (a few rows against a long cache) is
+ *          bound by reading K and V, which the direct 16-bit path does once.
+ *   FA_FLASH16_LAZY  the running max is raised only when a block's exceeds
+ *          it by more than this (log2 units): weights stay below 2^8.
+ *   FA_FLASH16_MAX_E  E and Ev up to this (the Q^T and O^T blocks). */
+#define FA_FLASH16_MQ 32
+#define FA_FLASH16_KB 64
+#define FA_FLASH16_KGRID 32
+#define FA_FLASH16_PANEL 1024
+#define FA_FLASH16_MAX_CHUNK 32
+#define FA_FLASH16_MIN_ROWS 16
+#define FA_FLASH16_LAZY 8.0f
+#define FA_FLASH16_MAX_E 256
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
 

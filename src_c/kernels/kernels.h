@@ -18,9 +18,14 @@
  *   p   probabilities, row-major with leading dimension ldp;
  *   o   output accumulator, row-major with leading dimension ldo.
  *
- * The int8 KV cache's kernel is not in these tables: kernels_isa.c also
- * builds driver/decode_q8_tmpl.h per ISA (fa_decode_q8_item_<name>, its
- * contract in driver/decode_q8.h), on the f32 kernels of its ISA.
+ * One table per ISA and element type holds every entry that ISA provides:
+ * besides the float micro-kernels, the f32 table carries the 16-bit matrix
+ * path's kernels (kernels/flash16.h: packing, the tile or VDPBF16PS steps,
+ * the softmax step, writing out; driver/flash16.c runs their loops), the
+ * int8 KV cache's kernel (kernels/decode_q8_tmpl.h, on the f32 kernels of
+ * its ISA) and the test hook's native instructions, so runtime/dispatch.c
+ * keeps one selector array per element type and nothing else.  They sit in
+ * the f32 table because all their arithmetic is float32.
  */
 #ifndef FA_KERNELS_TABLE /* the header proper */
 #ifndef FASTATTN_KERNELS_H
@@ -29,6 +34,17 @@
 #include <stdint.h>
 
 #include "runtime/util.h"
+
+#include "kernels/flash16.h" /* fa_flash16_kernels: the 16-bit matrix kernels */
+
+/* The test hook's native instructions (fastattn.h: fa_bf16_op), an entry
+ * of the f32 tables: NULL but for amx and avx512_bf16 in a build with the
+ * real instructions (avx512_bf16: the vector instructions only; FA_EINVAL
+ * for a tile one); fa_bf16_native_op() gives amx's where the CPU runs amx,
+ * else avx512_bf16's where it runs that. */
+typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
+fa_bf16_op_fn fa_bf16_native_op(void);
+struct fa_q8_item; /* kernels/decode_q8.h */
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
  * struct at the end of this file, included here once per element type. */
@@ -53,39 +69,6 @@
 const fa_kernels_f32 *fa_kernels_f32_current(void);
 const fa_kernels_f64 *fa_kernels_f64_current(void);
 
-
-/* The bfloat16 flash driver of an ISA (driver/amx_flash.h; the amx and
- * avx512_bf16 tiers): fa_attention's arguments with q, k, v, out in bfloat16
- * (storage FA_BFLOAT16, arithmetic float32), lse (if any) float32 -- and, on
- * amx where fa_amx_fp16() (the CPU has AMX-FP16, or the emulation build), in
- * float16 (FA_FLOAT16: TDPFP16PS, P rounded to float16).  It runs
- * no weights, no boolean or additive mask, no softcap, ALiBi or sinks, E
- * and Ev <= 256, scale > 0; causal (any offset), window,
- * key padding and any batch strides (grouped-query views) it runs.  Anything
- * else returns FA_BF16_DECLINED having written nothing, and the caller
- * takes its float32-arithmetic path.  Semantics: Q.K^T from the bfloat16
- * inputs with float32 accumulation, the online softmax in float32, P
- * rounded to bfloat16 (float16) for P.V with float32 accumulation, out = O / l
- * rounded to bfloat16 (float16) (l: the float32 sum of the unrounded P).  Bitwise the same for
- * any thread count.  fa_bf16_flash_ptr_<name> is NULL for an ISA without one;
- * fa_bf16_flash_current() gives the one of the ISA in use (or NULL). */
-#define FA_BF16_DECLINED (-1)
-struct fa_attention_args;
-typedef int (*fa_bf16_flash_fn)(const struct fa_attention_args *a);
-#define FA_ISA(name, NAME, arch, required) extern const fa_bf16_flash_fn fa_bf16_flash_ptr_##name;
-#include "runtime/isa_list.h"
-#undef FA_ISA
-fa_bf16_flash_fn fa_bf16_flash_current(void); /* (fa_amx_fp16: fastattn.h) */
-/* The test hook's native instructions (fastattn.h: fa_bf16_op):
- * fa_bf16_native_ptr_<name>, NULL but for amx and avx512_bf16 in a build
- * with the real instructions (avx512_bf16: the vector instructions only;
- * FA_EINVAL for a tile one); fa_bf16_native_op() gives amx's where the CPU
- * runs amx, else avx512_bf16's where it runs that. */
-typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
-#define FA_ISA(name, NAME, arch, required) extern const fa_bf16_op_fn fa_bf16_native_ptr_##name;
-#include "runtime/isa_list.h"
-#undef FA_ISA
-fa_bf16_op_fn fa_bf16_native_op(void);
 
 #endif /* FASTATTN_KERNELS_H */
 
@@ -167,6 +150,15 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* even (overflow to +-inf), for i < n */
     void (*widen_h[2])(const uint16_t *src, float *dst, int64_t n);
     void (*narrow_h[2])(const float *src, float a, uint16_t *dst, int64_t n);
+#if !FA_IS_F64(FA_SFX)
+    /* the 16-bit matrix path (kernels/flash16.h; its .pack_kv NULL on an */
+    /* ISA without bfloat16 dot products), the test hook's native */
+    /* instructions (NULL where none), and the int8 KV cache's kernel (one */
+    /* work item, kernels/decode_q8.h) */
+    fa_flash16_kernels flash16;
+    fa_bf16_op_fn native_op16;
+    void (*decode_q8)(const struct fa_q8_item *it);
+#endif
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

@@ -1,18 +1,53 @@
-/* kernels_isa.c -- the micro-kernel tables of one ISA (see kernels.h for the
+/* kernels_isa.c -- the kernel tables of one ISA (see kernels.h for the
  * contract).  setup.py compiles this file once per line of
  * runtime/isa_list.h, with -DFA_ISA_NAME=<name> and the flags of
  * simd/<name>.flags; simd/simd.h then maps the vector operations to that
  * ISA.  It instantiates kernels_tmpl.h for float and double and defines
  *   fa_kernels_f32_<name>, fa_kernels_f64_<name>
- * (fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f64_avx512, ...),
- * and the int8 KV cache's kernel fa_decode_q8_item_<name> (driver/decode_q8_tmpl.h). */
+ * (fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f64_avx512, ...);
+ * the f32 table also holds the 16-bit matrix kernels (kernels/flash16_*.h,
+ * where the mapping has bfloat16 dot products: FA_SIMD_BF16), the test
+ * hook's native instructions (simd/bf16_native.h) and the int8 KV cache's
+ * kernel (kernels/decode_q8_tmpl.h). */
 #include <string.h>
 
-#include "driver/decode_q8.h"
 #include "kernels/blocking.h"
+#include "kernels/decode_q8.h"
 #include "kernels/kernels.h"
 #include "runtime/half.h"
 #include "simd/simd.h"
+
+#ifdef FA_SIMD_BF16
+#include "fastattn.h"
+#include "simd/bf16_tiles.h"
+#include "simd/flash16_ops.h"
+#define FL(name) FA_CAT3(flash16, name, FA_ISA_NAME) /* FL(pack_kv) -> flash16_pack_kv_amx, ... */
+#include "kernels/flash16_pack.h"
+#include "kernels/flash16_steps.h"
+#include "kernels/flash16_softmax.h"
+#define FA_FLASH16_ENTRIES                                                                   \
+    {sizeof(fa_tilefile), FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
+     FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax), FL(rescale), FL(weights),  \
+     FL(finish)}
+#if defined(FA_AMX_FP16)
+#define FL16_FP16 1
+#else
+#define FL16_FP16 0
+#endif
+#else
+#define FA_FLASH16_ENTRIES {0}
+#endif
+
+#if defined(FA_SIMD_BF16) && !defined(FA_BF16_EMULATED)
+#include "simd/bf16_native.h"
+#define FA_NATIVE_OP16 FA_CAT(bf16_native_op, FA_ISA_NAME)
+#else
+#define FA_NATIVE_OP16 NULL
+#endif
+
+/* the int8 KV cache's kernel, defined after the f32 kernels it calls */
+static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it);
+#define FA_F32_ONLY_ENTRIES FA_FLASH16_ENTRIES, FA_NATIVE_OP16, FA_CAT(fa_decode_q8_item, FA_ISA_NAME)
 
 #define FA_SFX f32
 #include "kernels/kernels_tmpl.h" /* qk_f32_<name>, ..., fa_kernels_f32_<name> */
@@ -21,68 +56,6 @@
 #include "kernels/kernels_tmpl.h" /* qk_f64_<name>, ..., fa_kernels_f64_<name> */
 #undef FA_SFX
 
-/* The bfloat16 flash driver (kernels.h): fa_bf16_flash_ptr_<name>, NULL
- * unless the mapping has bfloat16 dot products (FA_SIMD_BF16). */
-#ifdef FA_SIMD_BF16
-#include "fastattn.h"
-#include "simd/bf16_tiles.h"
-#include "driver/amx_flash.h" /* fa_bf16_flash_amx, fa_bf16_flash_avx512_bf16 */
-const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = FA_BF_FN;
-#else
-const fa_bf16_flash_fn FA_PASTE(fa_bf16_flash_ptr_, FA_ISA_NAME) = 0;
-#endif
-
-/* The test hook's native instructions (kernels.h): fa_bf16_native_ptr_<name>;
- * the tile ones on amx only */
-#if defined(FA_SIMD_BF16) && !defined(FA_BF16_EMULATED)
-static int native_op(int op, const void *a, const void *b, void *c)
-{
-    switch (op) {
-#if defined(FA_SIMD_AMX)
-    case FA_BF16_OP_TDPBF16PS:
-#if defined(FA_AMX_FP16) /* (the instructions issued by their bytes: bf16_tiles.h) */
-    case FA_BF16_OP_TDPBF16PS_BYTES:
-    case FA_BF16_OP_TDPFP16PS:
-#endif
-    {
-        if (op == FA_BF16_OP_TDPFP16PS && !fa_amx_fp16()) return FA_EINVAL;
-        uint8_t cfg[64];
-        fa_tilecfg_fill(cfg);
-        _tile_loadconfig(cfg);
-        _tile_loadd(0, c, 64);
-        _tile_loadd(1, a, 64);
-        _tile_loadd(2, b, 64);
-        if (op == FA_BF16_OP_TDPBF16PS)
-            _tile_dpbf16ps(0, 1, 2);
-#if defined(FA_AMX_FP16)
-        else if (op == FA_BF16_OP_TDPBF16PS_BYTES)
-            FA_TDP_BYTES(2, 0, 1, 2); /* the encoding of FT_DP_F16, with pp = 2 */
-        else
-            FT_DP_F16(0, 0, 1, 2);
-#endif
-        _tile_stored(0, c, 64);
-        _tile_release();
-        return FA_OK;
-    }
-#endif
-    case FA_BF16_OP_VDPBF16PS:
-        _mm512_storeu_ps(c, _mm512_dpbf16_ps(_mm512_loadu_ps(c), (__m512bh)_mm512_loadu_si512(a),
-                                             (__m512bh)_mm512_loadu_si512(b)));
-        return FA_OK;
-    case FA_BF16_OP_VCVTNE2PS2BF16:
-        _mm512_storeu_si512(c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a), _mm512_loadu_ps(b)));
-        return FA_OK;
-    case FA_BF16_OP_VCVTNEPS2BF16:
-        _mm256_storeu_si256((__m256i *)c, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a)));
-        return FA_OK;
-    default:
-        return FA_EINVAL;
-    }
-}
-const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = native_op;
-#else
-const fa_bf16_op_fn FA_PASTE(fa_bf16_native_ptr_, FA_ISA_NAME) = 0;
-#endif
 #define FA_SFX f32
-#include "driver/decode_q8_tmpl.h" /* fa_decode_q8_item_<name>, on the f32 kernels above */
+#include "kernels/decode_q8_tmpl.h" /* fa_decode_q8_item_<name>, on the f32 kernels above */
 #undef FA_SFX

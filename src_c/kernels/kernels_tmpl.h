@@ -427,7 +427,11 @@ const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FN(qk), FN(pv), FN(qk_direct), FN(pv_direct), FN(rowmax), FN(expsum), FN(expsum2),
     FN(scal), FN(online_softmax), FN(lane_sums), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
     FN(score_row), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
-    FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow)};
+    FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow),
+#if !FA_IS_F64(FA_SFX)
+    FA_F32_ONLY_ENTRIES /* (kernels_isa.c) */
+#endif
+};
 #undef FA_HALF_ENTRIES
 
 #undef FN

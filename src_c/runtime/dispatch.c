@@ -43,18 +43,6 @@ static const fa_kernels_f64 *const g_f64[FA_ISA_COUNT] = {
 };
 #undef FA_ISA
 
-#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(&fa_bf16_flash_ptr_##name),
-static const fa_bf16_flash_fn *const g_bf16[FA_ISA_COUNT] = {
-#include "runtime/isa_list.h"
-};
-#undef FA_ISA
-
-#define FA_ISA(name, NAME, arch, required) FA_IF_ARCH_##arch(&fa_bf16_native_ptr_##name),
-static const fa_bf16_op_fn *const g_bf16op[FA_ISA_COUNT] = {
-#include "runtime/isa_list.h"
-};
-#undef FA_ISA
-
 static int g_supported[FA_ISA_COUNT] = {1}; /* the first path: portable C */
 static unsigned long long g_features;       /* fa_cpu_features() */
 static int g_isa = 0;
@@ -97,7 +85,6 @@ int fa_set_isa(int isa)
 
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
-fa_bf16_flash_fn fa_bf16_flash_current(void) { return g_bf16[g_isa] ? *g_bf16[g_isa] : NULL; }
 int fa_amx_fp16(void)
 {
 #if defined(FA_BF16_EMULATED)
@@ -110,7 +97,7 @@ fa_bf16_op_fn fa_bf16_native_op(void)
 {
     const int order[2] = {FA_ISA_AMX, FA_ISA_AVX512_BF16};
     for (int i = 0; i < 2; i++)
-        if (g_supported[order[i]] && g_bf16op[order[i]] && *g_bf16op[order[i]]) return *g_bf16op[order[i]];
+        if (g_supported[order[i]] && g_f32[order[i]]->native_op16) return g_f32[order[i]]->native_op16;
     return NULL;
 }
 

@@ -15,7 +15,6 @@
  *   fastattn.h            the enum FA_ISA_<NAME>, FA_ISA_COUNT;
  *   kernels/kernels.h     the externs of each line's kernel tables;
  *   runtime/dispatch.c    the names, the required bits, the table selectors;
- *   driver/decode_q8.c    the int8 cache's kernel of each line;
  *   setup.py              parses the lines: compiles kernels/kernels_isa.c
  *                         once per line of arch `any` or of the target's
  *                         architecture, with -DFA_ISA_NAME=<name> and the
@@ -24,9 +23,9 @@
  * NULL where the line is not built), so FA_ISA_<NAME> means the same path
  * everywhere.  A new ISA: simd/simd_<name>.h, simd/<name>.flags and one line
  * here.  avx512_bf16 and amx run float32/float64 through exactly the avx512
- * kernels (their mappings include simd_avx512.h); they add the bfloat16
- * flash driver (driver/amx_flash.h: VDPBF16PS on zmm registers, or AMX
- * tiles). */
+ * kernels (their mappings include simd_avx512.h); they add the 16-bit
+ * matrix kernels (kernels/flash16.h: VDPBF16PS on zmm registers, or AMX
+ * tiles) and the test hook's native instructions. */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM)

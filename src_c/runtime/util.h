@@ -14,10 +14,17 @@
 #define FA_STR_(x) #x
 #define FA_STR(x) FA_STR_(x)
 
-/* The element types.  Every template (a *_tmpl.h file, included once per
- * element type: the one templating idiom of src_c/) takes a single parameter,
- * FA_SFX = f32 or f64, and derives the rest from it here, e.g.
- * FA_TYPE(f32) -> float, FA_VEC(f64) -> vd (the simd/ mapping's prefix). */
+/* log2(e) and ln(2), to the digits of a long double: the scores' log2
+ * units and their way back (the log-sum-exp, vmath.h's exp2 coefficients). */
+#define FA_LOG2E 1.44269504088896340735992468100189214
+#define FA_LN2 0.693147180559945309417232121458176568
+
+/* The element types.  A template (a *_tmpl.h file, included once per
+ * element type: the one templating idiom of src_c/) is parametrised by
+ * FA_SFX = f32 or f64 and derives the rest from it here, e.g. FA_TYPE(f32)
+ * -> float, FA_VEC(f64) -> vd (the simd/ mapping's prefix); the 16-bit
+ * storage kernels add FA_HSFX = f16 or bf16 one level in
+ * (kernels_half_tmpl.h). */
 #define FA_TYPE(sfx) FA_PASTE(FA_TYPE_, sfx)       /* float, double */
 #define FA_TYPE_MAX(sfx) FA_PASTE(FA_TYPE_MAX_, sfx) /* FLT_MAX, DBL_MAX (<float.h>) */
 #define FA_UINT(sfx) FA_PASTE(FA_UINT_, sfx)       /* unsigned of the same size */

@@ -3,7 +3,7 @@
  * intrinsics guide), for the emulation build (setup.py:
  * FASTATTN_AVX512_EMULATION=simde defines FA_BF16_EMULATED) and the tests
  * that pin it (tests/kernels/test_amx_emulation.py, through the test hook
- * fa_bf16_emu_op of driver/amx_hooks.c).  Every function is static, on
+ * fa_bf16_op of testing/bf16_hooks.c).  Every function is static, on
  * plain arrays; one fa_emu_tiles holds a thread's tile registers.
  *
  *   fa_emu_tile_loadconfig  (LDTILECFG)   the 64-byte configuration: palette,

@@ -1,6 +1,7 @@
-/* bf16_tiles.h -- the tile vocabulary of the bfloat16 flash driver
- * (driver/amx_flash.h), mapped once per ISA; included by kernels_isa.c after
- * simd.h when the mapping defines FA_SIMD_BF16.
+/* bf16_tiles.h -- the tile and dot-product vocabulary of the 16-bit matrix
+ * kernels (kernels/flash16_steps.h), mapped once per ISA; included by
+ * kernels_isa.c after simd.h when the mapping defines FA_SIMD_BF16 (the
+ * rest of those kernels' vector operations: simd/flash16_ops.h).
  *
  * On amx, eight tile registers of 16 rows x 64 bytes (float32: 16 x 16;
  * bfloat16 pairs: 16 x 16 pairs), all configured alike (fa_cvt2bf16 on
@@ -12,7 +13,7 @@
  *                                        (bfloat16 pairs, float32 C: TDPBF16PS)
  *   fa_cvt2bf16(hi, lo)                  32 bfloat16 (round to nearest even):
  *                                        lo's 16 first, then hi's (VCVTNE2PS2BF16)
- * and, on amx only (FA_AMX_FP16: the driver's float16 path):
+ * and, on amx only (FA_AMX_FP16: the float16 path):
  *   FT_DP_F16(tf, c, a, b)               FT_DP on float16 pairs (TDPFP16PS,
  *                                        AMX-FP16; fa_amx_fp16() says whether
  *                                        the CPU has it)
@@ -21,10 +22,10 @@
  * Implementations:
  *   amx (FA_SIMD_AMX):   the AMX instructions; tf is unused;
  *   avx512_bf16:         no tiles: FT_CONFIG and FT_RELEASE do nothing, and
- *                        the driver's steps accumulate on zmm registers with
+ *                        the steps accumulate on zmm registers with
  *                        fa_dpbf16(acc, a, b) (VDPBF16PS: acc + a.b per
  *                        dword lane, bfloat16 pairs) -- the same products,
- *                        summed in another order than TDPBF16PS (kernels.h);
+ *                        summed in another order than TDPBF16PS;
  *   FA_BF16_EMULATED:    either of the above on simd/bf16_emulate.h (plain C:
  *                        the emulation build runs both paths on any x86-64). */
 #ifndef FASTATTN_BF16_TILES_H
@@ -82,8 +83,8 @@ typedef struct { int unused; } fa_tilefile;
 #define FA_AMX_FP16 1
 #endif
 #else
-/* avx512_bf16: no tile registers; the driver's steps run on zmm registers
- * (driver/amx_flash.h) with fa_dpbf16, one VDPBF16PS */
+/* avx512_bf16: no tile registers; the steps run on zmm registers
+ * (kernels/flash16_steps.h) with fa_dpbf16, one VDPBF16PS */
 typedef struct { int unused; } fa_tilefile;
 #define FT_CONFIG(tf) ((void)(tf))
 #define FT_RELEASE(tf) ((void)(tf))

@@ -1,9 +1,9 @@
 """The bfloat16 flash driver of the amx and avx512_bf16 tiers
-(src_c/driver/amx_flash.h): against fastattn.reference in float64 on the same
+(src_c/driver/flash16.c): against fastattn.reference in float64 on the same
 bfloat16 values, within the bound its arithmetic allows; bitwise the same for
 any thread count; the calls it leaves to the float32-arithmetic path.
 
-The bound (kernels.h, README): Q.K^T sums exact bfloat16 products in float32
+The bound (src_c/driver/flash16.h, README): Q.K^T sums exact bfloat16 products in float32
 (|ds| <= E 2^-24 scale sum_e |q_e k_e|, so each weight moves by at most a
 factor e^(2|ds|)); the weights' exp2 polynomial is within 1.1e-4; P is rounded
 to bfloat16 for P.V (relative 2^-8 per weight; l sums the unrounded P); P.V

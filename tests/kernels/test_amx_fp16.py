@@ -1,5 +1,5 @@
 """float16 on the amx tier's tiles (AMX-FP16: TDPFP16PS) in the 16-bit flash
-driver (src_c/driver/amx_flash.h), where the CPU has AMX-FP16 or in the
+driver (src_c/driver/flash16.c), where the CPU has AMX-FP16 or in the
 emulation build (FASTATTN_AVX512_EMULATION=simde, which CI's sanitizer step
 runs): the derived bound of test_amx_flash.py with float16's unit roundoff
 (2^-11 for P and the output, plus 2^-25 absolute below float16's normals,

@@ -6,7 +6,8 @@
  * float32 micro-kernels of kernels_tmpl.h, whose softcap, alibi, rowmax,
  * expsum and scal it reuses; FA_SFX must be f32 (the only instance: the
  * queries and all the arithmetic are float32).  Defines
- * fa_decode_q8_item_<FA_ISA_NAME> (fa_decode_q8_item_avx512, ...); its
+ * fa_decode_q8_item_<FA_ISA_NAME> (fa_decode_q8_item_avx512, ...: the
+ * decode_q8 entry of the ISA's f32 table, declared by kernels_isa.c); its
  * helpers are Q8(name) -> name_q8_<FA_ISA_NAME> (scores_q8_avx2, ...).
  *
  * The int8 levels are converted to float in registers (vf_load_i8) and the
@@ -307,7 +308,7 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
 
 /* The item, FA_Q8_ROWS rows at a time:
  * FA_CAT(fa_decode_q8_item, FA_ISA_NAME) -> fa_decode_q8_item_avx2, ... */
-void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it)
+static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it)
 {
     for (int64_t r0 = 0; r0 < it->rows; r0 += RB)
         Q8(rows)(it, r0, (int)(it->rows - r0 < RB ? it->rows - r0 : RB));

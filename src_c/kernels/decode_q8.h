@@ -1,8 +1,8 @@
 /* decode_q8.h -- one work item of fa_decode_q8 (driver/decode_q8.c): the
  * query rows of one (batch, kv head) against that head's int8 keys and
  * values, computed by the kernel of the ISA in use (decode_q8_tmpl.h, built
- * into kernels/kernels_isa.c once per ISA as fa_decode_q8_item_<name>:
- * fa_decode_q8_item_generic, fa_decode_q8_item_avx2, ...). */
+ * into kernels/kernels_isa.c once per ISA: the decode_q8 entry of its f32
+ * table, kernels.h). */
 #ifndef FASTATTN_DECODE_Q8_H
 #define FASTATTN_DECODE_Q8_H
 
@@ -42,9 +42,5 @@ static inline int64_t fa_q8_scratch_floats(int64_t Ev)
 {
     return FA_Q8_ROWS * FA_Q8_KC + FA_Q8_ROWS * fa_q8_ldo(Ev) + 64;
 }
-
-#define FA_ISA(name, NAME, arch, required) void fa_decode_q8_item_##name(const fa_q8_item *it);
-#include "runtime/isa_list.h"
-#undef FA_ISA
 
 #endif

@@ -1,8 +1,8 @@
-/* amx_hooks.c -- the test hook fa_bf16_op (fastattn.h): one tile or
+/* bf16_hooks.c -- the test hook fa_bf16_op (fastattn.h): one tile or
  * bfloat16 instruction on small arrays, by the plain-C emulation of
- * simd/bf16_emulate.h or (native) by the instruction itself, through the
- * amx ISA's fa_bf16_native_op (kernels_isa.c), so the tests can pin the
- * emulation to hand-computed cases and to the hardware. */
+ * simd/bf16_emulate.h or (native) by the instruction itself, through
+ * fa_bf16_native_op (the native_op16 entries of the f32 tables), so the
+ * tests can pin the emulation to hand-computed cases and to the hardware. */
 #include <string.h>
 
 #include "fastattn.h"

@@ -1,0 +1,48 @@
+/* offsets.h -- the element offsets of one batch index in every operand of
+ * a call, computed in one place for the float drivers (attention.c) and the
+ * 16-bit matrix driver (flash16.c). */
+#ifndef FASTATTN_OFFSETS_H
+#define FASTATTN_OFFSETS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fastattn.h"
+#include "runtime/util.h"
+
+/* bms: the batch index's slice of the boolean mask (mask_summary.h). */
+typedef struct fa_offsets {
+    int64_t q, k, v, o, bm, am, pad, bms;
+    int64_t al, sk, lse; /* the score options' operands (zero when absent) */
+} fa_offsets;
+
+static inline void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_offsets *off)
+{
+    memset(off, 0, sizeof(*off));
+    int64_t nbms = 1;
+    for (int d = a->nbatch_dims - 1; d >= 0; d--) {
+        int64_t n = a->batch_shape[d], i = b % n;
+        b /= n;
+        off->q += i * a->q.bstride[d];
+        off->k += i * a->k.bstride[d];
+        off->v += i * a->v.bstride[d];
+        off->o += i * a->out.bstride[d];
+        off->bm += i * a->bool_mask.bstride[d];
+        off->am += i * a->add_mask.bstride[d];
+        off->pad += i * a->pad.bstride[d];
+        if (a->bool_mask.bstride[d] != 0) { off->bms += i * nbms; nbms *= n; }
+        if (a->alibi.data) off->al += i * a->alibi.bstride[d];
+        if (a->sinks.data) off->sk += i * a->sinks.bstride[d];
+        if (a->lse.data) off->lse += i * a->lse.bstride[d];
+    }
+}
+
+/* The log-sum-exp (natural log) of a row whose scores, shifted by m, sum to
+ * l > 0: m + log l, from log2 units when base2. */
+static inline double fa_lse_of(double m, double l, int base2)
+{
+    return base2 ? (m + log2(l)) * FA_LN2 : m + log(l);
+}
+
+#endif
