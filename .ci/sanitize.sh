@@ -100,7 +100,7 @@ if os.environ.get("FASTATTN_AVX512_EMULATION"):
     assert c.avx512_emulated() and "avx512" in fastattn.available_isas()
     assert {"avx512_bf16", "amx"} <= set(fastattn.available_isas())
 PYEOF
-# Left out: the RSS tests (test_no_memory_growth*, *streaming_extra_memory*:
+# Left out: the RSS tests (test_no_memory_growth*, *extra_memory*:
 # they measure the allocator, and ASan's allocator holds freed memory in
 # quarantine and maps shadow memory: nothing of the sanitizers' concern); the
 # benchmark harness and packaging tests (Python and build tooling: they call
@@ -116,7 +116,7 @@ done
 [ ${#PATHS[@]} -gt 0 ] || PATHS=("$REPO/tests")
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
-    -k "not test_no_memory_growth and not streaming_extra_memory" \
+    -k "not test_no_memory_growth and not extra_memory" \
     --ignore="$REPO/tests/cli/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
     "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"

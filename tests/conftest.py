@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import fastattn
 import fastattn.reference as reference
+from fastattn import _half
 
 # ---------------------------------------------------------------------------
 # hypothesis: one fixed, derandomized profile so that failures reproduce
@@ -97,7 +98,7 @@ def _has_16_bit_param(params: dict) -> bool:
     for value in params.values():
         if isinstance(value, (str, type, np.dtype)):
             try:
-                dt = np.dtype(value)
+                dt = _half.as_storage_dtype(value)   # "bfloat16" by name too
             except TypeError:
                 continue
             if dt.itemsize == 2 and dt.kind in "fV":
