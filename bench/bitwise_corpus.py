@@ -32,148 +32,172 @@ def _qkv(rng, dt, shape_q, shape_k, ev=None):
     return q, k, v
 
 
+def _attn_cases(fa, dt, dn):
+    """Attention on every shape, causal form and thread count."""
+    cases = []
+    for (B, H, L, S, E, Ev) in [(1, 2, 64, 64, 64, 64), (2, 3, 37, 53, 24, 40),
+                                (1, 2, 200, 300, 64, 64), (1, 1, 67, 129, 33, 17),
+                                (1, 2, 130, 130, 128, 128), (1, 2, 48, 9000, 64, 64)]:
+        for causal in (False, True, "lower_right"):
+            for nt in (1, 2):
+                def run(B=B, H=H, L=L, S=S, E=E, Ev=Ev, causal=causal, nt=nt, dt=dt):
+                    rng = np.random.default_rng(hash((B, H, L, S, E, Ev)) % 2**32)
+                    q, k, v = _qkv(rng, dt, (B, H, L, E), (B, H, S, E), Ev)
+                    return fa.attention(q, k, v, is_causal=causal, num_threads=nt)
+                cases.append((f"attn/{dn}/{B}x{H}x{L}x{S}x{E}x{Ev}/c={causal}/nt={nt}", run))
+    return cases
+
+
+def _decode_cases(fa, dt, dn):
+    """Decoding against long S: the key-split and direct paths."""
+    cases = []
+    for L in range(1, 9):
+        for S in (1500, 4133):
+            for nt in (1, 2):
+                def run(L=L, S=S, nt=nt, dt=dt):
+                    rng = np.random.default_rng(1000 + L * 7 + S)
+                    q, k, v = _qkv(rng, dt, (1, 4, L, 64), (1, 4, S, 64))
+                    return fa.attention(q, k, v, is_causal="lower_right", num_threads=nt)
+                cases.append((f"decode/{dn}/L={L}/S={S}/nt={nt}", run))
+    return cases
+
+
+def _masks_case(fa, dt, dn):
+    def masks(dt=dt):
+        rng = np.random.default_rng(7)
+        q, k, v = _qkv(rng, dt, (2, 2, 70, 32), (2, 2, 150, 32))
+        bm = rng.random((2, 2, 70, 150)) < 0.7
+        bm[:, :, 5] = False  # a row with nothing visible
+        am = rng.standard_normal((70, 150)).astype(dt)
+        am[3, :40] = -np.inf
+        pad = rng.random((2, 150)) < 0.2
+        pad[1, :130] = True
+        k2, v2 = k.copy(), v.copy()
+        k2[0, 0, 10] = np.nan  # hidden by the bool mask below
+        v2[0, 0, 10] = np.inf
+        bm2 = bm.copy()
+        bm2[0, 0, :, 10] = False
+        out = np.full((2, 2, 70, 32), 7, dt)
+        res = {
+            "bool": fa.attention(q, k, v, attn_mask=bm),
+            "add": fa.attention(q, k, v, attn_mask=am),
+            "pad": fa.attention(q, k, v, key_padding_mask=pad),
+            "pad_causal": fa.attention(q, k, v, key_padding_mask=pad, is_causal=True),
+            "bool_lr": fa.attention(q, k, v, attn_mask=bm, is_causal="lower_right"),
+            "hidden_nonfinite": fa.attention(q, k2, v2, attn_mask=bm2),
+            "out=": fa.attention(q, k, v, is_causal=True, out=out),
+            "strided": fa.attention(q[..., ::-1, :], np.swapaxes(np.swapaxes(k, -1, -2).copy(),
+                                                                 -1, -2), v[..., ::2]),
+            "nan_visible": fa.attention(q, np.where(np.arange(150)[:, None] == 20, np.nan,
+                                                    k).astype(dt), v),
+            "scale": fa.attention(q, k, v, scale=0.37),
+        }
+        for nt in (1, 2):
+            res[f"weights/nt={nt}"] = fa.attention(q, k, v, attn_mask=bm, is_causal=True,
+                                                   key_padding_mask=pad, return_weights=True,
+                                                   num_threads=nt)
+            res[f"weights_add/nt={nt}"] = fa.attention(q, k, v, attn_mask=am,
+                                                       return_weights=True, num_threads=nt)
+        return res
+    return [(f"masks/{dn}", masks)]
+
+
+def _block_sparse_case(fa, dt, dn):
+    def block_sparse(dt=dt):
+        # bool masks hiding or showing whole (tile x key block) regions:
+        # the per-call mask summary's skip / visible / mixed states
+        rng = np.random.default_rng(19)
+        res = {}
+        for (L, S) in ((300, 700), (4, 1500)):
+            q, k, v = _qkv(rng, dt, (2, 2, L, 64), (2, 2, S, 64))
+            i = np.arange(L)[:, None] + (S - L)
+            j = np.arange(S)[None, :]
+            first = np.broadcast_to(j < 160, (L, S))
+            band = (j <= i) & (j > i - 200)
+            per_b = np.stack([first, band])[:, None]  # (2, 1, L, S): per batch
+            rnd = rng.random((2, 2, L, S)) < 0.5
+            rnd[:, :, :, 256:384] = True
+            rnd[:, :, :, 512:640] = False
+            for nt in (1, 2):
+                for name, m in (("first", first), ("causal", j <= i), ("band", band),
+                                ("per_batch", per_b), ("mixed", rnd)):
+                    for c in (False, "lower_right"):
+                        res[f"{L}x{S}/{name}/c={c}/nt={nt}"] = fa.attention(
+                            q, k, v, attn_mask=m, is_causal=c, num_threads=nt)
+                res[f"{L}x{S}/band_w/nt={nt}"] = fa.attention(
+                    q, k, v, attn_mask=band, return_weights=True, num_threads=nt)
+                res[f"{L}x{S}/rows/nt={nt}"] = fa.attention(
+                    q, k, v, attn_mask=np.broadcast_to(j < 300, (L, S))[:1],
+                    num_threads=nt)
+        return res
+    return [(f"block_sparse/{dn}", block_sparse)]
+
+
+def _gqa_case(fa, dt, dn):
+    def gqa(dt=dt):
+        rng = np.random.default_rng(11)
+        res = {}
+        for L in (1, 5, 90):
+            q, k, v = _qkv(rng, dt, (2, 8, L, 64), (2, 2, 700, 64))
+            for c in (False, "lower_right"):
+                res[f"L={L}/c={c}"] = fa.attention(q, k, v, enable_gqa=True, is_causal=c)
+        return res
+    return [(f"gqa/{dn}", gqa)]
+
+
+def _softmax_case(fa, dt, dn):
+    def softmax(dt=dt):
+        rng = np.random.default_rng(13)
+        x = (rng.standard_normal((33, 257)) * 20).astype(dt)
+        x[2, 5] = -np.inf
+        x[4] = -np.inf
+        x[6, 7] = np.nan
+        mask = rng.random((33, 257)) < 0.8
+        mask[9] = False
+        big = rng.standard_normal((600, 800)).astype(dt)
+        return {"rows": fa.softmax(x, axis=-1), "cols": fa.softmax(x, axis=0),
+                "all": fa.softmax(x), "masked": fa.softmax(x, axis=-1, mask=mask),
+                "big": fa.softmax(big, axis=-1), "tail": fa.softmax(x[:, :13], axis=1)}
+    return [(f"softmax/{dn}", softmax)]
+
+
+def _mha_case(fa, dt, dn):
+    def mha(dt=dt):
+        rng = np.random.default_rng(17)
+        d, h, hkv = 64, 8, 2
+        x = rng.standard_normal((2, 40, d)).astype(dt)
+        wq = (rng.standard_normal((d, d)) / 8).astype(dt)
+        wk = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
+        wv = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
+        wo = (rng.standard_normal((d, d)) / 8).astype(dt)
+        res = {"prefill": fa.multi_head_attention(x, wq, wq, wq, wo, h, is_causal=True),
+               "gqa_w": fa.multi_head_attention(x, wq, wk, wv, wo, h, num_kv_heads=hkv,
+                                                return_weights=True)}
+        cache = fa.KVCache(2, hkv, d // h, max_len=700, dtype=dt)
+        res["cache_prefill"] = fa.multi_head_attention(
+            x, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache, is_causal="lower_right")
+        for t in range(3):
+            xt = rng.standard_normal((2, 1, d)).astype(dt)
+            res[f"cache_step{t}"] = fa.multi_head_attention(
+                xt, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache,
+                is_causal="lower_right")
+        big = rng.standard_normal((2, 600, d)).astype(dt)
+        cache.append(np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, :d // h] * 0.1,
+                     np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, d // h:2 * d // h])
+        res["cache_long"] = fa.multi_head_attention(xt, wq, wk, wv, wo, h, num_kv_heads=hkv,
+                                                    kv_cache=cache, is_causal="lower_right")
+        return res
+    return [(f"mha/{dn}", mha)]
+
+
 def attention_cases(fa):
     """(name, thunk) pairs; every thunk returns an array or a tuple of arrays."""
     import ml_dtypes
     cases = []
     for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
         dn = np.dtype(dt).name
-        for (B, H, L, S, E, Ev) in [(1, 2, 64, 64, 64, 64), (2, 3, 37, 53, 24, 40),
-                                    (1, 2, 200, 300, 64, 64), (1, 1, 67, 129, 33, 17),
-                                    (1, 2, 130, 130, 128, 128), (1, 2, 48, 9000, 64, 64)]:
-            for causal in (False, True, "lower_right"):
-                for nt in (1, 2):
-                    def run(B=B, H=H, L=L, S=S, E=E, Ev=Ev, causal=causal, nt=nt, dt=dt):
-                        rng = np.random.default_rng(hash((B, H, L, S, E, Ev)) % 2**32)
-                        q, k, v = _qkv(rng, dt, (B, H, L, E), (B, H, S, E), Ev)
-                        return fa.attention(q, k, v, is_causal=causal, num_threads=nt)
-                    cases.append((f"attn/{dn}/{B}x{H}x{L}x{S}x{E}x{Ev}/c={causal}/nt={nt}", run))
-        for L in range(1, 9):  # decoding against long S: the key-split and direct paths
-            for S in (1500, 4133):
-                for nt in (1, 2):
-                    def run(L=L, S=S, nt=nt, dt=dt):
-                        rng = np.random.default_rng(1000 + L * 7 + S)
-                        q, k, v = _qkv(rng, dt, (1, 4, L, 64), (1, 4, S, 64))
-                        return fa.attention(q, k, v, is_causal="lower_right", num_threads=nt)
-                    cases.append((f"decode/{dn}/L={L}/S={S}/nt={nt}", run))
-
-        def masks(dt=dt):
-            rng = np.random.default_rng(7)
-            q, k, v = _qkv(rng, dt, (2, 2, 70, 32), (2, 2, 150, 32))
-            bm = rng.random((2, 2, 70, 150)) < 0.7
-            bm[:, :, 5] = False  # a row with nothing visible
-            am = rng.standard_normal((70, 150)).astype(dt)
-            am[3, :40] = -np.inf
-            pad = rng.random((2, 150)) < 0.2
-            pad[1, :130] = True
-            k2, v2 = k.copy(), v.copy()
-            k2[0, 0, 10] = np.nan  # hidden by the bool mask below
-            v2[0, 0, 10] = np.inf
-            bm2 = bm.copy()
-            bm2[0, 0, :, 10] = False
-            out = np.full((2, 2, 70, 32), 7, dt)
-            res = {
-                "bool": fa.attention(q, k, v, attn_mask=bm),
-                "add": fa.attention(q, k, v, attn_mask=am),
-                "pad": fa.attention(q, k, v, key_padding_mask=pad),
-                "pad_causal": fa.attention(q, k, v, key_padding_mask=pad, is_causal=True),
-                "bool_lr": fa.attention(q, k, v, attn_mask=bm, is_causal="lower_right"),
-                "hidden_nonfinite": fa.attention(q, k2, v2, attn_mask=bm2),
-                "out=": fa.attention(q, k, v, is_causal=True, out=out),
-                "strided": fa.attention(q[..., ::-1, :], np.swapaxes(np.swapaxes(k, -1, -2).copy(),
-                                                                     -1, -2), v[..., ::2]),
-                "nan_visible": fa.attention(q, np.where(np.arange(150)[:, None] == 20, np.nan,
-                                                        k).astype(dt), v),
-                "scale": fa.attention(q, k, v, scale=0.37),
-            }
-            for nt in (1, 2):
-                res[f"weights/nt={nt}"] = fa.attention(q, k, v, attn_mask=bm, is_causal=True,
-                                                       key_padding_mask=pad, return_weights=True,
-                                                       num_threads=nt)
-                res[f"weights_add/nt={nt}"] = fa.attention(q, k, v, attn_mask=am,
-                                                           return_weights=True, num_threads=nt)
-            return res
-        cases.append((f"masks/{dn}", masks))
-
-        def block_sparse(dt=dt):
-            # bool masks hiding or showing whole (tile x key block) regions:
-            # the per-call mask summary's skip / visible / mixed states
-            rng = np.random.default_rng(19)
-            res = {}
-            for (L, S) in ((300, 700), (4, 1500)):
-                q, k, v = _qkv(rng, dt, (2, 2, L, 64), (2, 2, S, 64))
-                i = np.arange(L)[:, None] + (S - L)
-                j = np.arange(S)[None, :]
-                first = np.broadcast_to(j < 160, (L, S))
-                band = (j <= i) & (j > i - 200)
-                per_b = np.stack([first, band])[:, None]  # (2, 1, L, S): per batch
-                rnd = rng.random((2, 2, L, S)) < 0.5
-                rnd[:, :, :, 256:384] = True
-                rnd[:, :, :, 512:640] = False
-                for nt in (1, 2):
-                    for name, m in (("first", first), ("causal", j <= i), ("band", band),
-                                    ("per_batch", per_b), ("mixed", rnd)):
-                        for c in (False, "lower_right"):
-                            res[f"{L}x{S}/{name}/c={c}/nt={nt}"] = fa.attention(
-                                q, k, v, attn_mask=m, is_causal=c, num_threads=nt)
-                    res[f"{L}x{S}/band_w/nt={nt}"] = fa.attention(
-                        q, k, v, attn_mask=band, return_weights=True, num_threads=nt)
-                    res[f"{L}x{S}/rows/nt={nt}"] = fa.attention(
-                        q, k, v, attn_mask=np.broadcast_to(j < 300, (L, S))[:1],
-                        num_threads=nt)
-            return res
-        cases.append((f"block_sparse/{dn}", block_sparse))
-
-        def gqa(dt=dt):
-            rng = np.random.default_rng(11)
-            res = {}
-            for L in (1, 5, 90):
-                q, k, v = _qkv(rng, dt, (2, 8, L, 64), (2, 2, 700, 64))
-                for c in (False, "lower_right"):
-                    res[f"L={L}/c={c}"] = fa.attention(q, k, v, enable_gqa=True, is_causal=c)
-            return res
-        cases.append((f"gqa/{dn}", gqa))
-
-        def softmax(dt=dt):
-            rng = np.random.default_rng(13)
-            x = (rng.standard_normal((33, 257)) * 20).astype(dt)
-            x[2, 5] = -np.inf
-            x[4] = -np.inf
-            x[6, 7] = np.nan
-            mask = rng.random((33, 257)) < 0.8
-            mask[9] = False
-            big = rng.standard_normal((600, 800)).astype(dt)
-            return {"rows": fa.softmax(x, axis=-1), "cols": fa.softmax(x, axis=0),
-                    "all": fa.softmax(x), "masked": fa.softmax(x, axis=-1, mask=mask),
-                    "big": fa.softmax(big, axis=-1), "tail": fa.softmax(x[:, :13], axis=1)}
-        cases.append((f"softmax/{dn}", softmax))
-
-        def mha(dt=dt):
-            rng = np.random.default_rng(17)
-            d, h, hkv = 64, 8, 2
-            x = rng.standard_normal((2, 40, d)).astype(dt)
-            wq = (rng.standard_normal((d, d)) / 8).astype(dt)
-            wk = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
-            wv = (rng.standard_normal((d, d // h * hkv)) / 8).astype(dt)
-            wo = (rng.standard_normal((d, d)) / 8).astype(dt)
-            res = {"prefill": fa.multi_head_attention(x, wq, wq, wq, wo, h, is_causal=True),
-                   "gqa_w": fa.multi_head_attention(x, wq, wk, wv, wo, h, num_kv_heads=hkv,
-                                                    return_weights=True)}
-            cache = fa.KVCache(2, hkv, d // h, max_len=700, dtype=dt)
-            res["cache_prefill"] = fa.multi_head_attention(
-                x, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache, is_causal="lower_right")
-            for t in range(3):
-                xt = rng.standard_normal((2, 1, d)).astype(dt)
-                res[f"cache_step{t}"] = fa.multi_head_attention(
-                    xt, wq, wk, wv, wo, h, num_kv_heads=hkv, kv_cache=cache,
-                    is_causal="lower_right")
-            big = rng.standard_normal((2, 600, d)).astype(dt)
-            cache.append(np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, :d // h] * 0.1,
-                         np.zeros((2, hkv, 600, d // h), dt) + big[:, None, :, d // h:2 * d // h])
-            res["cache_long"] = fa.multi_head_attention(xt, wq, wk, wv, wo, h, num_kv_heads=hkv,
-                                                        kv_cache=cache, is_causal="lower_right")
-            return res
-        cases.append((f"mha/{dn}", mha))
+        for family in (_attn_cases, _decode_cases, _masks_case, _block_sparse_case, _gqa_case, _softmax_case, _mha_case):
+            cases += family(fa, dt, dn)
     return cases
 
 
