@@ -140,10 +140,8 @@ def _fully_hidden(H, batch, lead, gqa, own_lead):
     return h
 
 
-@st.composite
-def attention_cases(draw, size="small"):
-    dtype = draw(st.sampled_from([F32, F32, F32, F64, F64, F64, F16]))
-    gqa_on = draw(st.booleans())
+def _sizes(draw, size):
+    """(lead, L, S, hq_max, E, Ev) of a fuzz case of that size."""
     if size == "small":
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
         L = draw(st.integers(1, 12))
@@ -166,6 +164,54 @@ def attention_cases(draw, size="small"):
         hq_max = 2
         E = draw(st.integers(1, 24))
         Ev = draw(st.integers(1, 24))
+    return lead, L, S, hq_max, E, Ev
+
+
+def _attn_mask(draw, rng, batch, L, S, dtype):
+    """(attn_mask, its dtype): none, bool or additive, of a broadcastable shape,
+    some rows all hidden."""
+    mask_kind = draw(st.sampled_from([None, "bool", "bool", "float", "float"]))
+    mask = None
+    mask_dtype = None
+    if mask_kind is not None:
+        full = batch + (L, S)
+        mdims = [n if draw(st.booleans()) else 1 for n in full]
+        mdims[-1] = S if draw(st.integers(0, 4)) else 1
+        mshape = tuple(mdims[draw(st.integers(0, len(mdims) - 1)):])
+        if mask_kind == "bool":
+            p = draw(st.sampled_from([0.0, 0.3, 0.7, 0.9, 1.0]))
+            mask = rng.random(mshape) < p
+        else:
+            mask = rng.standard_normal(mshape) * draw(st.sampled_from([0.5, 3.0, 1e4]))
+            pinf = draw(st.sampled_from([0.0, 0.3, 0.9, 1.0]))
+            mask[rng.random(mshape) < pinf] = -np.inf
+            mask_dtype = draw(st.sampled_from([dtype, F64]))
+        if len(mshape) >= 2 and mshape[-2] > 1 and draw(st.booleans()):
+            # some all-hidden rows
+            rows = rng.random(mshape[-2]) < 0.3
+            mask[..., rows, :] = False if mask_kind == "bool" else -np.inf
+        if mask_kind == "float" and mask_dtype == F16:
+            mask = mask.astype(F16).astype(np.float64)
+    return mask, mask_dtype
+
+
+def _key_padding(draw, rng, kpm_kind, qlead, head_q, S):
+    """key_padding_mask: none, (S,) or (N, S)."""
+    kpm = None
+    if kpm_kind == "1d":
+        kpm = rng.random(S) < draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))
+    elif kpm_kind == "2d":
+        n0 = (qlead + head_q)[0]
+        kpm = rng.random((draw(st.sampled_from([n0, 1])), S)) < draw(
+            st.sampled_from([0.0, 0.3, 0.8]))
+    return kpm
+
+
+@st.composite
+def attention_cases(draw, size="small"):
+    dtype = draw(st.sampled_from([F32, F32, F32, F64, F64, F64, F16]))
+    gqa_on = draw(st.booleans())
+    lead, L, S, hq_max, E, Ev = _sizes(draw, size)
     if gqa_on:
         hq = draw(st.integers(1, hq_max))
         hkv = draw(st.sampled_from([d for d in range(1, hq + 1) if hq % d == 0]))
@@ -189,35 +235,8 @@ def attention_cases(draw, size="small"):
     k = _values(draw, rng, klead + ((hkv,) if gqa_on else ()) + (S, E), dtype)
     v = _values(draw, rng, vlead + ((hkv,) if gqa_on else ()) + (S, Ev), dtype)
 
-    mask_kind = draw(st.sampled_from([None, "bool", "bool", "float", "float"]))
-    mask = None
-    mask_dtype = None
-    if mask_kind is not None:
-        full = batch + (L, S)
-        mdims = [n if draw(st.booleans()) else 1 for n in full]
-        mdims[-1] = S if draw(st.integers(0, 4)) else 1
-        mshape = tuple(mdims[draw(st.integers(0, len(mdims) - 1)):])
-        if mask_kind == "bool":
-            p = draw(st.sampled_from([0.0, 0.3, 0.7, 0.9, 1.0]))
-            mask = rng.random(mshape) < p
-        else:
-            mask = rng.standard_normal(mshape) * draw(st.sampled_from([0.5, 3.0, 1e4]))
-            pinf = draw(st.sampled_from([0.0, 0.3, 0.9, 1.0]))
-            mask[rng.random(mshape) < pinf] = -np.inf
-            mask_dtype = draw(st.sampled_from([dtype, F64]))
-        if len(mshape) >= 2 and mshape[-2] > 1 and draw(st.booleans()):
-            # some all-hidden rows
-            rows = rng.random(mshape[-2]) < 0.3
-            mask[..., rows, :] = False if mask_kind == "bool" else -np.inf
-        if mask_kind == "float" and mask_dtype == F16:
-            mask = mask.astype(F16).astype(np.float64)
-    kpm = None
-    if kpm_kind == "1d":
-        kpm = rng.random(S) < draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))
-    elif kpm_kind == "2d":
-        n0 = (qlead + head_q)[0]
-        kpm = rng.random((draw(st.sampled_from([n0, 1])), S)) < draw(
-            st.sampled_from([0.0, 0.3, 0.8]))
+    mask, mask_dtype = _attn_mask(draw, rng, batch, L, S, dtype)
+    kpm = _key_padding(draw, rng, kpm_kind, qlead, head_q, S)
     is_causal = draw(st.sampled_from(CAUSAL))
     scale = draw(st.sampled_from([None, None, None, 0.0, -0.5, -1.0, 1e-3, 1e-6,
                                   0.125, 2.0, 10.0, 1e3]))
@@ -225,7 +244,7 @@ def attention_cases(draw, size="small"):
     # non-finite entries: in hidden K/V rows (must have no influence) and visible ones
     poison_hidden = draw(st.sampled_from([False, False, True]))
     visible_bad = draw(st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.01, 0.05]))
-    nan_mask = mask_kind == "float" and draw(st.integers(0, 9)) == 0
+    nan_mask = mask is not None and mask.dtype.kind == "f" and draw(st.integers(0, 9)) == 0
     return dict(dtype=dtype, q=q, k=k, v=v, mask=mask, mask_dtype=mask_dtype, kpm=kpm,
                 is_causal=is_causal, scale=scale, gqa=gqa, lead=lead, batch=batch,
                 qlead=qlead, klead=klead, vlead=vlead,
