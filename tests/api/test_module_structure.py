@@ -16,8 +16,11 @@ import re
 
 import fastattn
 
-ROOT = pathlib.Path(fastattn.__file__).resolve().parent
-REPO = ROOT.parent
+# the source tree of this checkout (not the imported package's folder: a
+# build tree, as .ci/sanitize.sh imports, has the extensions but not their
+# .pyx sources, nor pyproject.toml)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ROOT = REPO / "fastattn"
 
 
 def _module_name(path: pathlib.Path) -> str:
