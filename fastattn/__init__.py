@@ -1,11 +1,12 @@
 """fastattn: scaled dot-product attention on the CPU, fast, for NumPy arrays.
 
-The public names; see :func:`attention`, :func:`softmax`, :func:`attention_varlen`,
-:func:`merge_attention`, :func:`multi_head_attention`, :class:`KVCache`,
+The public names; see :func:`attention`, :func:`attention_backward`, :func:`softmax`,
+:func:`attention_varlen`, :func:`merge_attention`, :func:`multi_head_attention`, :class:`KVCache`,
 :func:`trace` and :func:`show_config`.
 """
 
 from ._api import attention
+from .backward import attention_backward
 from ._softmax import softmax
 from .merge import merge_attention
 from .varlen import attention_varlen
@@ -19,6 +20,7 @@ _config.init_threads()
 
 __all__ = [
     "attention",
+    "attention_backward",
     "softmax",
     "attention_varlen",
     "merge_attention",

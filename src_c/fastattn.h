@@ -83,6 +83,30 @@ typedef struct fa_attention_args {
 
 int fa_attention(const fa_attention_args *args);
 
+/* The backward pass of fa_attention: the gradients of q, k and v given the
+ * gradient dout flowing into its output, recomputing the weights P from
+ * the forward's lse (never an L x S buffer).  fwd describes the forward
+ * call (q, k, v, the masks, the window, softcap and alibi; storage ==
+ * kv_storage; its out, weights and sinks are not read: a sink only enters
+ * through lse), and fwd.lse is read: the forward's lse (dtype, (batch...,
+ * L, 1)).  Per batch index b of fwd.batch_shape, nothing summed over what
+ * the forward broadcast (the caller does, in a fixed order):
+ *   dq[b] = scale dS K,  dk[b] = scale dS^T Q,  dv[b] = P^T dout,
+ *   dS = P o (dout V^T - delta) (times 1 - tanh^2 through the soft cap),
+ * P = exp(s - lse) at the visible positions and exactly 0 at the hidden ones
+ * and on rows whose lse is -inf.  Bitwise the same for any thread count. */
+typedef struct fa_backward_args {
+    fa_attention_args fwd;
+    fa_operand dout;           /* storage type, (batch..., L, Ev) */
+    fa_operand delta;          /* dtype, (batch..., L, 1): rowsum(dout o out) - grad_lse */
+    fa_operand dq, dk, dv;     /* dtype, written: (batch..., L, E), (batch..., S, E),
+                                  (batch..., S, Ev) */
+} fa_backward_args;
+/* FA_OK, FA_ENOMEM, FA_EINVAL, or FA_ELSE: an lse of -inf on a row that
+ * sees a key (checked before any output is written). */
+enum { FA_ELSE = 3 };
+int fa_attention_backward(const fa_backward_args *args);
+
 /* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
  * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,
  * an all-hidden row becomes 0).  y may alias x exactly (in place).  dtype:
