@@ -20,6 +20,10 @@
 #include "driver/tiles_tmpl.h"     /* the forward's packing and masks */
 #include "driver/scoreopts_tmpl.h" /* the forward's soft cap and ALiBi */
 
+/* row_finish (scoreopts_tmpl.h) finalises a forward row: the backward reads
+ * the forward's lse instead (a static inline function may go unused). */
+static inline void FN(bw_no_row_finish)(void) { (void)FN(row_finish); }
+
 /* One thread's scratch (element offsets into its buffer, each piece 64-byte
  * aligned): packed Q, dO (as rows and as values), K, V (as keys), K as
  * values; the pair's tiles; P^T, dS^T; the two accumulators. */
