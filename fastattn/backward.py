@@ -31,19 +31,25 @@ from ._masks import resolve
 from ._validate import check_scale, thread_count
 
 if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
     from numpy.typing import ArrayLike, NDArray
+
+    _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["attention_backward"]
 
 
 def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, value: ArrayLike,
                        out: ArrayLike, lse: ArrayLike, attn_mask: ArrayLike | None = None,
-                       is_causal: bool | str = False, scale: SupportsFloat | None = None,
+                       is_causal: _Causal = False, scale: SupportsFloat | None = None,
                        enable_gqa: bool = False, *, key_padding_mask: ArrayLike | None = None,
-                       window: Any = None, alibi_slopes: ArrayLike | None = None,
+                       window: _Window = None, alibi_slopes: ArrayLike | None = None,
                        softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                        grad_lse: ArrayLike | None = None,
-                       num_threads: SupportsIndex | None = None) -> tuple[NDArray[Any], ...]:
+                       num_threads: SupportsIndex | None = None) -> tuple[_Float, ...]:
     """Gradients of :func:`fastattn.attention` with respect to its inputs.
 
     Streams over key and query blocks, recomputing the weights from ``lse``
