@@ -46,9 +46,9 @@ def attention_backward(
     q: _Array,
     k: _Array,
     v: _Array,
-    dout: _Array,
+    out: _Array,
     lse: _Array,
-    delta: _Array,
+    dout: _Array,
     dq: _Array,
     dk: _Array,
     dv: _Array,
@@ -65,6 +65,9 @@ def attention_backward(
     num_threads: int = ...,
     softcap: float = ...,
     alibi: _Array | None = ...,
+    sinks: _Array | None = ...,
+    glse: _Array | None = ...,
+    dsinks: _Array | None = ...,
 ) -> None: ...
 def in_kernel_form(q: _Array, k: _Array, v: _Array, dtype: np.dtype[Any]) -> bool: ...
 def softmax_rows(

@@ -52,8 +52,9 @@ cdef extern from "fastattn.h" nogil:
     ctypedef struct fa_backward_args:
         fa_attention_args fwd
         fa_operand dout
-        fa_operand delta
+        fa_operand glse
         fa_operand dq, dk, dv
+        fa_operand dsinks
     enum:
         FA_ELSE
     int fa_attention_backward(const fa_backward_args *args)
@@ -227,18 +228,20 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
     return o
 
 
-def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray dout,
-                       cnp.ndarray lse, cnp.ndarray delta, cnp.ndarray dq, cnp.ndarray dk,
+def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out,
+                       cnp.ndarray lse, cnp.ndarray dout, cnp.ndarray dq, cnp.ndarray dk,
                        cnp.ndarray dv, *, tuple batch, double scale, bint causal=False,
                        int64_t causal_offset=0, int64_t win_left=FA_UNBOUNDED,
                        int64_t win_right=FA_UNBOUNDED, object bool_mask=None,
                        object add_mask=None, object pad=None, int num_threads=0,
-                       double softcap=0, object alibi=None):
-    """Fill dq (batch + (L, E)), dk (batch + (S, E)) and dv (batch + (S,
-    Ev)), one gradient per batch index (nothing summed), from the validated
-    q, k, v and dout (one float dtype; 16-bit ones read in place), lse and
-    delta (batch + (L, 1), float64 for float64 q, else float32; delta =
-    rowsum(dout * out) - grad_lse) and the forward's options as
+                       double softcap=0, object alibi=None, object sinks=None,
+                       object glse=None, object dsinks=None):
+    """Fill dq (batch + (L, E)), dk (batch + (S, E)), dv (batch + (S, Ev))
+    and, with sinks, dsinks (float64 batch + (1, 1)): one gradient per batch
+    index (nothing summed), from the validated q, k, v, the forward's out
+    and dout (one float dtype; 16-bit ones read in place), the forward's lse
+    and glse (None or the gradient into lse), both batch + (L, 1), float64
+    for float64 q, else float32, and the forward's options as
     :func:`attention` takes them; dq, dk, dv of lse's dtype.  ValueError
     naming lse when a row whose lse is -inf sees a key (nothing written)."""
     cdef fa_backward_args g
@@ -258,7 +261,7 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     _fill(&g.fwd.q, q, nb)
     _fill(&g.fwd.k, k, nb)
     _fill(&g.fwd.v, v, nb)
-    g.fwd.out.data = NULL
+    _fill(&g.fwd.out, out, nb)
     g.fwd.weights = NULL
     g.fwd.scale = scale
     g.fwd.causal = causal
@@ -271,10 +274,11 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     g.fwd.num_threads = num_threads
     g.fwd.softcap = softcap
     _fill_optional(&g.fwd.alibi, alibi, nb)
-    g.fwd.sinks.data = NULL
+    _fill_optional(&g.fwd.sinks, sinks, nb)
     _fill(&g.fwd.lse, lse, nb)
     _fill(&g.dout, dout, nb)
-    _fill(&g.delta, delta, nb)
+    _fill_optional(&g.glse, glse, nb)
+    _fill_optional(&g.dsinks, dsinks, nb)
     _fill(&g.dq, dq, nb)
     _fill(&g.dk, dk, nb)
     _fill(&g.dv, dv, nb)

@@ -11,8 +11,8 @@ forward broadcast (batch dimensions of length 1, the query heads of a
 group), the per-index gradients are summed here with NumPy, in a fixed
 order, and each is rounded once to its input's dtype.  So the extra memory
 is those per-index gradients (at most the broadcast factor times an input),
-never ``L x S``.  ``D_i = dO_i . O_i`` and the sinks' gradient, ``O(L)`` per
-head, are computed here too.
+never ``L x S``.  The sinks' gradient comes back per batch index too, and is
+summed to the shape of ``sinks`` likewise.
 """
 
 from __future__ import annotations
@@ -123,12 +123,14 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     o = _forward_array("out", out, batch + (L, Ev), odt)
     lse_a = _forward_array("lse", lse, batch + (L,), adt)
     _check_lse(lse_a)
-    delta = _delta(d_o, o, grad_lse, batch + (L,), adt)
-    grads = _run(q, k, v, d_o, lse_a, delta, cdt, adt, batch, gqa, sc, plan, opts, nt)
+    g_lse = None if grad_lse is None else _grad_lse(grad_lse, batch + (L,), adt)
+    grads = _run((q, k, v, o, d_o), lse_a, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt)
     result = tuple(_grad_as(_sum_to(g, x.shape), x) for g, x in zip(grads, (q, k, v)))
     if sinks is None:
         return result
-    return result + (_sink_grad(sinks, opts.sinks, lse_a, delta),)
+    s = np.asarray(sinks)
+    dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
+    return result + (_sum_to(grads[3], s.shape).astype(dt),)
 
 
 def _forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -147,19 +149,14 @@ def _check_lse(lse: np.ndarray) -> None:
                          f"lse must be finite, or -inf on a row that sees no key")
 
 
-def _delta(d_o: np.ndarray, o: np.ndarray, grad_lse: Any, shape: tuple,
-           adt: np.dtype) -> np.ndarray:
-    """``D_i - g_i`` with ``D_i = dO_i . O_i`` (in the arithmetic dtype)."""
-    with np.errstate(all="ignore"):
-        delta = np.einsum("...j,...j->...", d_o.astype(adt, copy=False), o.astype(adt, copy=False))
-        if grad_lse is not None:
-            g = np.asarray(grad_lse)
-            if g.shape != shape:
-                raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
-            if g.dtype.kind != "f" and not _half.is_half(g.dtype):
-                raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
-            delta = delta - g.astype(adt)
-    return np.ascontiguousarray(delta, dtype=adt)
+def _grad_lse(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
+    """``grad_lse`` checked against lse's shape, in the arithmetic dtype."""
+    g = np.asarray(grad_lse)
+    if g.shape != shape:
+        raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
+    if g.dtype.kind != "f" and not _half.is_half(g.dtype):
+        raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
+    return _operand(g, adt)
 
 
 def _operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -169,39 +166,39 @@ def _operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     return x if x.flags.aligned else np.ascontiguousarray(x)
 
 
-def _run(q, k, v, d_o, lse, delta, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
+def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt): dq of batch +
-    (L, E); dk, dv of batch + (S, .) (grouped-query: per query head)."""
-    q, k, v, d_o = (_operand(x, cdt) for x in (q, k, v, d_o))
+    (L, E); dk, dv of batch + (S, .) (grouped-query: per query head, then
+    summed over the group here); with sinks, the sink's of batch."""
+    q, k, v, o, d_o = (_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
-    cap, al, _ = opts
+    cap, al, sk = opts
     empty = np.zeros if L == 0 or S == 0 else np.empty
-    dq = empty(batch + (L, E), adt)
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
+    dq = empty(batch + (L, E), adt)
     dk, dv = empty(kb + (S, E), adt), empty(kb + (S, Ev), adt)
-    lse3, delta3 = lse[..., None], delta[..., None]
-    qb, kv_batch = q, batch
+    ds = None if sk is None else np.zeros(batch + (1, 1))
+    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
     if gqa is not None:
         hk, g = gqa
         full = batch + (L, S)
-        qb = group_heads(np.broadcast_to(q, batch + (L, E)), hk, g)
-        d_o, lse3, delta3 = (group_heads(x, hk, g) for x in (d_o, lse3, delta3))
-        dq = group_heads(dq, hk, g)
+        rows = [None if x is None else group_heads(np.broadcast_to(x, batch + x.shape[-2:]), hk, g)
+                for x in rows]
         k, v = k[..., None, :, :], v[..., None, :, :]
         bm = None if bm is None else group_heads(np.broadcast_to(bm, full), hk, g)
         am = None if am is None else group_heads(np.broadcast_to(am, full), hk, g)
         pad = None if pad is None else group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
-        al = None if al is None else group_heads(np.broadcast_to(al, batch + (1, 1)), hk, g)
-        kv_batch = kb
-    _core.attention_backward(qb, k, v, d_o, lse3, delta3, dq, dk, dv, batch=kv_batch, scale=sc,
+        al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
+                  for x in (al, sk))
+    qb, ob, dob, lse3, glse3, dqb, dsb = rows
+    _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dk, dv, batch=kb, scale=sc,
                              causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
                              bool_mask=bm, add_mask=am, pad=pad, num_threads=nt, softcap=cap,
-                             alibi=al)
+                             alibi=al, sinks=sk, glse=glse3, dsinks=dsb)
     if gqa is not None:
-        dq = dq.reshape(batch + (L, E))
         dk, dv = dk.sum(axis=-3), dv.sum(axis=-3)  # the group's query heads, in order
-    return dq, dk, dv
+    return dq, dk, dv, None if ds is None else ds[..., 0, 0]
 
 
 def _sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
@@ -218,17 +215,3 @@ def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
     """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
     dt = like.dtype
     return grad.astype(dt if (dt.kind == "f" or _half.is_half(dt)) else np.float64, copy=False)
-
-
-def _sink_grad(sinks: Any, t: np.ndarray, lse: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """``d t = sum_i exp(t - lse_i) (g_i - D_i)`` over the rows that see keys,
-    summed to the shape of ``sinks``; ``t`` is the kernel's operand."""
-    s = np.asarray(sinks)
-    t64 = t[..., 0].astype(np.float64)           # batch + (1,)
-    lse64 = lse.astype(np.float64)
-    live = np.isfinite(lse64)
-    with np.errstate(all="ignore"):
-        p = np.where(live, np.exp(t64 - np.where(live, lse64, 0.0)), 0.0)
-        d_t = np.where(live, -p * delta.astype(np.float64), 0.0).sum(axis=-1)
-    dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
-    return _sum_to(d_t, s.shape).astype(dt)

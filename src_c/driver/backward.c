@@ -41,8 +41,8 @@ int fa_attention_backward(const fa_backward_args *g)
     if ((a->storage != a->dtype && !(a->dtype == FA_FLOAT32 && half)) ||
         a->kv_storage != a->storage)
         return FA_EINVAL;
-    if (!a->lse.data || !g->delta.data || !g->dout.data || !g->dq.data || !g->dk.data ||
-        !g->dv.data)
+    if (!a->lse.data || !a->out.data || !g->dout.data || !g->dq.data || !g->dk.data ||
+        !g->dv.data || (a->sinks.data && !g->dsinks.data))
         return FA_EINVAL;
     if (a->dtype == FA_FLOAT32) return backward_f32(g);
     if (a->dtype == FA_FLOAT64) return backward_f64(g);

@@ -9,8 +9,9 @@
  * the query blocks in order; the dQ items are (batch index, query block),
  * each owning its dQ rows and looping over the key blocks in order.  So
  * every gradient element is summed in one fixed order, whichever thread
- * runs it.  Before either, the rows whose lse is -inf are checked to see no
- * key (FA_ELSE otherwise), so that nothing is written on that error. */
+ * runs it.  First the rows whose lse is -inf are checked to see no key
+ * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
+ * D_i - g_i (a scratch of L per batch index) and its sink's gradient. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -44,22 +45,26 @@ typedef struct FN(bw_plan) {
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
     int nt;
     int *flags;                /* per check item: a -inf lse on a row that sees a key */
+    FA_T *delta;               /* [nbatch x L]: D_i - g_i */
 } FN(bw_plan);
 
 /* The offsets of one batch index in the operands the forward lacks. */
 typedef struct FN(bw_offsets) {
-    int64_t dout, lse, delta, dq, dk, dv;
+    int64_t dout, lse, glse, dq, dk, dv, dsinks;
+    int64_t delta;             /* into the plan's delta: b * L */
 } FN(bw_offsets);
 
 static void FN(bw_offsets_of)(const fa_backward_args *g, int64_t b, FN(bw_offsets) *o)
 {
     memset(o, 0, sizeof *o);
+    o->delta = b * g->fwd.L;
     for (int d = g->fwd.nbatch_dims - 1; d >= 0; d--) {
         const int64_t n = g->fwd.batch_shape[d], i = b % n;
         b /= n;
         o->dout += i * g->dout.bstride[d];
         o->lse += i * g->fwd.lse.bstride[d];
-        o->delta += i * g->delta.bstride[d];
+        if (g->glse.data) o->glse += i * g->glse.bstride[d];
+        if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
         o->dq += i * g->dq.bstride[d];
         o->dk += i * g->dk.bstride[d];
         o->dv += i * g->dv.bstride[d];
@@ -150,15 +155,18 @@ static void FN(bw_free)(FN(bw_plan) *pl)
         for (int t = 0; t < pl->nt; t++) fa_free(pl->bufs[t]);
     fa_free(pl->bufs);
     fa_free(pl->flags);
+    fa_free(pl->delta);
     pl->bufs = NULL;
     pl->flags = NULL;
+    pl->delta = NULL;
 }
 
 static int FN(bw_alloc)(FN(bw_plan) *pl)
 {
     pl->bufs = (FA_T **)fa_calloc((size_t)pl->nt, sizeof(FA_T *));
     pl->flags = (int *)fa_calloc((size_t)(pl->nbatch * pl->nqb), sizeof(int));
-    if (!pl->bufs || !pl->flags) { FN(bw_free)(pl); return FA_ENOMEM; }
+    pl->delta = (FA_T *)fa_malloc((size_t)(pl->nbatch * pl->b->fwd.L) * sizeof(FA_T));
+    if (!pl->bufs || !pl->flags || !pl->delta) { FN(bw_free)(pl); return FA_ENOMEM; }
     for (int t = 0; t < pl->nt; t++) {
         pl->bufs[t] = (FA_T *)fa_malloc((size_t)pl->lay.total * sizeof(FA_T));
         if (!pl->bufs[t]) { FN(bw_free)(pl); return FA_ENOMEM; }

@@ -1,7 +1,7 @@
 /* bwpass_tmpl.h -- the work items of the backward pass and its entry point.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(bw_check_item) ->
- * bw_check_item_f32, bw_check_item_f64; likewise bw_dq_item, bw_dkv_item,
- * bw_keys, bw_store, backward. */
+ * bw_check_item_f32, bw_check_item_f64; likewise bw_delta_item, bw_dq_item,
+ * bw_dkv_item, bw_keys, bw_store, backward. */
 
 /* Keys kb .. kb + nk of batch offsets off packed into the pair t: K and V as
  * keys; K as values into kv if kv is not NULL (returns 1 if it holds
@@ -94,6 +94,38 @@ static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
     }
 }
 
+/* Delta item (batch index b): the plan's delta row D_i - g_i, D_i = dO_i .
+ * O_i in FA_T, for every row in order; with a sink t, its gradient
+ * sum_i exp(t - lse_i) (g_i - D_i) over the rows with lse_i > -inf, in
+ * double, in row order. */
+static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
+{
+    (void)tid;
+    const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
+    const fa_backward_args *g = pl->b;
+    const fa_attention_args *a = &g->fwd;
+    fa_offsets off;
+    FN(bw_offsets) go;
+    fa_batch_offsets(a, b, &off);
+    FN(bw_offsets_of)(g, b, &go);
+    FA_T *delta = pl->delta + go.delta;
+    const FA_T *lse = (const FA_T *)a->lse.data + go.lse;
+    const double t = a->sinks.data ? ((const double *)a->sinks.data)[off.sk] : 0;
+    double dt = 0;
+    for (int64_t i = 0; i < a->L; i++) {
+        FA_T d = 0;
+        const int64_t o0 = off.o + i * a->out.rs, d0 = go.dout + i * g->dout.rs;
+        for (int64_t c = 0; c < a->Ev; c++)
+            d += FN(ld)(g->dout.data, d0 + c * g->dout.cs, a->storage) *
+                 FN(ld)(a->out.data, o0 + c * a->out.cs, a->storage);
+        if (g->glse.data) d -= ((const FA_T *)g->glse.data)[go.glse + i * g->glse.rs];
+        delta[i] = d;
+        const FA_T l = lse[i * a->lse.rs];
+        if (a->sinks.data && l != (FA_T)-INFINITY) dt -= exp(t - (double)l) * (double)d;
+    }
+    if (a->sinks.data) ((double *)g->dsinks.data)[go.dsinks] = dt;
+}
+
 /* rows x cols of acc (ld lda) times sc into the operand y at offset yo, rows
  * r0.. (its own row and column strides). */
 static void FN(bw_store)(const fa_operand *y, int64_t yo, int64_t r0, int64_t rows, int64_t cols,
@@ -181,6 +213,7 @@ static int FN(backward)(const fa_backward_args *g)
     int bad = 0;
     for (int64_t i = 0; i < nq_items; i++) bad |= pl.flags[i];
     if (!bad) {
+        fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, FN(bw_delta_item), &pl);
         fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, nq_items, FN(bw_dq_item), &pl);
         fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * pl.nkb, FN(bw_dkv_item), &pl);
     }

@@ -47,7 +47,7 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(b
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
     const FA_T *lse = (const FA_T *)a->lse.data + go->lse;
-    const FA_T *delta = (const FA_T *)pl->b->delta.data + go->delta;
+    const FA_T *delta = pl->delta + go->delta;
     FN(bw_scores)(pl, off, t);
     K->qk(t->rpad, t->ncols, a->Ev, t->dop, t->vkp, t->dp, FA_KC, NULL);
     for (int64_t i = 0; i < t->rpad; i++) {
@@ -60,7 +60,7 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(b
             for (int64_t j = 0; j < t->ncols; j++) ds[j] = 0;
             continue;
         }
-        const FA_T d = delta[(t->i0 + i) * pl->b->delta.rs];
+        const FA_T d = delta[t->i0 + i];
         if (a->softcap > 0) {
             const FA_T *fr = t->f + i * FA_KC;
             for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * fr[j] : 0;
