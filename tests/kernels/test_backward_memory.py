@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 BOUND = 16 * 2**20
 
 
-def test_backward_extra_memory_is_far_below_l_times_s(isa):
+def test_backward_streaming_extra_memory_is_far_below_l_times_s(isa):
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 4096, 64), dtype=np.float32) for _ in "qkv")
     out, lse = fastattn.attention(q, k, v, is_causal=True, return_lse=True)
