@@ -37,8 +37,9 @@ typedef struct FN(bw_plan) {
     const fa_backward_args *b;
     const KT *K;
     fa_attention_args nocap;   /* fwd without its soft cap (ALiBi alone) */
-    fa_attention_args as_dov;  /* packing views: dO as the values; Q, K as the values; */
-    fa_attention_args as_qv, as_kv, as_dok, as_vk; /* dO as the queries; V as the keys */
+    /* packing views (bw_views): dO, Q and K as the values; dO as the queries;
+     * V as the keys */
+    fa_attention_args as_dov, as_qv, as_kv, as_dok, as_vk;
     fa_limits lim;
     FN(bw_layout) lay;
     FA_T **bufs;

@@ -172,3 +172,23 @@ def test_integer_inputs_give_float64_gradients():
     for a, b in zip(got, want):
         assert a.dtype == np.float64
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_strided_and_reversed_inputs_are_read_in_place(isa, dtype):
+    rng = np.random.default_rng(10)
+    q = np.swapaxes(rng.standard_normal((2, 6, 70)).astype(dtype), -1, -2)   # column stride 70
+    k = rng.standard_normal((2, 140, 12)).astype(dtype)[:, ::-1, ::2]        # negative rows
+    v = np.asfortranarray(rng.standard_normal((2, 140, 5)).astype(dtype))
+    _compare(q, k, v, is_causal="lower_right", alibi_slopes=np.array([0.1, 0.3]), grad_lse=True)
+
+
+def test_nan_grad_out_on_a_row_with_nothing_visible_gives_zeros(isa):
+    q, k, v = _inputs(np.random.default_rng(11), (1, 10, 4), (1, 12, 4), 3, np.float64)
+    mask = np.ones((10, 12), bool)
+    mask[2] = False
+    out, lse = fastattn.attention(q, k, v, mask, return_lse=True)
+    d_o = np.ones_like(out)
+    d_o[0, 2] = np.nan
+    dq, dk, dv = fastattn.attention_backward(d_o, q, k, v, out, lse, mask)
+    assert np.isfinite(dq).all() and np.isfinite(dk).all() and np.isfinite(dv).all()
+    assert not dq[0, 2].any()
