@@ -3,15 +3,14 @@
  * bw_check_item_f32, bw_check_item_f64; likewise bw_delta_item, bw_dq_item,
  * bw_dkv_item, bw_keys, bw_store, backward. */
 
-/* Keys kb .. kb + nk of batch offsets off packed into the pair t: K and V as
- * keys; K as values into kv if kv is not NULL (returns 1 if it holds
- * NaN/Inf).  0 nk: the block is skipped (all padding). */
+/* The pair t's keys (batch offsets off) packed: K and V as keys; K as
+ * values into kv if kv is not NULL (returns 1 if that holds NaN/Inf). */
 static int FN(bw_keys)(const FN(bw_plan) *pl, const fa_offsets *off, FN(bw_pair) *t, FA_T *kv)
 {
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
-    FN(pack_k)(a, K, off->k, t->kb, t->nk, t->ncols, K->nr, (FA_T *)t->kp);
-    FN(pack_k)(&pl->as_vk, K, off->v, t->kb, t->nk, t->ncols, K->nr, (FA_T *)t->vkp);
+    FN(pack_k)(a, K, off->k, t->kb, t->nk, t->ncols, K->nr, t->kp);
+    FN(pack_k)(&pl->as_vk, K, off->v, t->kb, t->nk, t->ncols, K->nr, t->vkp);
     return kv ? FN(pack_v)(&pl->as_kv, K, off->k, t->kb, t->nk, pl->ldE, K->nr, kv) : 0;
 }
 
@@ -42,13 +41,13 @@ static FN(bw_pair) FN(bw_pair_of)(const FN(bw_plan) *pl, FA_T *x, int64_t qb, in
     return t;
 }
 
-/* Rows i0 .. i0 + n of the query block: scale * Q and dO packed as rows. */
+/* The pair t's query rows packed: scale * Q, and dO if with_dout. */
 static void FN(bw_rows)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_offsets) *go,
                         const FN(bw_pair) *t, int with_dout)
 {
     const fa_attention_args *a = &pl->b->fwd;
-    FN(pack_q)(a, off->q, t->i0, t->nq, t->rpad, (FA_T *)t->qp, (FA_T)a->scale);
-    if (with_dout) FN(pack_q)(&pl->as_dok, go->dout, t->i0, t->nq, t->rpad, (FA_T *)t->dop, 1);
+    FN(pack_q)(a, off->q, t->i0, t->nq, t->rpad, t->qp, (FA_T)a->scale);
+    if (with_dout) FN(pack_q)(&pl->as_dok, go->dout, t->i0, t->nq, t->rpad, t->dop, 1);
 }
 
 /* The key blocks [*k0, *k1) some row of query block t sees (window, causal). */
@@ -189,7 +188,8 @@ static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
             if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk)) continue;
             FN(bw_rows)(pl, &off, &go, &t, 1);
             const int bad_q = FN(pack_v)(&pl->as_qv, K, off.q, t.i0, t.nq, pl->ldE, K->nr, qv);
-            const int bad_do = FN(pack_v)(&pl->as_dov, K, go.dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
+            const int bad_do =
+                FN(pack_v)(&pl->as_dov, K, go.dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
             FN(bw_tile)(pl, &off, &go, &t);
             FN(bw_transpose)(t.s, t.nq, t.nk, pt, pl->bqp);
             FN(bw_transpose)(t.dp, t.nq, t.nk, dst, pl->bqp);

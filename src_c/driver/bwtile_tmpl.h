@@ -9,8 +9,8 @@
 typedef struct FN(bw_pair) {
     int64_t i0, nq, rpad;     /* query rows i0 .. i0 + nq, padded to rpad (MR) */
     int64_t kb, nk, ncols;    /* keys kb .. kb + nk, padded to ncols (NR) */
-    const FA_T *qp, *dop;     /* [rpad x E] scale * Q, [rpad x Ev] dO */
-    const FA_T *kp, *vkp;     /* K and V packed as keys (panel-major) */
+    FA_T *qp, *dop;           /* [rpad x E] scale * Q, [rpad x Ev] dO */
+    FA_T *kp, *vkp;           /* K and V packed as keys (panel-major) */
     FA_T *s, *dp, *f;         /* scores, then P; dP, then dS; the soft cap's factor */
 } FN(bw_pair);
 
