@@ -23,6 +23,7 @@ import pytest
 
 import fastattn
 from fastattn import reference
+from half_common import HALF_IDS, HALVES
 
 U = {np.dtype(np.float32): 2.0 ** -24, np.dtype(np.float64): 2.0 ** -53}
 
@@ -142,10 +143,8 @@ def test_nan_and_inf_in_hidden_keys_and_values_never_reach_a_gradient(isa, dtype
     assert not dv[..., [5, 20, 21, 150, 155], :].any()
 
 
-@pytest.mark.parametrize("half", ["float16", "bfloat16"])
-def test_16_bit_inputs_keep_their_dtype(isa, half):
-    dt = np.dtype(np.float16) if half == "float16" else \
-        np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+def test_16_bit_inputs_keep_their_dtype(isa, dt):
     q, k, v = _inputs(np.random.default_rng(8), (2, 2, 70, 16), (2, 2, 150, 16), 12, dt)
     got = _compare(q, k, v, is_causal=True, softcap=3.0, sinks=np.array([0.2, 0.1]),
                    grad_lse=True)
