@@ -3,7 +3,8 @@
  * ALiBi and the masks by the forward's own code, tiles_tmpl.h and
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T and
  * dS.  Part of backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) ->
- * bw_scores_f32, bw_scores_f64; likewise bw_tile, bw_transpose. */
+ * bw_scores_f32, bw_scores_f64; likewise bw_ds_row, bw_tile, bw_transpose,
+ * bw_pv. */
 
 /* Packed operands of one pair and the tiles it fills (all ld FA_KC). */
 typedef struct FN(bw_pair) {
@@ -37,10 +38,27 @@ static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
+/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is.
+ * The select is needed only where a hidden P of 0 can meet a NaN or Inf:
+ * with a soft cap (f of a NaN score), a non-finite d, or a non-finite dP
+ * (a hidden value's NaN or Inf, or an overflow); elsewhere 0 * finite is 0
+ * and the plain form, which the compiler vectorises, is used. */
+static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
+                          int64_t n, FA_T d)
+{
+    const int careful = f || !(d - d == 0) || FN(any_nonfinite)(ds, n);
+    if (f) {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
+    } else if (careful) {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) : 0;
+    } else {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);
+    }
+}
+
 /* The pair's P (in s) and dS (in dp), zero outside rows < nq, keys < nk:
  * P = exp(s - lse) where visible, exactly 0 where hidden or the row's lse
- * is -inf; dS = P (dP - delta) (times f with a soft cap), exactly 0 where
- * P is, whatever dP holds there (a hidden value's NaN or Inf). */
+ * is -inf; dS by bw_ds_row. */
 static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_offsets) *go,
                         const FN(bw_pair) *t)
 {
@@ -54,20 +72,11 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(b
         FA_T *p = t->s + i * FA_KC, *ds = t->dp + i * FA_KC;
         const FA_T l = i < t->nq ? lse[(t->i0 + i) * a->lse.rs] : (FA_T)-INFINITY;
         const int64_t n = l == (FA_T)-INFINITY ? 0 : t->nk;
-        if (n > 0) (void)K->expsum(p, p, n, l);
-        for (int64_t j = n; j < t->ncols; j++) p[j] = 0;
-        if (n == 0) {
-            for (int64_t j = 0; j < t->ncols; j++) ds[j] = 0;
-            continue;
+        if (n > 0) {
+            (void)K->expsum(p, p, n, l);
+            FN(bw_ds_row)(ds, p, a->softcap > 0 ? t->f + i * FA_KC : NULL, n, delta[t->i0 + i]);
         }
-        const FA_T d = delta[t->i0 + i];
-        if (a->softcap > 0) {
-            const FA_T *fr = t->f + i * FA_KC;
-            for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * fr[j] : 0;
-        } else {
-            for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) : 0;
-        }
-        for (int64_t j = n; j < t->ncols; j++) ds[j] = 0;
+        for (int64_t j = n; j < t->ncols; j++) p[j] = ds[j] = 0;
     }
 }
 
