@@ -130,14 +130,15 @@ def test_rows_with_nothing_visible_give_zero_gradients(isa):
     assert not dq[:, 3].any() and not dq[1].any() and not dk[1].any() and not dv[1].any()
 
 
-def test_nan_and_inf_in_hidden_keys_and_values_never_reach_a_gradient(isa, dtype):
+@pytest.mark.parametrize("softcap", [None, 2.0], ids=["no_softcap", "softcap"])
+def test_nan_and_inf_in_hidden_keys_and_values_never_reach_a_gradient(isa, dtype, softcap):
     q, k, v = _inputs(np.random.default_rng(7), (1, 2, 40, 6), (1, 2, 160, 6), 6, dtype)
     pad = np.zeros(160, bool)
     pad[[5, 20, 21]] = True                              # seen by later rows but for the pad
     k[..., 5, :], v[..., 20, :], v[..., 21, 0] = np.nan, np.inf, -np.inf
     k[..., 150:, :] = np.inf                             # the future of every row (causal)
     v[..., 155, :] = np.nan
-    got = _compare(q, k, v, key_padding_mask=pad, is_causal=True, grad_lse=True)
+    got = _compare(q, k, v, key_padding_mask=pad, is_causal=True, grad_lse=True, softcap=softcap)
     dk, dv = got[1], got[2]
     assert not dk[..., [5, 20, 21, 150, 155], :].any()
     assert not dv[..., [5, 20, 21, 150, 155], :].any()
@@ -191,3 +192,12 @@ def test_nan_grad_out_on_a_row_with_nothing_visible_gives_zeros(isa):
     dq, dk, dv = fastattn.attention_backward(d_o, q, k, v, out, lse, mask)
     assert np.isfinite(dq).all() and np.isfinite(dk).all() and np.isfinite(dv).all()
     assert not dq[0, 2].any()
+
+
+def test_nan_in_a_hidden_key_with_finite_values_gives_finite_gradients(isa, dtype):
+    q, k, v = _inputs(np.random.default_rng(12), (1, 2, 30, 6), (1, 2, 140, 6), 5, dtype)
+    pad = np.zeros(140, bool)
+    pad[[3, 129]] = True
+    k[..., 3, :], k[..., 129, 2] = np.nan, np.inf
+    dk = _compare(q, k, v, key_padding_mask=pad, grad_lse=True)[1]
+    assert not dk[..., [3, 129], :].any()
