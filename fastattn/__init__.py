@@ -1,14 +1,16 @@
 """fastattn: scaled dot-product attention on the CPU, fast, for NumPy arrays.
 
-The public names; see :func:`attention`, :func:`softmax`, :func:`attention_varlen`,
-:func:`merge_attention`, :func:`multi_head_attention`, :class:`KVCache`,
-:func:`trace` and :func:`show_config`.
+The public names; see :func:`attention`, :func:`attention_backward`, :func:`softmax`,
+:func:`attention_varlen`, :func:`attention_varlen_backward`, :func:`merge_attention`,
+:func:`multi_head_attention`, :class:`KVCache`, :func:`trace` and :func:`show_config`.
 """
 
 from ._api import attention
+from .backward import attention_backward
 from ._softmax import softmax
 from .merge import merge_attention
 from .varlen import attention_varlen
+from .varlen_backward import attention_varlen_backward
 from .mha import KVCache, multi_head_attention
 from .trace import trace
 from . import _config
@@ -19,8 +21,10 @@ _config.init_threads()
 
 __all__ = [
     "attention",
+    "attention_backward",
     "softmax",
     "attention_varlen",
+    "attention_varlen_backward",
     "merge_attention",
     "multi_head_attention",
     "KVCache",

@@ -42,6 +42,33 @@ def attention(
     sinks: _Array | None = ...,
     lse: _Array | None = ...,
 ) -> _Array: ...
+def attention_backward(
+    q: _Array,
+    k: _Array,
+    v: _Array,
+    out: _Array,
+    lse: _Array,
+    dout: _Array,
+    dq: _Array,
+    dk: _Array,
+    dv: _Array,
+    *,
+    batch: tuple[int, ...],
+    scale: float,
+    causal: bool = ...,
+    causal_offset: int = ...,
+    win_left: int = ...,
+    win_right: int = ...,
+    bool_mask: _Array | None = ...,
+    add_mask: _Array | None = ...,
+    pad: _Array | None = ...,
+    num_threads: int = ...,
+    softcap: float = ...,
+    alibi: _Array | None = ...,
+    sinks: _Array | None = ...,
+    glse: _Array | None = ...,
+    dsinks: _Array | None = ...,
+) -> None: ...
 def in_kernel_form(q: _Array, k: _Array, v: _Array, dtype: np.dtype[Any]) -> bool: ...
 def softmax_rows(
     x: _Array, y: _Array, *, keep: npt.NDArray[np.uint8] | None = ..., num_threads: int = ...

@@ -49,6 +49,15 @@ cdef extern from "fastattn.h" nogil:
         fa_operand sinks
         fa_operand lse
     int fa_attention(const fa_attention_args *args)
+    ctypedef struct fa_backward_args:
+        fa_attention_args fwd
+        fa_operand dout
+        fa_operand glse
+        fa_operand dq, dk, dv
+        fa_operand dsinks
+    enum:
+        FA_ELSE
+    int fa_attention_backward(const fa_backward_args *args)
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                         int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
                         int64_t k_rs, int64_t k_cs, int num_threads)
@@ -217,6 +226,68 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
         status = fa_attention(&a)
     _check(status)
     return o
+
+
+def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out,
+                       cnp.ndarray lse, cnp.ndarray dout, cnp.ndarray dq, cnp.ndarray dk,
+                       cnp.ndarray dv, *, tuple batch, double scale, bint causal=False,
+                       int64_t causal_offset=0, int64_t win_left=FA_UNBOUNDED,
+                       int64_t win_right=FA_UNBOUNDED, object bool_mask=None,
+                       object add_mask=None, object pad=None, int num_threads=0,
+                       double softcap=0, object alibi=None, object sinks=None,
+                       object glse=None, object dsinks=None):
+    """Fill dq (batch + (L, E)), dk (batch + (S, E)), dv (batch + (S, Ev))
+    and, with sinks, dsinks (float64 batch + (1, 1)): one gradient per batch
+    index (nothing summed), from the validated q, k, v, the forward's out
+    and dout (one float dtype; 16-bit ones read in place), the forward's lse
+    and glse (None or the gradient into lse), both batch + (L, 1), float64
+    for float64 q, else float32, and the forward's options as
+    :func:`attention` takes them; dq, dk, dv of lse's dtype.  ValueError
+    naming lse when a row whose lse is -inf sees a key (nothing written)."""
+    cdef fa_backward_args g
+    cdef int nb = len(batch), d, status
+    if nb > FA_MAX_BATCH_DIMS:
+        raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
+    g.fwd.storage = _storage(q)
+    g.fwd.kv_storage = _storage(k)
+    g.fwd.dtype = FA_FLOAT64 if g.fwd.storage == FA_FLOAT64 else FA_FLOAT32
+    g.fwd.nbatch_dims = nb
+    for d in range(nb):
+        g.fwd.batch_shape[d] = batch[d]
+    g.fwd.L = cnp.PyArray_DIM(q, cnp.PyArray_NDIM(q) - 2)
+    g.fwd.E = cnp.PyArray_DIM(q, cnp.PyArray_NDIM(q) - 1)
+    g.fwd.S = cnp.PyArray_DIM(k, cnp.PyArray_NDIM(k) - 2)
+    g.fwd.Ev = cnp.PyArray_DIM(v, cnp.PyArray_NDIM(v) - 1)
+    _fill(&g.fwd.q, q, nb)
+    _fill(&g.fwd.k, k, nb)
+    _fill(&g.fwd.v, v, nb)
+    _fill(&g.fwd.out, out, nb)
+    g.fwd.weights = NULL
+    g.fwd.scale = scale
+    g.fwd.causal = causal
+    g.fwd.causal_offset = causal_offset
+    g.fwd.win_left = win_left
+    g.fwd.win_right = win_right
+    _fill_optional(&g.fwd.bool_mask, bool_mask, nb)
+    _fill_optional(&g.fwd.add_mask, add_mask, nb)
+    _fill_optional(&g.fwd.pad, pad, nb)
+    g.fwd.num_threads = num_threads
+    g.fwd.softcap = softcap
+    _fill_optional(&g.fwd.alibi, alibi, nb)
+    _fill_optional(&g.fwd.sinks, sinks, nb)
+    _fill(&g.fwd.lse, lse, nb)
+    _fill(&g.dout, dout, nb)
+    _fill_optional(&g.glse, glse, nb)
+    _fill_optional(&g.dsinks, dsinks, nb)
+    _fill(&g.dq, dq, nb)
+    _fill(&g.dk, dk, nb)
+    _fill(&g.dv, dv, nb)
+    with nogil:
+        status = fa_attention_backward(&g)
+    if status == FA_ELSE:
+        raise ValueError("lse is -inf on a row that sees keys: lse must be what attention("
+                         "..., return_lse=True) returned for the same arguments")
+    _check(status)
 
 
 def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype):

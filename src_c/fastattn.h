@@ -83,6 +83,33 @@ typedef struct fa_attention_args {
 
 int fa_attention(const fa_attention_args *args);
 
+/* The backward pass of fa_attention: the gradients of q, k and v given the
+ * gradient dout flowing into its output, recomputing the weights P from
+ * the forward's lse (never an L x S buffer).  fwd describes the forward
+ * call (q, k, v, the masks, the window, softcap, alibi and sinks; storage
+ * == kv_storage; weights unused) and two of its results are read: fwd.out
+ * (storage type) and fwd.lse (dtype, (batch..., L, 1)).  Per batch index b
+ * of fwd.batch_shape, nothing summed over what the forward broadcast (the
+ * caller does, in a fixed order), with D_i = dout_i . out_i and g = glse:
+ *   dq[b] = scale dS K,  dk[b] = scale dS^T Q,  dv[b] = P^T dout,
+ *   dS = P o (dout V^T - D + g) (times 1 - tanh^2 through the soft cap),
+ *   dsinks[b] = sum_i exp(t - lse_i) (g_i - D_i) over the rows with lse_i
+ *   > -inf (t the sink),
+ * P = exp(s - lse) at the visible positions and exactly 0 at the hidden ones
+ * and on rows whose lse is -inf.  Bitwise the same for any thread count. */
+typedef struct fa_backward_args {
+    fa_attention_args fwd;
+    fa_operand dout;           /* storage type, (batch..., L, Ev) */
+    fa_operand glse;           /* dtype, (batch..., L, 1): the gradient into lse; NULL: 0 */
+    fa_operand dq, dk, dv;     /* dtype, written: (batch..., L, E), (batch..., S, E),
+                                  (batch..., S, Ev) */
+    fa_operand dsinks;         /* float64 (batch..., 1, 1), written if fwd.sinks is given */
+} fa_backward_args;
+/* FA_OK, FA_ENOMEM, FA_EINVAL, or FA_ELSE: an lse of -inf on a row that
+ * sees a key (checked before any output is written). */
+enum { FA_ELSE = 3 };
+int fa_attention_backward(const fa_backward_args *args);
+
 /* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
  * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,
  * an all-hidden row becomes 0).  y may alias x exactly (in place).  dtype:

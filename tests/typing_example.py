@@ -57,6 +57,18 @@ def varlen() -> npt.NDArray[np.floating]:
     return out
 
 
+def backward() -> npt.NDArray[np.floating]:
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 3))
+    out, lse = fastattn.attention(q, q, q, is_causal=True, sinks=[0.0, 1.0], return_lse=True)
+    grads = fastattn.attention_backward(np.ones_like(out), q, q, q, out, lse, None, True,
+                                        sinks=[0.0, 1.0], grad_lse=np.zeros_like(lse),
+                                        window=(2, None), num_threads=1)
+    d_q: npt.NDArray[np.floating] = grads[0]
+    print(len(grads), d_q.shape)
+    return d_q
+
+
 def config() -> None:
     isa: str = fastattn.get_isa()
     isas: tuple[str, ...] = fastattn.available_isas()
@@ -106,6 +118,7 @@ if __name__ == "__main__":
     walkthrough()
     softmax()
     varlen()
+    backward()
     config()
     multi_head()
     trace()

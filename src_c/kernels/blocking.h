@@ -95,6 +95,13 @@
 #define FA_FLASH16_MIN_ROWS 16
 #define FA_FLASH16_LAZY 8.0f
 #define FA_FLASH16_MAX_E 256
+/* The backward pass (driver/backward_tmpl.h): query rows per block, rounded
+ * up to the ISA's MR.  A block's Q and dO rows are packed as the "values"
+ * of dK += dS^T Q and dV += P^T dO, whose panels hold at most FA_KC rows,
+ * so it must stay <= FA_KC; 64 rows keep the block's P, dP and dS tiles
+ * (64 x FA_KC each, 32 KiB in float32) and the key block's dK/dV
+ * accumulators (FA_KC x E, Ev) in the L2 while the query blocks stream by. */
+#define FA_BW_MQ 64
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
 

@@ -1,0 +1,217 @@
+"""attention_backward(): the gradients of :func:`fastattn.attention`.
+
+The arguments are checked by the forward's own steps (dtypes and problem
+shape from :mod:`fastattn._api`, masks from :mod:`fastattn._masks`, score
+options from :mod:`fastattn._scores`), then ``grad_out``, ``out``, ``lse``
+and ``grad_lse`` against the forward call.  The C kernel computes one
+gradient per batch index of the broadcast batch shape (grouped-query heads
+as a stride-0 key/value view, as :mod:`fastattn._gqa` runs them per head),
+in float32 for float32 and 16-bit inputs, float64 for float64; where the
+forward broadcast (batch dimensions of length 1, the query heads of a
+group), the per-index gradients are summed here with NumPy, in a fixed
+order, and each is rounded once to its input's dtype.  So the extra memory
+is those per-index gradients (at most the broadcast factor times an input),
+never ``L x S``.  The sinks' gradient comes back per batch index too, and is
+summed to the shape of ``sinks`` likewise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
+
+import numpy as np
+
+from . import _core
+from . import _half
+from . import _scores
+from ._api import arrays_and_dtypes, problem_shape
+from ._gqa import group_heads
+from ._masks import resolve
+from ._validate import check_scale, thread_count
+
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from numpy.typing import ArrayLike, NDArray
+
+    _Float: TypeAlias = NDArray[np.floating[Any]]
+    _Causal: TypeAlias = bool | Literal["upper_left", "lower_right"]
+    _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
+
+__all__ = ["attention_backward"]
+
+
+def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, value: ArrayLike,
+                       out: ArrayLike, lse: ArrayLike, attn_mask: ArrayLike | None = None,
+                       is_causal: _Causal = False, scale: SupportsFloat | None = None,
+                       enable_gqa: bool = False, *, key_padding_mask: ArrayLike | None = None,
+                       window: _Window = None, alibi_slopes: ArrayLike | None = None,
+                       softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
+                       grad_lse: ArrayLike | None = None,
+                       num_threads: SupportsIndex | None = None) -> tuple[_Float, ...]:
+    """Gradients of :func:`fastattn.attention` with respect to its inputs.
+
+    Streams over key and query blocks, recomputing the weights from ``lse``
+    (no ``L x S`` buffer), with the GIL released.
+
+    Parameters
+    ----------
+    grad_out : array_like, shape (..., L, Ev)
+        The gradient flowing into the output: the output's shape and dtype.
+    query, key, value, attn_mask, is_causal, scale, enable_gqa
+        As given to :func:`fastattn.attention`.
+    out : array_like, shape (..., L, Ev)
+        The forward's output (its dtype).
+    lse : array_like, shape (..., L)
+        The forward's ``return_lse=True`` result (float32 for float16,
+        bfloat16 and float32 inputs, float64 for float64): ``-inf`` on a
+        row that sees no key, finite elsewhere.
+    key_padding_mask, window, alibi_slopes, softcap, sinks
+        As given to :func:`fastattn.attention`.  Masks, the window and the
+        slopes are constants (no gradient).
+    grad_lse : array_like, shape (..., L), optional
+        The gradient flowing into ``lse``; None means zero.
+    num_threads : int, optional
+        OpenMP threads; None = the OpenMP default.  The gradients are
+        bitwise the same for every thread count.
+
+    Returns
+    -------
+    grad_query, grad_key, grad_value : ndarray
+        Each of its input's shape and dtype (float64 for integer inputs),
+        summed over what the forward broadcast, as autograd would; 16-bit
+        ones accumulated in float32 and rounded once.
+    grad_sinks : ndarray
+        Only when ``sinks`` is given: the shape of ``sinks``.
+
+    Raises
+    ------
+    ValueError
+        ``grad_out``, ``out``, ``lse`` or ``grad_lse`` whose shape or dtype is
+        not the forward's; an ``lse`` that is NaN or ``+inf``, or ``-inf`` on
+        a row that sees a key; anything :func:`fastattn.attention` rejects.
+    TypeError
+        As :func:`fastattn.attention`, and a non-float ``grad_lse``.
+
+    Notes
+    -----
+    A row with no visible key gets zero gradients; a hidden position never
+    reaches a gradient, even when its key or value holds NaN or Inf.
+
+    Examples
+    --------
+    >>> import numpy as np, fastattn
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((2, 5, 4)) for _ in range(3))
+    >>> out, lse = fastattn.attention(q, k, v, is_causal=True, return_lse=True)
+    >>> dq, dk, dv = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse,
+    ...                                          is_causal=True)
+    >>> dq.shape, dk.shape, dv.shape
+    ((2, 5, 4), (2, 5, 4), (2, 5, 4))
+    >>> bool(np.allclose(dv.sum(axis=-2), 5.0))   # each row's weights sum to 1
+    True
+    """
+    q, k, v, cdt, odt = arrays_and_dtypes(query, key, value)
+    batch, gqa, L, S, E, Ev = problem_shape(q.shape, k.shape, v.shape, enable_gqa)
+    adt = _half.arith(cdt)
+    sc = check_scale(scale, adt) if scale is not None else 1.0 / math.sqrt(E) if E > 0 else 1.0
+    nt = 0 if num_threads is None else thread_count(num_threads)
+    plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
+    opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, adt)
+    d_o = _forward_array("grad_out", grad_out, batch + (L, Ev), odt)
+    o = _forward_array("out", out, batch + (L, Ev), odt)
+    lse_a = _forward_array("lse", lse, batch + (L,), adt)
+    _check_lse(lse_a)
+    g_lse = None if grad_lse is None else _grad_lse(grad_lse, batch + (L,), adt)
+    grads = _run((q, k, v, o, d_o), lse_a, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt)
+    result = tuple(_grad_as(_sum_to(g, x.shape), x) for g, x in zip(grads, (q, k, v)))
+    if sinks is None:
+        return result
+    s = np.asarray(sinks)
+    dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
+    return result + (_sum_to(grads[3], s.shape).astype(dt),)
+
+
+def _forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """``a`` as an array of exactly the forward's ``shape`` and ``dtype``."""
+    x = np.asarray(a)
+    if x.shape != shape or x.dtype != dtype:
+        raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
+                         f"got shape {x.shape} and dtype {x.dtype}")
+    return x
+
+
+def _check_lse(lse: np.ndarray) -> None:
+    bad = np.isnan(lse) | (lse == np.inf)
+    if bad.any():
+        raise ValueError(f"lse of shape {lse.shape} has NaN or +inf entries ({int(bad.sum())}): "
+                         f"lse must be finite, or -inf on a row that sees no key")
+
+
+def _grad_lse(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
+    """``grad_lse`` checked against lse's shape, in the arithmetic dtype."""
+    g = np.asarray(grad_lse)
+    if g.shape != shape:
+        raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
+    if g.dtype.kind != "f" and not _half.is_half(g.dtype):
+        raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
+    return _operand(g, adt)
+
+
+def _operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """x in the kernel's storage dtype, aligned (a copy only when needed)."""
+    if x.dtype != dt:
+        return x.astype(dt)
+    return x if x.flags.aligned else np.ascontiguousarray(x)
+
+
+def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
+    """The kernel's per-batch-index gradients (arrays of adt): dq of batch +
+    (L, E); dk, dv of batch + (S, .) (grouped-query: per query head, then
+    summed over the group here); with sinks, the sink's of batch."""
+    q, k, v, o, d_o = (_operand(x, cdt) for x in arrays)
+    L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    causal, offset, wl, wr, bm, am, pad = plan
+    cap, al, sk = opts
+    empty = np.zeros if L == 0 or S == 0 else np.empty
+    kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
+    dq = empty(batch + (L, E), adt)
+    dk, dv = empty(kb + (S, E), adt), empty(kb + (S, Ev), adt)
+    ds = None if sk is None else np.zeros(batch + (1, 1))
+    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
+    if gqa is not None:
+        hk, g = gqa
+        full = batch + (L, S)
+        rows = [None if x is None else group_heads(np.broadcast_to(x, batch + x.shape[-2:]), hk, g)
+                for x in rows]
+        k, v = k[..., None, :, :], v[..., None, :, :]
+        bm = None if bm is None else group_heads(np.broadcast_to(bm, full), hk, g)
+        am = None if am is None else group_heads(np.broadcast_to(am, full), hk, g)
+        pad = None if pad is None else group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
+        al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
+                  for x in (al, sk))
+    qb, ob, dob, lse3, glse3, dqb, dsb = rows
+    _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dk, dv, batch=kb, scale=sc,
+                             causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
+                             bool_mask=bm, add_mask=am, pad=pad, num_threads=nt, softcap=cap,
+                             alibi=al, sinks=sk, glse=glse3, dsinks=dsb)
+    if gqa is not None:
+        dk, dv = dk.sum(axis=-3), dv.sum(axis=-3)  # the group's query heads, in order
+    return dq, dk, dv, None if ds is None else ds[..., 0, 0]
+
+
+def _sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """``grad`` summed over the axes broadcasting added or stretched from
+    ``shape`` (autograd's rule)."""
+    lead = grad.ndim - len(shape)
+    if lead:
+        grad = grad.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
+    dt = like.dtype
+    return grad.astype(dt if (dt.kind == "f" or _half.is_half(dt)) else np.float64, copy=False)

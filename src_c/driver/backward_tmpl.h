@@ -1,0 +1,192 @@
+/* backward_tmpl.h -- the backward pass, written once over the element type:
+ * included twice by backward.c with FA_SFX (f32, f64) defined.  Every
+ * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
+ * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_make,
+ * bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item.
+ *
+ * FlashAttention-2's order, with no atomics: the dK/dV work items are
+ * (batch index, key block), each owning its dK, dV rows and looping over
+ * the query blocks in order; the dQ items are (batch index, query block),
+ * each owning its dQ rows and looping over the key blocks in order.  So
+ * every gradient element is summed in one fixed order, whichever thread
+ * runs it.  First the rows whose lse is -inf are checked to see no key
+ * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
+ * D_i - g_i (a scratch of L per batch index) and its sink's gradient. */
+#define FN(name) FA_CAT(name, FA_SFX)
+#define FA_T FA_TYPE(FA_SFX)                      /* float, double */
+#define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
+#define KCUR FA_CAT3(fa_kernels, FA_SFX, current) /* fa_kernels_f32_current */
+
+#include "driver/storage_tmpl.h"   /* one element of a 16-bit operand */
+#include "driver/tiles_tmpl.h"     /* the forward's packing and masks */
+#include "driver/scoreopts_tmpl.h" /* the forward's soft cap and ALiBi */
+
+/* row_finish (scoreopts_tmpl.h) finalises a forward row: the backward reads
+ * the forward's lse instead (a static inline function may go unused). */
+static inline void FN(bw_no_row_finish)(void) { (void)FN(row_finish); }
+
+/* One thread's scratch (element offsets into its buffer, each piece 64-byte
+ * aligned): packed Q, dO (as rows and as values), K, V (as keys), K as
+ * values; the pair's tiles; P^T, dS^T; the two accumulators. */
+typedef struct FN(bw_layout) {
+    int64_t qp, dop, qv, dov, kp, vkp, kv, s, dp, f, pt, dst, acc1, acc2, total;
+} FN(bw_layout);
+
+/* Everything a work item reads, shared by the threads. */
+typedef struct FN(bw_plan) {
+    const fa_backward_args *b;
+    const KT *K;
+    fa_attention_args nocap;   /* fwd without its soft cap (ALiBi alone) */
+    /* packing views (bw_views): dO, Q and K as the values; dO as the queries;
+     * V as the keys */
+    fa_attention_args as_dov, as_qv, as_kv, as_dok, as_vk;
+    fa_limits lim;
+    FN(bw_layout) lay;
+    FA_T **bufs;
+    int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
+    int nt;
+    int *flags;                /* per check item: a -inf lse on a row that sees a key */
+    FA_T *delta;               /* [nbatch x L]: D_i - g_i */
+} FN(bw_plan);
+
+/* The offsets of one batch index in the operands the forward lacks. */
+typedef struct FN(bw_offsets) {
+    int64_t dout, lse, glse, dq, dk, dv, dsinks;
+    int64_t delta;             /* into the plan's delta: b * L */
+} FN(bw_offsets);
+
+static void FN(bw_offsets_of)(const fa_backward_args *g, int64_t b, FN(bw_offsets) *o)
+{
+    memset(o, 0, sizeof *o);
+    o->delta = b * g->fwd.L;
+    for (int d = g->fwd.nbatch_dims - 1; d >= 0; d--) {
+        const int64_t n = g->fwd.batch_shape[d], i = b % n;
+        b /= n;
+        o->dout += i * g->dout.bstride[d];
+        o->lse += i * g->fwd.lse.bstride[d];
+        if (g->glse.data) o->glse += i * g->glse.bstride[d];
+        if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
+        o->dq += i * g->dq.bstride[d];
+        o->dk += i * g->dk.bstride[d];
+        o->dv += i * g->dv.bstride[d];
+    }
+}
+
+static int64_t FN(bw_piece)(int64_t *at, int64_t n)
+{
+    const int64_t here = *at, unit = FA_ALIGN / (int64_t)sizeof(FA_T);
+    *at += fa_round_up(n > 0 ? n : 1, unit);
+    return here;
+}
+
+static void FN(bw_layout_of)(FN(bw_plan) *pl)
+{
+    const int64_t E = pl->b->fwd.E, Ev = pl->b->fwd.Ev, bq = pl->bqp, kc = FA_KC;
+    FN(bw_layout) *y = &pl->lay;
+    int64_t at = 0;
+    y->qp = FN(bw_piece)(&at, bq * E);
+    y->dop = FN(bw_piece)(&at, bq * Ev);
+    y->qv = FN(bw_piece)(&at, pl->ldE * kc);
+    y->dov = FN(bw_piece)(&at, pl->ldEv * kc);
+    y->kp = FN(bw_piece)(&at, kc * E);
+    y->vkp = FN(bw_piece)(&at, kc * Ev);
+    y->kv = FN(bw_piece)(&at, pl->ldE * kc);
+    y->s = FN(bw_piece)(&at, bq * kc);
+    y->dp = FN(bw_piece)(&at, bq * kc);
+    y->f = FN(bw_piece)(&at, bq * kc);
+    y->pt = FN(bw_piece)(&at, kc * bq);
+    y->dst = FN(bw_piece)(&at, kc * bq);
+    y->acc1 = FN(bw_piece)(&at, kc * pl->ldE); /* dK or dQ (bqp <= FA_KC rows) */
+    y->acc2 = FN(bw_piece)(&at, kc * pl->ldEv);
+    y->total = at + FA_ALIGN / (int64_t)sizeof(FA_T); /* room to align the base */
+}
+
+/* The packing views: the forward's pack_q, pack_k and pack_v read the
+ * operand and width they are pointed at. */
+static void FN(bw_views)(FN(bw_plan) *pl)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    pl->nocap = *a;
+    pl->nocap.softcap = 0;
+    pl->as_dov = *a;
+    pl->as_dov.v = pl->b->dout;
+    pl->as_qv = *a;
+    pl->as_qv.v = a->q;
+    pl->as_qv.Ev = a->E;
+    pl->as_kv = *a;
+    pl->as_kv.v = a->k;
+    pl->as_kv.Ev = a->E;
+    pl->as_dok = *a;
+    pl->as_dok.q = pl->b->dout;
+    pl->as_dok.E = a->Ev;
+    pl->as_vk = *a;
+    pl->as_vk.k = a->v;
+    pl->as_vk.E = a->Ev;
+}
+
+/* The plan; 0 if there is nothing to compute. */
+static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
+{
+    const fa_attention_args *a = &g->fwd;
+    memset(pl, 0, sizeof *pl);
+    pl->b = g;
+    pl->K = K;
+    pl->nbatch = 1;
+    for (int d = 0; d < a->nbatch_dims; d++) pl->nbatch *= a->batch_shape[d];
+    if (pl->nbatch == 0 || a->L == 0 || a->S == 0) return 0;
+    pl->bqp = fa_round_up(FA_BW_MQ, K->mr);
+    pl->ldE = fa_round_up(a->E, K->nr);
+    pl->ldEv = fa_round_up(a->Ev, K->nr);
+    pl->nqb = fa_div_up(a->L, pl->bqp);
+    pl->nkb = fa_div_up(a->S, FA_KC);
+    pl->lim = fa_limits_of(a);
+    int nt = fa_resolve_threads(a->num_threads);
+    const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
+    if (work < FA_PARALLEL_MIN_WORK) nt = 1;
+    const int64_t most = pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
+    pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
+    FN(bw_views)(pl);
+    FN(bw_layout_of)(pl);
+    return 1;
+}
+
+static void FN(bw_free)(FN(bw_plan) *pl)
+{
+    if (pl->bufs)
+        for (int t = 0; t < pl->nt; t++) fa_free(pl->bufs[t]);
+    fa_free(pl->bufs);
+    fa_free(pl->flags);
+    fa_free(pl->delta);
+    pl->bufs = NULL;
+    pl->flags = NULL;
+    pl->delta = NULL;
+}
+
+static int FN(bw_alloc)(FN(bw_plan) *pl)
+{
+    pl->bufs = (FA_T **)fa_calloc((size_t)pl->nt, sizeof(FA_T *));
+    pl->flags = (int *)fa_calloc((size_t)(pl->nbatch * pl->nqb), sizeof(int));
+    pl->delta = (FA_T *)fa_malloc((size_t)(pl->nbatch * pl->b->fwd.L) * sizeof(FA_T));
+    if (!pl->bufs || !pl->flags || !pl->delta) { FN(bw_free)(pl); return FA_ENOMEM; }
+    for (int t = 0; t < pl->nt; t++) {
+        pl->bufs[t] = (FA_T *)fa_malloc((size_t)pl->lay.total * sizeof(FA_T));
+        if (!pl->bufs[t]) { FN(bw_free)(pl); return FA_ENOMEM; }
+    }
+    return FA_OK;
+}
+
+/* Thread tid's scratch base, 64-byte aligned. */
+static FA_T *FN(bw_base)(const FN(bw_plan) *pl, int tid)
+{
+    uintptr_t p = (uintptr_t)pl->bufs[tid];
+    p = (p + FA_ALIGN - 1) / FA_ALIGN * FA_ALIGN;
+    return (FA_T *)p;
+}
+
+#include "driver/bwtile_tmpl.h" /* one (query block, key block) pair */
+#include "driver/bwpass_tmpl.h" /* the work items of the three passes */
+
+#undef FN
+#undef FA_T
+#undef KT
+#undef KCUR

@@ -1,0 +1,100 @@
+/* bwtile_tmpl.h -- one (query block, key block) pair of the backward pass:
+ * the scores recomputed as the forward builds them (Q.K^T, the soft cap,
+ * ALiBi and the masks by the forward's own code, tiles_tmpl.h and
+ * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T and
+ * dS.  Part of backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) ->
+ * bw_scores_f32, bw_scores_f64; likewise bw_ds_row, bw_tile, bw_transpose,
+ * bw_pv. */
+
+/* Packed operands of one pair and the tiles it fills (all ld FA_KC). */
+typedef struct FN(bw_pair) {
+    int64_t i0, nq, rpad;     /* query rows i0 .. i0 + nq, padded to rpad (MR) */
+    int64_t kb, nk, ncols;    /* keys kb .. kb + nk, padded to ncols (NR) */
+    FA_T *qp, *dop;           /* [rpad x E] scale * Q, [rpad x Ev] dO */
+    FA_T *kp, *vkp;           /* K and V packed as keys (panel-major) */
+    FA_T *s, *dp, *f;         /* scores, then P; dP, then dS; the soft cap's factor */
+} FN(bw_pair);
+
+/* s = the final logits of the pair, hidden positions exactly -inf (rows <
+ * nq, keys < nk); with a soft cap, f = its derivative 1 - tanh^2. */
+static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_pair) *t)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    const KT *K = pl->K;
+    K->qk(t->rpad, t->ncols, a->E, t->qp, t->kp, t->s, FA_KC, NULL);
+    if (a->softcap > 0) {
+        const FA_T cap = (FA_T)a->softcap, inv = (FA_T)1 / cap;
+        for (int64_t i = 0; i < t->nq; i++) {
+            FA_T *row = t->s + i * FA_KC, *fr = t->f + i * FA_KC;
+            K->softcap(row, t->nk, cap);
+            for (int64_t j = 0; j < t->nk; j++) fr[j] = 1 - (row[j] * inv) * (row[j] * inv);
+        }
+    }
+    if (a->alibi.data) /* ALiBi alone: the cap is applied above */
+        (void)FN(score_opts)(&pl->nocap, K, off, t->s, FA_KC, t->i0, t->nq, t->kb, t->nk, 0,
+                             NULL);
+    const int cut = fa_limits_cut(&pl->lim, t->i0, t->nq, t->kb, t->nk);
+    FN(apply_masks)(a, off, t->s, FA_KC, t->i0, t->nq, t->kb, t->nk, cut ? &pl->lim : NULL,
+                    a->pad.data != NULL, a->bool_mask.data != NULL);
+}
+
+/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is.
+ * The select is needed only where a hidden P of 0 can meet a NaN or Inf:
+ * with a soft cap (f of a NaN score), a non-finite d, or a non-finite dP
+ * (a hidden value's NaN or Inf, or an overflow); elsewhere 0 * finite is 0
+ * and the plain form, which the compiler vectorises, is used. */
+static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
+                          int64_t n, FA_T d)
+{
+    const int careful = f || !(d - d == 0) || FN(any_nonfinite)(ds, n);
+    if (f) {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
+    } else if (careful) {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) : 0;
+    } else {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);
+    }
+}
+
+/* The pair's P (in s) and dS (in dp), zero outside rows < nq, keys < nk:
+ * P = exp(s - lse) where visible, exactly 0 where hidden or the row's lse
+ * is -inf; dS by bw_ds_row. */
+static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_offsets) *go,
+                        const FN(bw_pair) *t)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    const KT *K = pl->K;
+    const FA_T *lse = (const FA_T *)a->lse.data + go->lse;
+    const FA_T *delta = pl->delta + go->delta;
+    FN(bw_scores)(pl, off, t);
+    K->qk(t->rpad, t->ncols, a->Ev, t->dop, t->vkp, t->dp, FA_KC, NULL);
+    for (int64_t i = 0; i < t->rpad; i++) {
+        FA_T *p = t->s + i * FA_KC, *ds = t->dp + i * FA_KC;
+        const FA_T l = i < t->nq ? lse[(t->i0 + i) * a->lse.rs] : (FA_T)-INFINITY;
+        const int64_t n = l == (FA_T)-INFINITY ? 0 : t->nk;
+        if (n > 0) {
+            (void)K->expsum(p, p, n, l);
+            FN(bw_ds_row)(ds, p, a->softcap > 0 ? t->f + i * FA_KC : NULL, n, delta[t->i0 + i]);
+        }
+        for (int64_t j = n; j < t->ncols; j++) p[j] = ds[j] = 0;
+    }
+}
+
+/* y[j][i] = x[i][j] for i < ni, j < nj (x ld FA_KC, y ld ldy). */
+static void FN(bw_transpose)(const FA_T *x, int64_t ni, int64_t nj, FA_T *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < ni; i++)
+        for (int64_t j = 0; j < nj; j++) y[j * ldy + i] = x[i * FA_KC + j];
+}
+
+/* o[ni x ncols] += p[ni x nk] . vp: the fast kernel, or, when the packed
+ * values hold NaN/Inf (bad), the one that skips zero weights, so that a
+ * hidden position's 0 never meets them. */
+static void FN(bw_pv)(const KT *K, int bad, int64_t ni, int64_t nk, int64_t ncols, const FA_T *p,
+                      int64_t ldp, const FA_T *vp, FA_T *o, int64_t ldo)
+{
+    if (bad)
+        FN(pv_careful)(K, ni, nk, ncols, p, ldp, vp, o, ldo);
+    else
+        K->pv(ni, nk, ncols, p, ldp, vp, FA_KC * K->nr, o, ldo);
+}

@@ -1,0 +1,36 @@
+"""attention_backward under failed kernel allocations: every allocation of
+the backward driver (the threads' scratch, the rows' D - grad_lse, the check
+flags) is made before any gradient is written, so for n = 0, 1, 2, ...
+allowed allocations a call either raises MemoryError or gives exactly the
+unhooked result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fastattn
+import fastattn._testing as _testing
+
+
+def test_each_failed_allocation_raises_memory_error_or_changes_nothing():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 90, 16)) for _ in "qkv")
+    opts = {"is_causal": True, "sinks": np.array([0.1, 0.2])}
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
+    d_o = rng.standard_normal(out.shape)
+    want = fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts)
+    failed = 0
+    for n in range(40):
+        try:
+            _testing.fail_alloc_after(n)
+            got = fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts)
+        except MemoryError:
+            failed += 1
+            continue
+        finally:
+            _testing.fail_alloc_after(-1)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+        break
+    else:
+        raise AssertionError("the call never succeeded within 40 allocations")
+    assert failed >= 1

@@ -1,0 +1,57 @@
+"""attention_varlen_backward against fastattn.reference.attention_backward run
+on each sequence of the packed batch (float64; the bound of test_backward.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastattn
+from fastattn import reference
+
+
+def _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts):
+    grads = [np.zeros_like(x) for x in (q, k, v)]
+    d_sink = np.zeros(q.shape[1])
+    for b in range(len(cq) - 1):
+        rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        if rows.start == rows.stop:
+            continue
+        t = lambda a: np.swapaxes(a, 0, 1)   # noqa: E731  (rows, H, C) -> (H, rows, C)
+        r = reference.attention_backward(t(d_o[rows]), t(q[rows]), t(k[keys]), t(v[keys]),
+                                         t(out[rows]), lse[:, rows], grad_lse=g_lse[:, rows],
+                                         enable_gqa=True, sinks=sinks, **opts)
+        for grad, part, sl in zip(grads, r[:3], (rows, keys, keys)):
+            grad[sl] = t(part)
+        d_sink += r[3]
+    return (*grads, d_sink)
+
+
+@pytest.mark.parametrize("opts", [{}, {"is_causal": True, "softcap": 2.0},
+                                  {"is_causal": "lower_right", "window": (3, 1)}],
+                         ids=["plain", "causal_softcap", "lower_right_window"])
+def test_packed_sequences_match_the_reference_per_sequence(isa, opts):
+    rng = np.random.default_rng(0)
+    cq = np.array([0, 3, 3, 40, 41, 170])                 # an empty sequence, L = 1, long ones
+    ck = np.array([0, 5, 9, 60, 60, 200])                 # one sequence with no key
+    q = rng.standard_normal((170, 4, 8))
+    k, v = rng.standard_normal((200, 2, 8)), rng.standard_normal((200, 2, 6))
+    sinks = np.array([0.5, -0.5, 0.0, 1.0])
+    out, lse = fastattn.attention_varlen(q, k, v, cq, ck, sinks=sinks, return_lse=True, **opts)
+    d_o, g_lse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
+    got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cq, ck, sinks=sinks,
+                                             grad_lse=g_lse, **opts)
+    want = _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()))
+
+
+def test_grad_out_of_another_shape_is_named():
+    x = np.ones((5, 2, 4))
+    cu = np.array([0, 2, 5])
+    out, lse = fastattn.attention_varlen(x, x, x, cu, cu, return_lse=True)
+    with pytest.raises(ValueError, match="grad_out must"):
+        fastattn.attention_varlen_backward(out[:4], x, x, x, out, lse, cu, cu)
+    with pytest.raises(ValueError, match="lse must"):
+        fastattn.attention_varlen_backward(out, x, x, x, out, lse.T, cu, cu)
