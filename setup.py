@@ -28,7 +28,7 @@
 * FASTATTN_NEON_EMULATION=simde makes the ARM test build on x86-64: the lines
   of arch aarch64 (neon) are compiled too, with the `simde:` line of their
   flags file and SIMDe's <simde/arm/neon.h> (0.8.2 or later: Debian's 0.7.4
-  lacks vfmsq, vdivq and vcvtnq) from FASTATTN_SIMDE_INCLUDE, else from the
+  lacks vdivq, vcvtnq and all bfloat16) from FASTATTN_SIMDE_INCLUDE, else from the
   simde-py package (`pip install simde-py`; its get_include()); with
   FA_NEON_EMULATED defined, runtime/arch.h keeps their table slots and
   runtime/dispatch.c offers them wherever AVX2 runs, so the whole suite runs
@@ -229,7 +229,7 @@ class BuildExt(build_ext):
             lines = [n for n, a in parse_isa_list(f.read()) if a == "aarch64"]
         isas = [(n, read_flags(n).get("simde", []) + ["-I" + inc]) for n in lines]
         code = ("#define SIMDE_ENABLE_NATIVE_ALIASES\n#include <simde/arm/neon.h>\n"
-                "float32x4_t f(float32x4_t a){return vfmsq_f32(vdivq_f32(a, a), a, a);}\n"
+                "float32x4_t f(float32x4_t a){return vfmaq_f32(vdivq_f32(a, a), vnegq_f32(a), vrndnq_f32(a));}\n"
                 "int32x4_t g(float32x4_t a){return vcvtnq_s32_f32(a);}\n")
         if not inc or not isas or not self._try_compile(isas[0][1], [], code):
             sys.exit(f"FASTATTN_NEON_EMULATION=simde: cannot compile with <simde/arm/neon.h> "

@@ -16,7 +16,7 @@
 #if defined(FA_NEON_SIMDE)
 /* Test builds only (setup.py, FASTATTN_NEON_EMULATION=simde): the same
  * source on x86-64, its NEON intrinsics implemented by SIMDe (0.8.2 or later:
- * vfmsq, vdivq, vcvtnq) on AVX2 + FMA, so that a fused multiply-add stays
+ * vdivq, vcvtnq) on AVX2 + FMA, so that a fused multiply-add stays
  * fused and the results are those of the hardware. */
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/arm/neon.h>
@@ -115,9 +115,10 @@ static inline VT V(load)(const FA_T *p) { return NQ(vld1)(p); }
 static inline void V(store)(FA_T *p, VT a) { NQ(vst1)(p, a); }
 static inline VT V(set1)(FA_T a) { return NQ_N(vdup)(a); }
 static inline VT V(zero)(void) { return V(set1)((FA_T)0); }
-/* a*b + c and c - a*b, fused (FMLA, FMLS) */
+/* a*b + c and c - a*b = c + (-a)*b, fused (FMLA; FMLS, which compilers
+ * make of the negated FMLA: SIMDe's vfmsq is a multiply and a subtraction) */
 static inline VT V(fma)(VT a, VT b, VT c) { return NQ(vfma)(c, a, b); }
-static inline VT V(fnma)(VT a, VT b, VT c) { return NQ(vfms)(c, a, b); }
+static inline VT V(fnma)(VT a, VT b, VT c) { return NQ(vfma)(c, NQ(vneg)(a), b); }
 static inline VT V(add)(VT a, VT b) { return NQ(vadd)(a, b); }
 static inline VT V(sub)(VT a, VT b) { return NQ(vsub)(a, b); }
 static inline VT V(mul)(VT a, VT b) { return NQ(vmul)(a, b); }
