@@ -33,7 +33,7 @@
   FA_NEON_EMULATED defined, runtime/arch.h keeps their table slots and
   runtime/dispatch.c offers them wherever AVX2 runs, so the whole suite runs
   the neon kernels (with FMA, so a fused multiply-add rounds as FMLA does).
-  It combines with FASTATTN_AVX512_EMULATION.  A test build only, like that.
+  A test build only, like the AVX-512 one.
 * An extension with no source under src_c/ (e.g. a test-hook module) gets no
   kernels; fastattn/_build_config.py records the target's machine, the ISAs
   built and each one's flags.
@@ -229,7 +229,8 @@ class BuildExt(build_ext):
             lines = [n for n, a in parse_isa_list(f.read()) if a == "aarch64"]
         isas = [(n, read_flags(n).get("simde", []) + ["-I" + inc]) for n in lines]
         code = ("#define SIMDE_ENABLE_NATIVE_ALIASES\n#include <simde/arm/neon.h>\n"
-                "float32x4_t f(float32x4_t a){return vfmaq_f32(vdivq_f32(a, a), vnegq_f32(a), vrndnq_f32(a));}\n"
+                "float32x4_t f(float32x4_t a)"
+                "{return vfmaq_f32(vdivq_f32(a, a), vnegq_f32(a), vrndnq_f32(a));}\n"
                 "int32x4_t g(float32x4_t a){return vcvtnq_s32_f32(a);}\n")
         if not inc or not isas or not self._try_compile(isas[0][1], [], code):
             sys.exit(f"FASTATTN_NEON_EMULATION=simde: cannot compile with <simde/arm/neon.h> "

@@ -17,7 +17,8 @@
 /* Test builds only (setup.py, FASTATTN_NEON_EMULATION=simde): the same
  * source on x86-64, its NEON intrinsics implemented by SIMDe (0.8.2 or later:
  * vdivq, vcvtnq) on AVX2 + FMA, so that a fused multiply-add stays
- * fused and the results are those of the hardware. */
+ * fused and the numbers are those of the hardware (a NaN's sign and payload
+ * are x86's). */
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/arm/neon.h>
 #else
@@ -60,11 +61,20 @@ typedef float64x2_t vd;
 
 /* 16-bit storage widened to a float vector, every lane exact: FCVTL
  * (float16), a shift left by 16 (bfloat16) */
-static inline vf vf_load_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-static inline vf vf_load_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+static inline vf vf_load_f16(const uint16_t *p)
+{
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline vf vf_load_bf16(const uint16_t *p)
+{
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
 /* float vector rounded to nearest even into 16-bit storage (overflow to
  * +-inf, NaN stays a quiet NaN) */
-static inline void vf_store_f16(uint16_t *p, vf x) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(x))); }
+static inline void vf_store_f16(uint16_t *p, vf x)
+{
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(x)));
+}
 static inline void vf_store_bf16(uint16_t *p, vf x)
 {
     const uint32x4_t u = vreinterpretq_u32_f32(x);
@@ -125,7 +135,10 @@ static inline VT V(mul)(VT a, VT b) { return NQ(vmul)(a, b); }
 static inline VT V(div)(VT a, VT b) { return NQ(vdiv)(a, b); }
 static inline VT V(abs)(VT x) { return NQ(vabs)(x); }
 /* a where x < lo, else b (NaN x: b) */
-static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo) { return NQ(vbsl)(NQ(vclt)(x, V(set1)(lo)), a, b); }
+static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo)
+{
+    return NQ(vbsl)(NQ(vclt)(x, V(set1)(lo)), a, b);
+}
 /* max(a, b): b where either is NaN (as x86's max; FMAX would give the NaN) */
 static inline VT V(max)(VT a, VT b) { return NQ(vbsl)(NQ(vcgt)(a, b), a, b); }
 /* max ignoring a NaN in x: acc where x is NaN (FMAXNM; acc is never NaN) */
@@ -153,7 +166,10 @@ static inline vf vf_nan_acc(vf acc, vf x)
     return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(acc), vmvnq_u32(vceqq_f32(x, x))));
 }
 /* 1 if every lane of x is < lo (NaN is not) */
-static inline int vf_all_below(vf x, float lo) { return vminvq_u32(vcltq_f32(x, vdupq_n_f32(lo))) != 0; }
+static inline int vf_all_below(vf x, float lo)
+{
+    return vminvq_u32(vcltq_f32(x, vdupq_n_f32(lo))) != 0;
+}
 /* p * 2^n by the exponent bits of 2^n: normal for n in [-126, 0] */
 static inline vf vf_ldexp(vf p, vf n)
 {
@@ -191,5 +207,8 @@ static inline double vd_hmax(vd a) { return vmaxnmvq_f64(a); }
 static inline double vd_hsum(vd a) { return vgetq_lane_f64(a, 0) + vgetq_lane_f64(a, 1); }
 #endif
 /* p 2^n where x >= lo (or x is NaN), 0 where x < lo */
-static inline VT V(ldexp_from)(VT p, VT n, VT x, FA_T lo) { return V(zero_below)(V(ldexp)(p, n), x, lo); }
+static inline VT V(ldexp_from)(VT p, VT n, VT x, FA_T lo)
+{
+    return V(zero_below)(V(ldexp)(p, n), x, lo);
+}
 #endif
