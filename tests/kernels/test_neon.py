@@ -94,3 +94,14 @@ def test_neon_16_bit_storage_widened_exactly_and_rounded_once(dt, L):
                                   v.astype(np.float32))
     assert got.dtype == np.dtype(dt)
     assert got.tobytes() == wide.astype(dt).tobytes()
+
+
+def test_neon_emulation_build_says_so(capsys):
+    """A SIMDe build of the neon kernels (FASTATTN_NEON_EMULATION=simde) is a
+    test build, and show_config() says so; an aarch64 build is not one."""
+    from fastattn import _config, _core
+    emulated = _core.neon_emulated()
+    assert emulated == (_config.config()["arch"] != "aarch64")
+    fastattn.show_config()
+    out = capsys.readouterr().out
+    assert ("neon            : EMULATED by SIMDe" in out) == emulated
