@@ -25,6 +25,15 @@
   (src_c/simd/bf16_emulate.h, FA_BF16_EMULATED; the `simde:` lines of
   amx.flags and avx512_bf16.flags), and offers the amx and avx512_bf16 paths
   wherever AVX2 runs too.  Slow, and never for a wheel: show_config() says so.
+* FASTATTN_NEON_EMULATION=simde makes the ARM test build on x86-64: the lines
+  of arch aarch64 (neon) are compiled too, with the `simde:` line of their
+  flags file and SIMDe's <simde/arm/neon.h> (0.8.2 or later: Debian's 0.7.4
+  lacks vdivq, vcvtnq and all bfloat16) from FASTATTN_SIMDE_INCLUDE, else from the
+  simde-py package (`pip install simde-py`; its get_include()); with
+  FA_NEON_EMULATED defined, runtime/arch.h keeps their table slots and
+  runtime/dispatch.c offers them wherever AVX2 runs, so the whole suite runs
+  the neon kernels (with FMA, so a fused multiply-add rounds as FMLA does).
+  A test build only, like the AVX-512 one.
 * An extension with no source under src_c/ (e.g. a test-hook module) gets no
   kernels; fastattn/_build_config.py records the target's machine, the ISAs
   built and each one's flags.
@@ -199,6 +208,37 @@ class BuildExt(build_ext):
               f"{', '.join(n for n, _ in isas)}")
         return machine, isas
 
+    def _neon_emulation(self, machine):
+        """FASTATTN_NEON_EMULATION=simde: [(name, flags)] of the aarch64 lines,
+        compiled for x86-64 through SIMDe (their `simde:` line and its include
+        directory); [] without it."""
+        emulation = os.environ.get("FASTATTN_NEON_EMULATION", "")
+        if not emulation:
+            return []
+        if emulation != "simde" or self.compiler.compiler_type == "msvc" or machine != "x86_64":
+            sys.exit(f"FASTATTN_NEON_EMULATION={emulation!r}: only 'simde', with gcc or "
+                     "clang on x86-64, is supported")
+        inc = os.environ.get("FASTATTN_SIMDE_INCLUDE", "")
+        if not inc:
+            try:
+                import simde_py
+                inc = simde_py.get_include()
+            except ImportError:
+                inc = ""
+        with open(os.path.join(HERE, ISA_LIST)) as f:
+            lines = [n for n, a in parse_isa_list(f.read()) if a == "aarch64"]
+        isas = [(n, read_flags(n).get("simde", []) + ["-I" + inc]) for n in lines]
+        code = ("#define SIMDE_ENABLE_NATIVE_ALIASES\n#include <simde/arm/neon.h>\n"
+                "float32x4_t f(float32x4_t a)"
+                "{return vfmaq_f32(vdivq_f32(a, a), vnegq_f32(a), vrndnq_f32(a));}\n"
+                "int32x4_t g(float32x4_t a){return vcvtnq_s32_f32(a);}\n")
+        if not inc or not isas or not self._try_compile(isas[0][1], [], code):
+            sys.exit(f"FASTATTN_NEON_EMULATION=simde: cannot compile with <simde/arm/neon.h> "
+                     f"(include directory {inc or '(none)'}): set FASTATTN_SIMDE_INCLUDE to "
+                     "SIMDe >= 0.8.2's, or pip install simde-py")
+        print(f"fastattn: emulating {', '.join(lines)} through SIMDe ({inc})")
+        return isas
+
     def _emulation_flags(self, isas):
         """FASTATTN_AVX512_EMULATION=simde: {name: the flags of its `simde:` line}."""
         emulation = os.environ.get("FASTATTN_AVX512_EMULATION", "")
@@ -230,6 +270,9 @@ class BuildExt(build_ext):
         isa_flags = {n: f.get("msvc" if msvc else "cc", []) for n, f in isas}
         emulation = self._emulation_flags(isas)
         isa_flags.update(emulation)
+        neon = self._neon_emulation(machine)
+        isas += neon
+        isa_flags.update(neon)
         for ext in self.extensions:
             ext.extra_compile_args = base + omp_c + extra
             ext.extra_link_args = omp_l + extra
@@ -248,6 +291,8 @@ class BuildExt(build_ext):
                     macros.append(("FA_AVX512_EMULATED", "1"))
                     # and the bfloat16 tiers' instructions: simd/bf16_emulate.h
                     macros.append(("FA_BF16_EMULATED", "1"))
+                if neon:
+                    macros.append(("FA_NEON_EMULATED", "1"))   # runtime/arch.h, dispatch.c
                 isa_jobs = [(ISA_UNIT, base + isa_flags[n] + extra, macros + [("FA_ISA_NAME", n)],
                              os.path.join(self.build_temp, "isa_" + n)) for n, _ in isas]
             jobs = common[:1] + isa_jobs + common[1:]

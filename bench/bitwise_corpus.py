@@ -1,9 +1,11 @@
 """A fixed, seeded corpus of fastattn results, to prove a refactoring bitwise neutral.
 
     python bench/bitwise_corpus.py save OUT.npz       # run the corpus, store every result
+    python bench/bitwise_corpus.py save OUT.npz neon  # only on the ISA paths named
     python bench/bitwise_corpus.py compare A.npz B.npz
 
-`save` runs every case on every ISA path `fastattn.available_isas()` gives:
+`save` runs every case on every ISA path `fastattn.available_isas()` gives
+(or on those named after OUT):
 attention in float32/float64 (and float16 and bfloat16 input: on the
 bfloat16 tiers the 16-bit matrix driver) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
@@ -212,11 +214,11 @@ def flatten(name, r, out):
         out[name] = np.asarray(r)
 
 
-def save(path):
+def save(path, only=()):
     import fastattn as fa
     res = {}
     old = fa.get_isa()
-    isas = fa.available_isas()
+    isas = tuple(only) or fa.available_isas()
     try:
         for isa in isas:
             fa.set_isa(isa)
@@ -260,8 +262,8 @@ def compare(pa, pb):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "save":
-        save(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "save":
+        save(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     else:

@@ -158,6 +158,8 @@ def config() -> dict[str, Any]:
         "available_isas": list(available_isas()),
         # a SIMDe test build (setup.py): the avx512 path is emulated on AVX2
         "avx512_emulated": _core.avx512_emulated(),
+        # a SIMDe test build (setup.py): the neon path compiled for x86-64
+        "neon_emulated": _core.neon_emulated(),
         # float16 on the amx tier's tiles (AMX-FP16, or emulated); else F16C
         "amx_fp16": _core.amx_fp16(),
         "openmp": openmp_enabled(),
@@ -184,6 +186,8 @@ def show_config() -> None:
     print(f"  ISA path in use : {c['isa']}  (available: {', '.join(c['available_isas'])})")
     if c["avx512_emulated"]:
         print("  avx512          : EMULATED by SIMDe on AVX2 (a test build: slow, not for use)")
+    if c["neon_emulated"]:
+        print("  neon            : EMULATED by SIMDe on AVX2 (a test build: slow, not for use)")
     if "amx" in c["available_isas"]:
         print("  amx float16     : " + ("tiles (AMX-FP16)" if c["amx_fp16"] else
                                        "no AMX-FP16: float16 widened to float32 (F16C)"))

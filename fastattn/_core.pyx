@@ -66,6 +66,7 @@ cdef extern from "fastattn.h" nogil:
     int fa_get_isa()
     int fa_set_isa(int isa)
     int fa_avx512_emulated()
+    int fa_neon_emulated()
     int fa_amx_fp16()
     const char *fa_isa_name(int isa)
     int fa_init_dispatch(char *msg, size_t msg_len)
@@ -347,6 +348,10 @@ def set_isa(str name):
 
 def avx512_emulated():
     return bool(fa_avx512_emulated())
+
+
+def neon_emulated():
+    return bool(fa_neon_emulated())
 
 
 def amx_fp16():

@@ -186,6 +186,7 @@ int fa_cpu_supports(int isa);          /* 1 if built, and this CPU and OS can ru
 int fa_get_isa(void);
 int fa_set_isa(int isa);               /* FA_EINVAL if unsupported */
 int fa_avx512_emulated(void);         /* 1 in a SIMDe test build (setup.py) */
+int fa_neon_emulated(void);           /* 1: the neon path compiled for x86-64 by SIMDe (setup.py) */
 int fa_amx_fp16(void);                /* 1: the amx tier runs float16 on tiles (AMX-FP16 or emulated) */
 const char *fa_isa_name(int isa);
 /* Applies FASTATTN_DISABLE_CPU_FEATURES and FASTATTN_ISA; on a bad value

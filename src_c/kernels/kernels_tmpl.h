@@ -16,6 +16,10 @@
 #define NRV VC(NRV)
 #define NR (NRV * VW)                          /* keys of a register tile */
 #define PV_MR VC(PV_MR)                        /* rows of a P.V register tile */
+/* A key block (FA_KC, blocking.h) is whole NR-key panels: qk and pack_k
+ * step through it NR keys at a time.  FN(kc_whole_panels) ->
+ * kc_whole_panels_f32_neon, ...: an array of negative size otherwise. */
+typedef char FN(kc_whole_panels)[FA_KC % NR == 0 ? 1 : -1];
 
 /* The register tile of Q.K^T and P.V: c[R x NR] = (zero ? 0 : c) +
  * a[R x K] . b[K x NR], a row-major (ld lda), b rows of NR (ld ldb), c

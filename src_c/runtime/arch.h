@@ -34,7 +34,9 @@
 #else
 #define FA_IF_ARCH_x86(x) NULL
 #endif
-#if FA_ARCH_AARCH64
+/* FA_NEON_EMULATED (setup.py, FASTATTN_NEON_EMULATION=simde: an x86-64 test
+ * build) compiles the aarch64 lines too, their intrinsics by SIMDe */
+#if FA_ARCH_AARCH64 || defined(FA_NEON_EMULATED)
 #define FA_IF_ARCH_aarch64(x) x
 #else
 #define FA_IF_ARCH_aarch64(x) NULL

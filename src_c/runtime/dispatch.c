@@ -11,7 +11,8 @@
  * and takes FASTATTN_ISA if set, else the best supported path.  In a test
  * build with FA_AVX512_EMULATED (setup.py, FASTATTN_AVX512_EMULATION=simde)
  * the avx512 kernels run through SIMDe on AVX2, and are offered wherever AVX2
- * is. */
+ * is; with FA_NEON_EMULATED (FASTATTN_NEON_EMULATION=simde) the aarch64
+ * paths are compiled for x86-64 through SIMDe and offered wherever AVX2 is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +61,24 @@ static void detect(void)
     g_supported[FA_ISA_AVX512_BF16] = g_supported[FA_ISA_AMX] = g_supported[FA_ISA_AVX2];
 #endif
 #endif
+#ifdef FA_NEON_EMULATED
+    /* test build: the neon kernels were compiled for AVX2 + FMA through SIMDe */
+    g_supported[FA_ISA_NEON] = g_supported[FA_ISA_AVX2];
+#endif
 }
 
 int fa_avx512_emulated(void)
 {
 #ifdef FA_AVX512_EMULATED
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int fa_neon_emulated(void)
+{
+#ifdef FA_NEON_EMULATED
     return 1;
 #else
     return 0;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The ARM test build on x86-64: the neon kernels compiled through SIMDe
+# (setup.py: FASTATTN_NEON_EMULATION=simde; SIMDe >= 0.8.2 from the simde-py
+# package, pip-installed into a temporary folder, or FASTATTN_SIMDE_INCLUDE),
+# with AVX2 + FMA so that a fused multiply-add rounds as the hardware's FMLA,
+# then the whole suite against it with neon the default path: every test runs
+# the neon kernels, those parametrized over the ISA paths the others as well.
+#
+#   bash .ci/neon_simde.sh [extra pytest args]
+#
+# The build goes to a temporary directory and is imported from there through
+# PYTHONPATH, from a working directory outside the checkout (as sanitize.sh).
+# Left out: the module-structure and packaging tests (they read the checkout's
+# files and build wheels: nothing of the kernels, run in the plain step).
+# Test paths given as arguments are relative to the checkout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=${PYTHON:-python}
+T0=$SECONDS
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fastattn-neon.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+read -r -a BUILD_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')"
+"$PY" -c 'import Cython, numpy, setuptools' 2> /dev/null \
+    || "$PY" -m pip install -q --disable-pip-version-check "${BUILD_REQS[@]}"
+if [ -z "${FASTATTN_SIMDE_INCLUDE:-}" ]; then
+    "$PY" -m pip install -q --disable-pip-version-check --target "$WORK/simde" "simde-py>=0.8.2"
+    FASTATTN_SIMDE_INCLUDE=$(PYTHONPATH="$WORK/simde" "$PY" -c 'import simde_py; print(simde_py.get_include())')
+fi
+export FASTATTN_SIMDE_INCLUDE
+echo "== building with FASTATTN_NEON_EMULATION=simde (SIMDe: $FASTATTN_SIMDE_INCLUDE) into $WORK/build"
+FASTATTN_NEON_EMULATION=simde "$PY" setup.py -q build --build-base "$WORK/build" --force \
+    > "$WORK/build.log" 2>&1 || { tail -n 60 "$WORK/build.log"; exit 1; }
+LIB=$(echo "$WORK"/build/lib.*)
+echo "built in $((SECONDS - T0)) s"
+
+export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"
+export FASTATTN_ISA=neon
+cd "$WORK"
+"$PY" - "$LIB" <<'PYEOF'
+import sys, fastattn, fastattn._core as c
+assert c.__file__.startswith(sys.argv[1]), f"imported {c.__file__}, not the SIMDe build"
+assert c.neon_emulated() and fastattn.get_isa() == "neon", (c.neon_emulated(), fastattn.get_isa())
+print("importing", c.__file__, "| ISA paths:", fastattn.available_isas())
+PYEOF
+ARGS=()
+PATHS=()
+for a in "$@"; do
+    if [[ "$a" != -* && -e "$REPO/${a%%::*}" ]]; then PATHS+=("$REPO/$a"); else ARGS+=("$a"); fi
+done
+[ ${#PATHS[@]} -gt 0 ] || PATHS=("$REPO/tests")
+rc=0
+"$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
+    --ignore="$REPO/tests/api/test_module_structure.py" --ignore="$REPO/tests/test_packaging.py" \
+    "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
+echo "== neon_simde.sh: pytest exit $rc, $((SECONDS - T0)) s in all"
+exit $rc
