@@ -187,48 +187,21 @@ static unsigned fa_flash16_pack_panel(const fa_flash16_plan *pl, const fa_flash1
 }
 
 /* The query block at q0 over the key blocks that start in the panel
- * [p0, p1) (packed from p0), software-pipelined: block j's weights are
- * computed while the queued P.V of block j-1 and Q.K^T of block j+1 run. */
+ * [p0, p1) (packed from p0): the ISA's key_blocks over the range its rows
+ * see. */
 static void fa_flash16_panel(const fa_flash16_plan *pl, const fa_flash16_bufs *bf,
                              const fa_flash16_state *s, const fa_flash16_rows *rows, int64_t nq,
                              int64_t p0, int64_t p1)
 {
-    const fa_flash16_kernels *K = pl->K;
     int64_t lo, hi;
     fa_limits_keys(&pl->lim, rows->q0, nq, pl->a->S, &lo, &hi);
     const int64_t g0 = lo / KGRID * KGRID, kend = hi < p1 ? hi : p1;
-    int64_t k0 = g0 >= p0 ? g0 : g0 + fa_div_up(p0 - g0, KB) * KB, kprev = 0, nprev = 0;
+    const int64_t k0 = g0 >= p0 ? g0 : g0 + fa_div_up(p0 - g0, KB) * KB;
     if (k0 >= kend) return;
-    const uint16_t *kp = bf->kp, *vt = bf->vt; /* key j at row / column j - p0 */
-    fa_flash16_queue w;
-    memset(&w, 0, sizeof w);
-    w.tf = bf->tf;
-    w.f16 = pl->f16;
-    K->queue_qk(&w, kp + (k0 - p0) * pl->ep, pl->ep, fa_min64(hi - k0, KB), s->qt, bf->st);
-    K->drain(&w);
-    int cur = 0; /* the S^T and P^T buffers of block j; j-1's and j+1's: cur ^ 1 */
-    for (; k0 < kend; kprev = k0, k0 += KB, cur ^= 1) {
-        const int64_t n = fa_min64(hi - k0, KB), k1 = k0 + KB;
-        float *st = bf->st + cur * KB * MQ;
-        w.ip = w.iq = w.npv = w.nqk = 0;
-        if (nprev)
-            K->queue_pv(&w, vt + (kprev - p0), pl->vt_rs, pl->evp, nprev,
-                        bf->pt + (cur ^ 1) * KB * HALF, s->ot);
-        if (rows->pad || fa_limits_cut(&pl->lim, rows->q0, MQ, k0, n)) K->mask(rows, k0, n, st);
-        if (K->newmax(st, n, pl->c, s->m, s->l, bf->alpha)) {
-            K->drain(&w); /* O^T complete up to block j-1 before it is scaled */
-            K->rescale(s->ot, pl->evp, bf->alpha);
-        }
-        if (k1 < kend)
-            K->queue_qk(&w, kp + (k1 - p0) * pl->ep, pl->ep, fa_min64(hi - k1, KB), s->qt,
-                        bf->st + (cur ^ 1) * KB * MQ);
-        K->weights(st, n, pl->c, s->m, s->l, bf->pt + cur * KB * HALF, &w);
-        nprev = n;
-    }
-    w.ip = w.iq = w.npv = w.nqk = 0;
-    K->queue_pv(&w, vt + (kprev - p0), pl->vt_rs, pl->evp, nprev, bf->pt + (cur ^ 1) * KB * HALF,
-                s->ot);
-    K->drain(&w);
+    const fa_flash16_blocks blk = {
+        bf->tf, pl->f16, rows, bf->kp, bf->vt, s->qt, p0, k0, kend, hi, pl->ep, pl->vt_rs,
+        pl->evp, s->ot, s->m, s->l, bf->st, bf->alpha, bf->pt, pl->c};
+    pl->K->key_blocks(&blk);
 }
 
 /* The output columns of rows q0 .. q0+nq-1 that see a key of [klo, khi)

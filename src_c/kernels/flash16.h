@@ -82,6 +82,22 @@ typedef struct fa_flash16_rows {
     const uint8_t *pad;
 } fa_flash16_rows;
 
+/* One query block's pass over the key blocks [k0, kend) of a packed panel
+ * (kp, vt: the panel's first key p0 at row / column 0), keys visible up to
+ * hi; the block's state qt, ot, m, l; st, pt: two S^T and two P^T blocks
+ * (block j in one, j-1's and j+1's in the other); alpha: the rescaling
+ * factors; c = scale log2(e). */
+typedef struct fa_flash16_blocks {
+    void *tf;
+    int f16;
+    const fa_flash16_rows *rows;
+    const uint16_t *kp, *vt, *qt;
+    int64_t p0, k0, kend, hi, ep, vt_rs, evp;
+    float *ot, *m, *l, *st, *alpha;
+    uint32_t *pt;
+    float c;
+} fa_flash16_blocks;
+
 typedef struct fa_flash16_kernels {
     int64_t tile_bytes; /* the tile state's scratch */
     int fp16;           /* 1: runs float16 too (where fa_amx_fp16()) */
@@ -116,6 +132,10 @@ typedef struct fa_flash16_kernels {
     /* l = 0); tmp: 32 halves of scratch */
     void (*finish)(const float *ot, const float *l, int64_t nq, int64_t Ev, int f16,
                    uint16_t *out, int64_t rs, int64_t cs, uint16_t *tmp);
+    /* the loop over a panel's key blocks (kernels/flash16_blocks.h), the */
+    /* steps above called directly: per key block, calls through the table */
+    /* cost what the steps of a block at E = 64 are worth */
+    void (*key_blocks)(const fa_flash16_blocks *b);
 } fa_flash16_kernels;
 
 /* The exponent field, the mantissa and a quiet NaN of the call's type. */

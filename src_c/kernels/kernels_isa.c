@@ -25,10 +25,11 @@
 #include "kernels/flash16_pack.h"
 #include "kernels/flash16_steps.h"
 #include "kernels/flash16_softmax.h"
+#include "kernels/flash16_blocks.h"
 #define FA_FLASH16_ENTRIES                                                                   \
     {sizeof(fa_tilefile), FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
      FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax), FL(rescale), FL(weights),  \
-     FL(finish)}
+     FL(finish), FL(key_blocks)}
 #if defined(FA_AMX_FP16)
 #define FL16_FP16 1
 #else
