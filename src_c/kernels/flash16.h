@@ -4,7 +4,8 @@
  * blocks); these kernels do the arithmetic, one set per ISA, an entry of
  * that ISA's f32 table (kernels.h): packing (kernels/flash16_pack.h), the
  * tile or VDPBF16PS steps (kernels/flash16_steps.h), the softmax step and
- * writing out (kernels/flash16_softmax.h).
+ * writing out (kernels/flash16_softmax.h), and the loop over a key panel's
+ * blocks that runs them (kernels/flash16_blocks.h).
  *
  * The transposed formulation (keys on tile rows, queries on lanes), so that
  * the online softmax needs no horizontal reduction:
