@@ -9,7 +9,8 @@
  * walks the keys its rows see in panels of FA_FLASH16_PANEL keys, packed
  * once into its thread's scratch (K rows, V^T) and shared by its query
  * blocks; each block keeps its own state (Q^T, O^T, m, l) across the panels
- * and runs over the key blocks of FA_FLASH16_KB keys of a panel (on its own
+ * and runs, by the ISA's key_blocks kernel (kernels/flash16_blocks.h), over
+ * the key blocks of FA_FLASH16_KB keys of a panel (on its own
  * grid of FA_FLASH16_KGRID from its first key, so every block meets the
  * same key blocks in any chunk):
  *   per key block j: masks (causal, window, key padding) on S^T, the
