@@ -18,7 +18,7 @@ import numpy as np
 from . import _half
 
 __all__ = ["MAX_THREADS", "kernel_dtypes", "thread_count", "check_scale", "check_out",
-           "positive_int", "real_array"]
+           "positive_int", "real_array", "forward_array"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -122,3 +122,13 @@ def real_array(a: Any, name: str) -> np.ndarray:
     if arr.dtype.kind != "f" and not _half.is_bfloat16(arr.dtype):
         raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr
+
+
+def forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """``a`` as an array of exactly the forward call's ``shape`` and ``dtype``
+    (a backward's ``grad_out``, ``out``, ``lse``), else a ValueError naming it."""
+    x = np.asarray(a)
+    if x.shape != shape or x.dtype != dtype:
+        raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
+                         f"got shape {x.shape} and dtype {x.dtype}")
+    return x

@@ -28,7 +28,7 @@ from . import _scores
 from ._api import arrays_and_dtypes, problem_shape
 from ._gqa import group_heads
 from ._masks import resolve
-from ._validate import check_scale, thread_count
+from ._validate import check_scale, forward_array, thread_count
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -119,9 +119,9 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     nt = 0 if num_threads is None else thread_count(num_threads)
     plan = resolve(attn_mask, is_causal, key_padding_mask, batch, L, S, cdt, q.ndim, window)
     opts = _scores.resolve(alibi_slopes, softcap, sinks, batch, adt)
-    d_o = _forward_array("grad_out", grad_out, batch + (L, Ev), odt)
-    o = _forward_array("out", out, batch + (L, Ev), odt)
-    lse_a = _forward_array("lse", lse, batch + (L,), adt)
+    d_o = forward_array("grad_out", grad_out, batch + (L, Ev), odt)
+    o = forward_array("out", out, batch + (L, Ev), odt)
+    lse_a = forward_array("lse", lse, batch + (L,), adt)
     _check_lse(lse_a)
     g_lse = None if grad_lse is None else _grad_lse(grad_lse, batch + (L,), adt)
     grads = _run((q, k, v, o, d_o), lse_a, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt)
@@ -131,15 +131,6 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     s = np.asarray(sinks)
     dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
     return result + (_sum_to(grads[3], s.shape).astype(dt),)
-
-
-def _forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """``a`` as an array of exactly the forward's ``shape`` and ``dtype``."""
-    x = np.asarray(a)
-    if x.shape != shape or x.dtype != dtype:
-        raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
-                         f"got shape {x.shape} and dtype {x.dtype}")
-    return x
 
 
 def _check_lse(lse: np.ndarray) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._half import arith, is_half
 from ._scores import per_head
-from ._validate import kernel_dtypes
+from ._validate import forward_array, kernel_dtypes
 from ._varlen_checks import check_packed
 from .backward import attention_backward
 
@@ -36,14 +36,6 @@ __all__ = ["attention_varlen_backward"]
 def _heads_first(a: np.ndarray) -> np.ndarray:
     """(rows, H, C) viewed as (H, rows, C), never a copy."""
     return np.moveaxis(a, 1, 0)
-
-
-def _packed(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    x = np.asarray(a)
-    if x.shape != shape or x.dtype != dtype:
-        raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
-                         f"got shape {x.shape} and dtype {x.dtype}")
-    return x
 
 
 def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike,
@@ -103,9 +95,9 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     n = cq.size - 1
     slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
     sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)
-    d_o = _packed("grad_out", grad_out, (q.shape[0], H, v.shape[2]), odt)
-    o = _packed("out", out, d_o.shape, odt)
-    lse_a = _packed("lse", lse, (H, q.shape[0]), cdt)
+    d_o = forward_array("grad_out", grad_out, (q.shape[0], H, v.shape[2]), odt)
+    o = forward_array("out", out, d_o.shape, odt)
+    lse_a = forward_array("lse", lse, (H, q.shape[0]), cdt)
     g_lse = None if grad_lse is None else np.asarray(grad_lse)
     if g_lse is not None and g_lse.shape != lse_a.shape:
         raise ValueError(f"grad_lse must have lse's shape {lse_a.shape}, got {g_lse.shape}")
