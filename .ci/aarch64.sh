@@ -25,8 +25,9 @@
 #
 #   bash .ci/aarch64.sh
 #
-# Environment: PYTHON (the build Python, x86-64, with the build requirements:
-# default python), FASTATTN_AARCH64_CACHE, FASTATTN_QEMU_CPUS,
+# Environment: PYTHON (the build Python, x86-64, with the build requirements
+# and fastattn's own dependencies, ml_dtypes included, for the bitwise
+# corpus on the SIMDe build: default python), FASTATTN_AARCH64_CACHE, FASTATTN_QEMU_CPUS,
 # FASTATTN_DEBIAN_MIRROR (default http://deb.debian.org/debian),
 # FASTATTN_SIMDE_INCLUDE (SIMDe >= 0.8.2's include folder; else simde-py is
 # pip-installed into the cache and used).
