@@ -106,17 +106,19 @@ def _tensor(a: np.ndarray) -> _Tensor:
 # ---------------------------------------------------------------------------
 
 def _needs_grad(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks) -> bool:
-    """Whether the call is recorded for autograd (grad mode on and query, key,
-    value or sinks requiring grad); the errors for dropout and for a mask or
-    slopes that require grad (fastattn gives them no gradient)."""
+    """Called with grad mode on (or dropout): whether the call is recorded for
+    autograd (query, key, value or sinks requiring grad); the errors for
+    dropout and for a mask or slopes that require grad (fastattn gives them
+    no gradient)."""
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p!r}: fastattn.torch has no dropout; use "
                          f"dropout_p=0, or torch.nn.functional.scaled_dot_product_attention "
                          f"for attention dropout")
-    if not _is_grad_enabled():
+    if not any(getattr(t, "requires_grad", False) for t in (
+            query, key, value, attn_mask, alibi_slopes, sinks)):
         return False
     _constants(attn_mask, alibi_slopes)
-    return any(getattr(t, "requires_grad", False) for t in (query, key, value, sinks))
+    return True
 
 
 def _constants(attn_mask, alibi_slopes) -> None:
