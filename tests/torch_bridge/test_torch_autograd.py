@@ -244,6 +244,22 @@ def test_out_argument_is_differentiable():
     torch.testing.assert_close(q.grad, ref[0].grad)
 
 
+def test_sinks_as_a_sequence_are_a_constant():
+    q, k, v = _leaves(dtype=torch.float32)
+    sdpa(q, k, v, sinks=[0.3, -1.0]).sum().backward()
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    sdpa(*ref, sinks=torch.tensor([0.3, -1.0])).sum().backward()
+    for a, b in zip((q, k, v), ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+def test_second_order_gradients_are_a_clear_error():
+    q, k, v = _leaves()
+    (dq,) = torch.autograd.grad(sdpa(q, k, v).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="sdpa_backward.*no autograd formula"):
+        dq.sum().backward()
+
+
 def test_dropout_is_still_refused_when_training():
     q, k, v = _leaves(dtype=torch.float32)
     with pytest.raises(ValueError, match="dropout_p=0.5.*no dropout"):
