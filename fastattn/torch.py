@@ -220,7 +220,8 @@ def scaled_dot_product_attention(
     >>> q = x.clone().requires_grad_(True)
     >>> scaled_dot_product_attention(q, x, x, is_causal=True).sum().backward()
     >>> ref = q.detach().clone().requires_grad_(True)
-    >>> torch.nn.functional.scaled_dot_product_attention(ref, x, x, is_causal=True).sum().backward()
+    >>> from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
+    >>> torch_sdpa(ref, x, x, is_causal=True).sum().backward()
     >>> torch.allclose(q.grad, ref.grad, atol=1e-6)
     True
     """
