@@ -122,6 +122,19 @@ def test_quick_output(quick_run):
     assert "| case |" not in p.stderr
 
 
+def test_quick_runs_the_backward_section(quick_run):
+    p, doc, _ = quick_run
+    sec = doc["backward"]
+    assert {r["dtype"] for r in sec["rows"]} == {"float32", "bfloat16"}
+    assert {r["threads"] for r in sec["rows"]} == {1, 2}
+    assert all(r["fastattn_fwd_bwd_s"] > 0 and r["bwd_over_fwd"]["median"] > 0
+               for r in sec["rows"])
+    assert sec["scaling"] and [o["option"] for o in sec["options"]] == [
+        "softcap", "window512", "sinks"]
+    assert "## Backward" in p.stdout
+    assert p.stdout.index("## Backward") < p.stdout.index("total benchmark time")
+
+
 def test_plot_writes_png(quick_run):
     _, _, png = quick_run
     if png is None:
@@ -153,6 +166,7 @@ def test_custom_shapes(tmp_path):
     ["--repeats", "0"],
     ["--peers", "jax"],
     ["--suite", "nonsense"],
+    ["--eager-max-gib", "0"],
     ["--no-such-option"],
     ["--isa", "no-such-isa", "--shapes", "1,1,4,4"],
 ])

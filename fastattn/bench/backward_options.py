@@ -1,0 +1,231 @@
+"""The score options of the ``backward`` section: a soft cap, a causal
+window of 512 keys and sinks, each causal at a long sequence, forward +
+backward of fastattn against torch's eager formula (the scores
+materialised, softmax, autograd), time and extra peak memory of each.
+
+Each option runs in a fresh subprocess, both implementations there: one
+call of each, its extra peak RSS (``VmHWM`` reset through
+``/proc/self/clear_refs`` before it, less the RSS before it, as
+:mod:`.memory` measures), then the timed rounds, alternating the two (one
+call each per round).  The eager formula holds several score-sized
+matrices at once (about :data:`EAGER_SCORE_COPIES` of them); where that
+estimate exceeds the limit (``--eager-max-gib``, and at most
+:data:`SAFE_FRACTION` of the memory available when the run starts), it is
+not run: its row gives the estimate and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+from .timing import ratio_stats
+
+MIB = 2 ** 20
+OPTIONS = ("softcap", "window512", "sinks")
+SOFTCAP, WINDOW = 30.0, 512
+# what the eager formula holds at its peak, in score-sized (B*H*L*S float32)
+# matrices: the saved tanh and softmax outputs and two temporaries in the
+# forward, the weights' and scores' gradients and their inputs in the backward
+EAGER_SCORE_COPIES = 5
+SAFE_FRACTION = 0.7
+TARGET_VS_EAGER = 5.0
+TARGET_EXTRA_BYTES = 64 * MIB
+
+# Run as ``python -c _SCRIPT option B H L D threads rounds run_eager``; prints one JSON line.
+_SCRIPT = r"""
+import gc, json, sys, time
+import numpy as np
+opt, (B, H, L, D, t, rounds) = sys.argv[1], map(int, sys.argv[2:8])
+run_eager = sys.argv[8] == "1"
+SOFTCAP, WINDOW = float(sys.argv[9]), int(sys.argv[10])
+import fastattn
+
+def status():
+    d = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmHWM:", "VmRSS:")):
+                k, v = line.split(":")
+                d[k] = int(v.split()[0]) * 1024
+    return d
+
+def settle():
+    gc.collect()
+    try:
+        import ctypes
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+def inputs(L):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((B, H, L, D), dtype=np.float32) for _ in range(4)]
+
+def kwargs():
+    kw = {"is_causal": True}
+    if opt == "softcap":
+        kw["softcap"] = SOFTCAP
+    elif opt == "window512":
+        kw["window"] = (WINDOW - 1, 0)
+    else:
+        kw["sinks"] = np.linspace(-1.0, 1.0, H).astype(np.float32)
+    return kw
+
+def fa_run(q, k, v, do):
+    kw = kwargs()
+    o, lse = fastattn.attention(q, k, v, return_lse=True, num_threads=t, **kw)
+    return fastattn.attention_backward(do, q, k, v, o, lse, num_threads=t, **kw)
+
+def eager_run(q, k, v, do):
+    import torch
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+    n = q.shape[-2]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    hidden = (j > i) | ((j < i - (WINDOW - 1)) if opt == "window512" else False)
+    s = (tq @ tk.transpose(-1, -2)) * (1.0 / D ** 0.5)
+    if opt == "softcap":
+        s = SOFTCAP * torch.tanh(s / SOFTCAP)
+    s = s.masked_fill(hidden, float("-inf"))
+    grads = [tq, tk, tv]
+    if opt == "sinks":
+        sk = torch.linspace(-1.0, 1.0, H).requires_grad_()
+        s = torch.cat([s, sk.view(1, H, 1, 1).expand(B, H, n, 1)], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1]
+        grads.append(sk)
+    else:
+        p = torch.softmax(s, dim=-1)
+    (p @ tv).backward(torch.from_numpy(do))
+    return [g.grad.numpy() for g in grads]
+
+impls = {"fastattn": fa_run}
+if run_eager:
+    import torch
+    torch.set_num_threads(t)
+    impls["eager"] = eager_run
+small = inputs(16)
+want = {n: f(*small) for n, f in impls.items()}
+diff = (max(float(np.max(np.abs(a - b))) for a, b in zip(want["fastattn"], want["eager"]))
+        if run_eager else None)
+args = inputs(L)
+rec = {"grad_max_abs_diff_small": diff}
+for name, f in impls.items():
+    reset = settle()
+    before = status()
+    out = f(*args)
+    after = status()
+    rec[name] = {"extra_peak_bytes": after["VmHWM"] - before["VmRSS"], "hwm_reset": reset,
+                 "output_bytes": int(sum(np.asarray(a).nbytes for a in out)), "times_s": []}
+    del out
+for r in range(rounds):
+    names = list(impls)[r % len(impls):] + list(impls)[:r % len(impls)]
+    for name in names:
+        t0 = time.perf_counter()
+        impls[name](*args)
+        rec[name]["times_s"].append(time.perf_counter() - t0)
+print(json.dumps(rec))
+"""
+
+
+def estimate_eager_bytes(shape: tuple) -> int:
+    """The eager formula's extra peak, estimated: EAGER_SCORE_COPIES float32
+    score matrices (and the boolean mask)."""
+    B, H, L, S, D = shape
+    return EAGER_SCORE_COPIES * B * H * L * S * 4 + L * S
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f
+                        if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def _eager_skip(shape, torch: bool, eager_max_bytes: int) -> str | None:
+    """Why the eager formula is not run at ``shape``, or None."""
+    if not torch:
+        return "torch is not installed (or not asked for): no eager formula"
+    need, avail = estimate_eager_bytes(shape), _available_bytes()
+    limit = eager_max_bytes if avail is None else min(eager_max_bytes,
+                                                      int(SAFE_FRACTION * avail))
+    if need > limit:
+        return (f"not run: it would need ~{need / 2 ** 30:.1f} GiB (estimate), over the "
+                f"limit of {limit / 2 ** 30:.1f} GiB (--eager-max-gib, at most "
+                f"{SAFE_FRACTION:.0%} of the memory available)")
+    return None
+
+
+def _measure(option, shape, threads, rounds, skip) -> dict:
+    """One option's subprocess -> its record (or ``error``)."""
+    B, H, L, S, D = shape
+    cmd = [sys.executable, "-c", _SCRIPT, option, *map(str, (B, H, L, D, threads, rounds)),
+           "0" if skip else "1", str(SOFTCAP), str(WINDOW)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 1800 s"}
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": "could not parse the subprocess output"}
+
+
+def _option_row(option, shape, threads, rec, skip) -> dict:
+    """The JSON row of one option from its subprocess record."""
+    row = {"section": "backward", "kind": "score_option", "option": option,
+           "shape": dict(zip("BHLSD", shape)), "dtype": "float32", "causal": True,
+           "threads": threads, "eager_estimate_bytes": estimate_eager_bytes(shape),
+           "vs_eager": None, "vs_eager_target": TARGET_VS_EAGER,
+           "extra_target_bytes": TARGET_EXTRA_BYTES, "notes": [], **rec}
+    for name in ("fastattn", "eager"):
+        if name in rec:
+            rec[name]["median_s"] = statistics.median(rec[name]["times_s"])
+            rec[name]["beyond_outputs_bytes"] = (rec[name]["extra_peak_bytes"]
+                                                 - rec[name]["output_bytes"])
+    if skip:
+        row["eager"] = {"skipped": skip}
+    elif "fastattn" in rec and "eager" in rec:
+        row["vs_eager"] = ratio_stats(rec["eager"]["times_s"], rec["fastattn"]["times_s"])
+    return row
+
+
+def option_note(row: dict) -> str:
+    """The progress line of an option's row."""
+    if "error" in row:
+        return f"backward {row['option']}: {row['error']}"
+    fa = row["fastattn"]
+    text = (f"backward {row['option']} L={row['shape']['L']}: fastattn "
+            f"{fa['median_s']:.3g} s, {fa['extra_peak_bytes'] / MIB:.0f} MiB extra")
+    eg = row.get("eager", {})
+    if "median_s" in eg:
+        text += f"; eager {eg['median_s']:.3g} s, {eg['extra_peak_bytes'] / MIB:.0f} MiB extra"
+    return text
+
+
+def run_options(shape, threads: int, rounds: int, *, torch: bool, eager_max_bytes: int,
+                progress) -> list[dict]:
+    """Every option at ``shape`` on ``threads`` threads -> their rows."""
+    rows = []
+    if not shape:
+        return rows
+    for option in OPTIONS:
+        skip = _eager_skip(shape, torch, eager_max_bytes)
+        progress.status(f"backward {option} (subprocess)")
+        row = _option_row(option, shape, threads, _measure(option, shape, threads, rounds,
+                                                           skip), skip)
+        rows.append(row)
+        progress.step(option_note(row))
+    return rows
