@@ -8,10 +8,13 @@ call of each, its extra peak RSS (``VmHWM`` reset through
 ``/proc/self/clear_refs`` before it, less the RSS before it, as
 :mod:`.memory` measures), then the timed rounds, alternating the two (one
 call each per round).  The eager formula holds several score-sized
-matrices at once (about :data:`EAGER_SCORE_COPIES` of them); where that
-estimate exceeds the limit (``--eager-max-gib``, and at most
-:data:`SAFE_FRACTION` of the memory available when the run starts), it is
-not run: its row gives the estimate and says so.
+matrices at once (:data:`EAGER_SCORE_COPIES` per option, as measured at
+small sizes); where that estimate exceeds the limit (``--eager-max-gib``, and
+at most :data:`SAFE_FRACTION` of the memory available when the run starts),
+it runs on as many of the heads as fit, and its times and memory are scaled
+by the number of heads (every tensor and every step of it is per head); with
+not even one head fitting, it is not run, and its row gives the estimate and
+says so.
 """
 
 from __future__ import annotations
@@ -27,19 +30,22 @@ MIB = 2 ** 20
 OPTIONS = ("softcap", "window512", "sinks")
 SOFTCAP, WINDOW = 30.0, 512
 # what the eager formula holds at its peak, in score-sized (B*H*L*S float32)
-# matrices: the saved tanh and softmax outputs and two temporaries in the
-# forward, the weights' and scores' gradients and their inputs in the backward
-EAGER_SCORE_COPIES = 5
+# matrices (the saved tanh and softmax outputs, the temporaries of the
+# forward, the weights' and scores' gradients): measured 8.2, 6.2 and 4.2 at
+# (1, 2, 1024, 64), rounded up
+EAGER_SCORE_COPIES = {"softcap": 9, "window512": 7, "sinks": 6}
 SAFE_FRACTION = 0.7
 TARGET_VS_EAGER = 5.0
 TARGET_EXTRA_BYTES = 64 * MIB
 
-# Run as ``python -c _SCRIPT option B H L D threads rounds run_eager``; prints one JSON line.
+# Run as ``python -c _SCRIPT option B H L D threads rounds eager_heads softcap window``
+# (eager_heads 0: the eager formula is not run); prints one JSON line.
 _SCRIPT = r"""
 import gc, json, sys, time
 import numpy as np
 opt, (B, H, L, D, t, rounds) = sys.argv[1], map(int, sys.argv[2:8])
-run_eager = sys.argv[8] == "1"
+eager_heads = int(sys.argv[8])
+run_eager = eager_heads > 0
 SOFTCAP, WINDOW = float(sys.argv[9]), int(sys.argv[10])
 import fastattn
 
@@ -87,6 +93,7 @@ def fa_run(q, k, v, do):
 
 def eager_run(q, k, v, do):
     import torch
+    h = q.shape[1]
     tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
     n = q.shape[-2]
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
@@ -97,8 +104,8 @@ def eager_run(q, k, v, do):
     s = s.masked_fill(hidden, float("-inf"))
     grads = [tq, tk, tv]
     if opt == "sinks":
-        sk = torch.linspace(-1.0, 1.0, H).requires_grad_()
-        s = torch.cat([s, sk.view(1, H, 1, 1).expand(B, H, n, 1)], dim=-1)
+        sk = torch.linspace(-1.0, 1.0, H)[:h].clone().requires_grad_()
+        s = torch.cat([s, sk.view(1, h, 1, 1).expand(B, h, n, 1)], dim=-1)
         p = torch.softmax(s, dim=-1)[..., :-1]
         grads.append(sk)
     else:
@@ -115,12 +122,15 @@ small = inputs(16)
 want = {n: f(*small) for n, f in impls.items()}
 diff = (max(float(np.max(np.abs(a - b))) for a, b in zip(want["fastattn"], want["eager"]))
         if run_eager else None)
-args = inputs(L)
+args = {"fastattn": inputs(L)}
+if run_eager:         # its heads (all, or the first eager_heads: a copy, made here)
+    args["eager"] = [a if eager_heads == H else np.ascontiguousarray(a[:, :eager_heads])
+                     for a in args["fastattn"]]
 rec = {"grad_max_abs_diff_small": diff}
 for name, f in impls.items():
     reset = settle()
     before = status()
-    out = f(*args)
+    out = f(*args[name])
     after = status()
     rec[name] = {"extra_peak_bytes": after["VmHWM"] - before["VmRSS"], "hwm_reset": reset,
                  "output_bytes": int(sum(np.asarray(a).nbytes for a in out)), "times_s": []}
@@ -129,17 +139,17 @@ for r in range(rounds):
     names = list(impls)[r % len(impls):] + list(impls)[:r % len(impls)]
     for name in names:
         t0 = time.perf_counter()
-        impls[name](*args)
+        impls[name](*args[name])
         rec[name]["times_s"].append(time.perf_counter() - t0)
 print(json.dumps(rec))
 """
 
 
-def estimate_eager_bytes(shape: tuple) -> int:
-    """The eager formula's extra peak, estimated: EAGER_SCORE_COPIES float32
-    score matrices (and the boolean mask)."""
+def estimate_eager_bytes(option: str, shape: tuple) -> int:
+    """The eager formula's extra peak, estimated: EAGER_SCORE_COPIES[option]
+    float32 score matrices (and the boolean mask)."""
     B, H, L, S, D = shape
-    return EAGER_SCORE_COPIES * B * H * L * S * 4 + L * S
+    return EAGER_SCORE_COPIES[option] * B * H * L * S * 4 + L * S
 
 
 def _available_bytes() -> int | None:
@@ -151,25 +161,34 @@ def _available_bytes() -> int | None:
         return None
 
 
-def _eager_skip(shape, torch: bool, eager_max_bytes: int) -> str | None:
-    """Why the eager formula is not run at ``shape``, or None."""
+def eager_heads(option: str, shape: tuple, torch: bool,
+                eager_max_bytes: int) -> tuple[int, str | None]:
+    """-> (the heads the eager formula runs on, 0 for none; why not all of
+    them, or None)."""
     if not torch:
-        return "torch is not installed (or not asked for): no eager formula"
-    need, avail = estimate_eager_bytes(shape), _available_bytes()
+        return 0, "torch is not installed (or not asked for): no eager formula"
+    B, H, L, S, D = shape
+    avail = _available_bytes()
     limit = eager_max_bytes if avail is None else min(eager_max_bytes,
                                                       int(SAFE_FRACTION * avail))
-    if need > limit:
-        return (f"not run: it would need ~{need / 2 ** 30:.1f} GiB (estimate), over the "
-                f"limit of {limit / 2 ** 30:.1f} GiB (--eager-max-gib, at most "
-                f"{SAFE_FRACTION:.0%} of the memory available)")
-    return None
+    need = estimate_eager_bytes(option, shape)
+    h = next((h for h in range(H, 0, -1)
+              if estimate_eager_bytes(option, (B, h, L, S, D)) <= limit), 0)
+    if h == H:
+        return H, None
+    why = (f"would need ~{need / 2 ** 30:.1f} GiB (estimate), over the limit of "
+           f"{limit / 2 ** 30:.1f} GiB (--eager-max-gib, at most {SAFE_FRACTION:.0%} of the "
+           "memory available)")
+    if h == 0:
+        return 0, f"not run: it {why}"
+    return h, f"run on {h} of the {H} heads, its times and memory x {H / h:g}: the whole {why}"
 
 
-def _measure(option, shape, threads, rounds, skip) -> dict:
+def _measure(option, shape, threads, rounds, heads) -> dict:
     """One option's subprocess -> its record (or ``error``)."""
     B, H, L, S, D = shape
     cmd = [sys.executable, "-c", _SCRIPT, option, *map(str, (B, H, L, D, threads, rounds)),
-           "0" if skip else "1", str(SOFTCAP), str(WINDOW)]
+           str(heads), str(SOFTCAP), str(WINDOW)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
@@ -183,22 +202,31 @@ def _measure(option, shape, threads, rounds, skip) -> dict:
         return {"error": "could not parse the subprocess output"}
 
 
-def _option_row(option, shape, threads, rec, skip) -> dict:
-    """The JSON row of one option from its subprocess record."""
+def _option_row(option, shape, threads, rec, heads, why) -> dict:
+    """The JSON row of one option from its subprocess record (the eager
+    formula's figures scaled to all heads where it ran on ``heads`` < H)."""
+    H = shape[1]
     row = {"section": "backward", "kind": "score_option", "option": option,
            "shape": dict(zip("BHLSD", shape)), "dtype": "float32", "causal": True,
-           "threads": threads, "eager_estimate_bytes": estimate_eager_bytes(shape),
+           "threads": threads, "eager_estimate_bytes": estimate_eager_bytes(option, shape),
            "vs_eager": None, "vs_eager_target": TARGET_VS_EAGER,
            "extra_target_bytes": TARGET_EXTRA_BYTES, "notes": [], **rec}
-    for name in ("fastattn", "eager"):
+    for name, factor in (("fastattn", 1.0), ("eager", H / heads if heads else 1.0)):
         if name in rec:
-            rec[name]["median_s"] = statistics.median(rec[name]["times_s"])
-            rec[name]["beyond_outputs_bytes"] = (rec[name]["extra_peak_bytes"]
-                                                 - rec[name]["output_bytes"])
-    if skip:
-        row["eager"] = {"skipped": skip}
+            r = rec[name]
+            r["scaled_by"] = factor
+            r["times_s"] = [x * factor for x in r["times_s"]]
+            r["median_s"] = statistics.median(r["times_s"])
+            r["extra_peak_bytes"] = int(r["extra_peak_bytes"] * factor)
+            r["output_bytes"] = int(r["output_bytes"] * factor)
+            r["beyond_outputs_bytes"] = r["extra_peak_bytes"] - r["output_bytes"]
+    if heads == 0:
+        row["eager"] = {"skipped": why}
     elif "fastattn" in rec and "eager" in rec:
+        row["eager"]["heads"] = heads
         row["vs_eager"] = ratio_stats(rec["eager"]["times_s"], rec["fastattn"]["times_s"])
+        if why:
+            row["notes"].append(f"eager {why}")
     return row
 
 
@@ -222,10 +250,10 @@ def run_options(shape, threads: int, rounds: int, *, torch: bool, eager_max_byte
     if not shape:
         return rows
     for option in OPTIONS:
-        skip = _eager_skip(shape, torch, eager_max_bytes)
+        heads, why = eager_heads(option, shape, torch, eager_max_bytes)
         progress.status(f"backward {option} (subprocess)")
-        row = _option_row(option, shape, threads, _measure(option, shape, threads, rounds,
-                                                           skip), skip)
+        rec = _measure(option, shape, threads, rounds, heads)
+        row = _option_row(option, shape, threads, rec, heads, why)
         rows.append(row)
         progress.step(option_note(row))
     return rows

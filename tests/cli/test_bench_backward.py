@@ -35,6 +35,10 @@ def _bench(peers, profile=TINY):
                  Progress(1, enabled=False))
 
 
+def _has_torch():
+    return discover_tools(("torch",)).torch is not None
+
+
 def _no_error(node, path="$"):
     """Every "error" record anywhere in ``node`` (as .ci/run looks for them)."""
     if isinstance(node, dict):
@@ -146,14 +150,38 @@ def test_without_torch_fastattn_rows_remain():
     assert "| — |" in format_backward(sec)
 
 
-def test_eager_formula_not_run_beyond_the_limit():
+def test_eager_formula_on_the_heads_that_fit_the_limit(monkeypatch):
+    monkeypatch.setattr(backward_options, "_available_bytes", lambda: None)
     shape = (1, 8, 8192, 8192, 64)
-    need = backward_options.estimate_eager_bytes(shape)
-    assert need > 8 * 2 ** 30                    # five 2 GiB score matrices
-    why = backward_options._eager_skip(shape, True, 2 ** 30)
-    assert why.startswith("not run") and f"~{need / 2 ** 30:.1f} GiB" in why
-    assert backward_options._eager_skip((1, 1, 64, 64, 16), True, 2 ** 30) is None
-    assert "torch" in backward_options._eager_skip((1, 1, 64, 64, 16), False, 2 ** 30)
+    need = backward_options.estimate_eager_bytes("sinks", shape)
+    assert need > 8 * 2 ** 30                    # 2 GiB score matrices, several
+    heads, why = backward_options.eager_heads("sinks", shape, True, 4 * 2 ** 30)
+    assert heads == 2 and why.startswith("run on 2 of the 8 heads, its times and memory x 4")
+    assert f"~{need / 2 ** 30:.1f} GiB" in why
+    heads, why = backward_options.eager_heads("softcap", shape, True, 2 ** 30)
+    assert heads == 0 and why.startswith("not run")
+    assert backward_options.eager_heads("softcap", (1, 1, 64, 64, 16), True, 2 ** 30) == (
+        1, None)
+    heads, why = backward_options.eager_heads("window512", (1, 1, 64, 64, 16), False, 2 ** 30)
+    assert heads == 0 and "torch" in why
+
+
+def test_eager_on_a_subset_of_heads_scaled_to_all(monkeypatch):
+    monkeypatch.setattr(backward_options, "_available_bytes", lambda: None)
+    shape = (1, 4, 64, 64, 16)
+    limit = backward_options.estimate_eager_bytes("sinks", (1, 2, 64, 64, 16))
+    progress = Progress(3, enabled=False)
+    monkeypatch.setattr(backward_options, "OPTIONS", ("sinks",))
+    [row] = backward_options.run_options(shape, 1, 3, torch=_has_torch(), eager_max_bytes=limit,
+                                         progress=progress)
+    _no_error(row)
+    if not _has_torch():
+        assert row["vs_eager"] is None
+        return
+    eg = row["eager"]
+    assert eg["heads"] == 2 and eg["scaled_by"] == 2.0 and len(eg["times_s"]) == 3
+    assert any("run on 2 of the 4 heads" in n for n in row["notes"])
+    _check_ratio(row["vs_eager"])
 
 
 def test_ratio_stats_median_and_quartiles_of_the_rounds():
