@@ -252,16 +252,23 @@ def print_scale_comparison(comp, *, first_step, d_k):
               + "  ".join(fmt.format(c[key]).rjust(24) for c in (a, b)))
     print(f"    (uniform weights would have entropy ln(n) = {comp['uniform_entropy']:.3f}; "
           "one-hot rows 0)")
-    ratio = a["norm_dS"] / b["norm_dS"] if b["norm_dS"] > 0 else math.inf
-    if b["max_weight_mean"] > a["max_weight_mean"]:
-        print(f"    with scale {b['scale']:.4g} the softmax is more saturated and |dS|, the "
-              f"gradient through it, is {ratio:.3g}x smaller\n    than with 1/sqrt(d_k): dQ "
-              "and dK, which come only through dS, shrink with it\n    (dV = P^T dO does not "
-              "pass through the softmax)")
-    else:
-        print(f"    with scale {b['scale']:.4g} the softmax is less saturated than with "
-              f"1/sqrt(d_k); |dS| changes by {1 / ratio if ratio else math.inf:.3g}x")
+    print("    " + _saturation_text(a, b))
     return first_step + 1
+
+
+def _saturation_text(a, b) -> str:
+    """What the comparison shows: the given scale's softmax against 1/sqrt(d_k)'s."""
+    given = f"with scale {b['scale']:.4g} the softmax is"
+    if b["max_weight_mean"] == a["max_weight_mean"] and b["norm_dS"] == a["norm_dS"]:
+        return f"{given} as saturated as with 1/sqrt(d_k): the same gradients"
+    if b["max_weight_mean"] < a["max_weight_mean"]:
+        return (f"{given} less saturated than with 1/sqrt(d_k); |dS| is "
+                f"{b['norm_dS'] / a['norm_dS'] if a['norm_dS'] else math.inf:.3g}x as large")
+    how = ("0: every row is one-hot" if b["norm_dS"] == 0 else
+           f"{a['norm_dS'] / b['norm_dS']:.3g}x smaller")
+    return (f"{given} more saturated and |dS|, the gradient through it, is {how}\n"
+            "    than with 1/sqrt(d_k): dQ and dK, which come only through dS, shrink with it\n"
+            "    (dV = P^T dO does not pass through the softmax)")
 
 
 def _output_text(t) -> str:

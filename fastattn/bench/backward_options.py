@@ -29,24 +29,25 @@ from .timing import ratio_stats
 MIB = 2 ** 20
 OPTIONS = ("softcap", "window512", "sinks")
 SOFTCAP, WINDOW = 30.0, 512
-# what the eager formula holds at its peak, in score-sized (B*H*L*S float32)
-# matrices (the saved tanh and softmax outputs, the temporaries of the
-# forward, the weights' and scores' gradients): measured 8.2, 6.2 and 4.2 at
-# (1, 2, 1024, 64), rounded up
-EAGER_SCORE_COPIES = {"softcap": 9, "window512": 7, "sinks": 6}
+# what the eager formula holds at its peak beyond its outputs, in score-sized
+# (B*H*L*S float32) matrices (the saved tanh and softmax outputs, the
+# temporaries of the forward, the weights' and scores' gradients): measured
+# 5.1, 4.1 and 4.1 at (1, 2, 4096, 64), where each is a 128 MiB mapping of
+# its own as at full size; one more each for safety
+EAGER_SCORE_COPIES = {"softcap": 6, "window512": 5, "sinks": 5}
 SAFE_FRACTION = 0.7
 TARGET_VS_EAGER = 5.0
 TARGET_EXTRA_BYTES = 64 * MIB
 
-# Run as ``python -c _SCRIPT option B H L D threads rounds eager_heads softcap window``
-# (eager_heads 0: the eager formula is not run); prints one JSON line.
+# Run as ``python -c _SCRIPT OPTION:HEADS,... B H L D threads rounds softcap window``
+# (HEADS: those the eager formula runs on, 0 for none); prints one JSON line,
+# option -> its record, the options measured one after the other.
 _SCRIPT = r"""
 import gc, json, sys, time
 import numpy as np
-opt, (B, H, L, D, t, rounds) = sys.argv[1], map(int, sys.argv[2:8])
-eager_heads = int(sys.argv[8])
-run_eager = eager_heads > 0
-SOFTCAP, WINDOW = float(sys.argv[9]), int(sys.argv[10])
+jobs = [(o, int(h)) for o, h in (j.split(":") for j in sys.argv[1].split(","))]
+B, H, L, D, t, rounds = map(int, sys.argv[2:8])
+SOFTCAP, WINDOW = float(sys.argv[8]), int(sys.argv[9])
 import fastattn
 
 def status():
@@ -76,7 +77,7 @@ def inputs(L):
     rng = np.random.default_rng(0)
     return [rng.standard_normal((B, H, L, D), dtype=np.float32) for _ in range(4)]
 
-def kwargs():
+def kwargs(opt):
     kw = {"is_causal": True}
     if opt == "softcap":
         kw["softcap"] = SOFTCAP
@@ -86,12 +87,12 @@ def kwargs():
         kw["sinks"] = np.linspace(-1.0, 1.0, H).astype(np.float32)
     return kw
 
-def fa_run(q, k, v, do):
-    kw = kwargs()
+def fa_run(opt, q, k, v, do):
+    kw = kwargs(opt)
     o, lse = fastattn.attention(q, k, v, return_lse=True, num_threads=t, **kw)
     return fastattn.attention_backward(do, q, k, v, o, lse, num_threads=t, **kw)
 
-def eager_run(q, k, v, do):
+def eager_run(opt, q, k, v, do):
     import torch
     h = q.shape[1]
     tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
@@ -113,35 +114,36 @@ def eager_run(q, k, v, do):
     (p @ tv).backward(torch.from_numpy(do))
     return [g.grad.numpy() for g in grads]
 
-impls = {"fastattn": fa_run}
-if run_eager:
+def measure(opt, heads, full):
+    impls = {"fastattn": fa_run, **({"eager": eager_run} if heads else {})}
+    small = inputs(16)
+    want = {n: f(opt, *small) for n, f in impls.items()}
+    rec = {"grad_max_abs_diff_small": max(float(np.max(np.abs(a - b))) for a, b in zip(
+        want["fastattn"], want["eager"])) if heads else None}
+    args = {"fastattn": full}
+    if heads:         # its heads (all, or the first ones: a copy, made here)
+        args["eager"] = [a if heads == H else np.ascontiguousarray(a[:, :heads]) for a in full]
+    for name, f in impls.items():
+        reset = settle()
+        before = status()
+        out = f(opt, *args[name])
+        after = status()
+        rec[name] = {"extra_peak_bytes": after["VmHWM"] - before["VmRSS"],
+                     "hwm_reset": reset, "times_s": [],
+                     "output_bytes": int(sum(np.asarray(a).nbytes for a in out))}
+        del out
+    for r in range(rounds):
+        for name in list(impls)[r % len(impls):] + list(impls)[:r % len(impls)]:
+            t0 = time.perf_counter()
+            impls[name](opt, *args[name])
+            rec[name]["times_s"].append(time.perf_counter() - t0)
+    return rec
+
+if any(h for _, h in jobs):
     import torch
     torch.set_num_threads(t)
-    impls["eager"] = eager_run
-small = inputs(16)
-want = {n: f(*small) for n, f in impls.items()}
-diff = (max(float(np.max(np.abs(a - b))) for a, b in zip(want["fastattn"], want["eager"]))
-        if run_eager else None)
-args = {"fastattn": inputs(L)}
-if run_eager:         # its heads (all, or the first eager_heads: a copy, made here)
-    args["eager"] = [a if eager_heads == H else np.ascontiguousarray(a[:, :eager_heads])
-                     for a in args["fastattn"]]
-rec = {"grad_max_abs_diff_small": diff}
-for name, f in impls.items():
-    reset = settle()
-    before = status()
-    out = f(*args[name])
-    after = status()
-    rec[name] = {"extra_peak_bytes": after["VmHWM"] - before["VmRSS"], "hwm_reset": reset,
-                 "output_bytes": int(sum(np.asarray(a).nbytes for a in out)), "times_s": []}
-    del out
-for r in range(rounds):
-    names = list(impls)[r % len(impls):] + list(impls)[:r % len(impls)]
-    for name in names:
-        t0 = time.perf_counter()
-        impls[name](*args[name])
-        rec[name]["times_s"].append(time.perf_counter() - t0)
-print(json.dumps(rec))
+full = inputs(L)
+print(json.dumps({opt: measure(opt, heads, full) for opt, heads in jobs}))
 """
 
 
@@ -184,22 +186,27 @@ def eager_heads(option: str, shape: tuple, torch: bool,
     return h, f"run on {h} of the {H} heads, its times and memory x {H / h:g}: the whole {why}"
 
 
-def _measure(option, shape, threads, rounds, heads) -> dict:
-    """One option's subprocess -> its record (or ``error``)."""
+def _measure(jobs: list, shape, threads, rounds) -> dict:
+    """One subprocess measuring the (option, eager heads) ``jobs`` -> option
+    -> its record (or, for each, ``error``)."""
     B, H, L, S, D = shape
-    cmd = [sys.executable, "-c", _SCRIPT, option, *map(str, (B, H, L, D, threads, rounds)),
-           str(heads), str(SOFTCAP), str(WINDOW)]
+    cmd = [sys.executable, "-c", _SCRIPT, ",".join(f"{o}:{h}" for o, h in jobs),
+           *map(str, (B, H, L, D, threads, rounds)), str(SOFTCAP), str(WINDOW)]
+    fail = None
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
-        return {"error": "timed out after 1800 s"}
-    if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
-        return {"error": f"exit {p.returncode}: {tail[0][:200]}"}
-    try:
-        return json.loads(p.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": "could not parse the subprocess output"}
+        fail = "timed out after 1800 s"
+    else:
+        if p.returncode != 0:
+            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+            fail = f"exit {p.returncode}: {tail[0][:200]}"
+        else:
+            try:
+                return json.loads(p.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                fail = "could not parse the subprocess output"
+    return {o: {"error": fail} for o, _ in jobs}
 
 
 def _option_row(option, shape, threads, rec, heads, why) -> dict:
@@ -244,16 +251,21 @@ def option_note(row: dict) -> str:
 
 
 def run_options(shape, threads: int, rounds: int, *, torch: bool, eager_max_bytes: int,
-                progress) -> list[dict]:
-    """Every option at ``shape`` on ``threads`` threads -> their rows."""
-    rows = []
+                progress, one_process: bool = False) -> list[dict]:
+    """Every option at ``shape`` on ``threads`` threads, each in a fresh
+    subprocess (``one_process``: all in one, as ``--quick`` does: small
+    shapes, where starting torch three times would be most of the time)
+    -> their rows."""
     if not shape:
-        return rows
-    for option in OPTIONS:
-        heads, why = eager_heads(option, shape, torch, eager_max_bytes)
-        progress.status(f"backward {option} (subprocess)")
-        rec = _measure(option, shape, threads, rounds, heads)
-        row = _option_row(option, shape, threads, rec, heads, why)
-        rows.append(row)
-        progress.step(option_note(row))
+        return []
+    plans = {o: eager_heads(o, shape, torch, eager_max_bytes) for o in OPTIONS}
+    groups = [list(OPTIONS)] if one_process else [[o] for o in OPTIONS]
+    rows = []
+    for group in groups:
+        progress.status(f"backward {', '.join(group)} (subprocess)")
+        recs = _measure([(o, plans[o][0]) for o in group], shape, threads, rounds)
+        for o in group:
+            rows.append(_option_row(o, shape, threads, recs.get(o, {"error": "no record"}),
+                                    *plans[o]))
+            progress.step(option_note(rows[-1]))
     return rows

@@ -199,7 +199,7 @@ def _time_shape(b, shape, causal, dtype, targets) -> tuple[list, list]:
     rows = []
     for t in b.threads:
         row = _row(shape, causal, dtype, t, res, targets)
-        row.update(check, torch_kernel=node[0] if node else None)
+        row.update(check, path=b.fa.get_isa(), torch_kernel=node[0] if node else None)
         row["notes"] += [note] if note else []
         if dtype == "bfloat16" and targets.get(dtype) is None:
             row["notes"].append("no target: neither AVX512-BF16 nor AMX here")
@@ -225,6 +225,6 @@ def run_backward_section(b, *, quick: bool, eager_max_bytes: int) -> dict:
     options = run_options(b.profile.backward_options, max(b.threads), b.repeats or
                           (2 if quick else 3), torch=b.tools.torch is not None
                           and "torch" in b.peers, eager_max_bytes=eager_max_bytes,
-                          progress=b.progress)
+                          progress=b.progress, one_process=quick)
     return {"rows": rows, "scaling": scaling, "options": options}
 

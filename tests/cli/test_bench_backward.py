@@ -76,6 +76,7 @@ def test_rows_carry_their_figures(section):
     for r in rows:
         assert r["section"] == "backward" and r["kind"] == "fwd_bwd"
         assert r["fastattn_fwd_bwd_s"] > 0 and r["gflops_fwd_bwd"] > 0
+        assert r["path"] == fastattn.get_isa()
         assert r["flops_bwd"] == 2.5 * r["flops_fwd"]          # the FLOP ratio
         for name in ("fastattn_fwd_bwd", "fastattn_fwd", "fastattn_bwd"):
             assert len(r["impls"][name]["times_s"]) == 3 and r["impls"][name]["median_s"] > 0
@@ -121,7 +122,7 @@ def test_score_options_time_and_memory(section):
             4 if o["option"] == "sinks" else 0)
         assert o["vs_eager_target"] == 5.0 and o["extra_target_bytes"] == 64 * 2 ** 20
         if "torch" in b.peers:
-            assert o["eager"]["median_s"] > 0 and o["eager"]["extra_peak_bytes"] > 0
+            assert o["eager"]["median_s"] > 0 and o["eager"]["extra_peak_bytes"] >= 0
             _check_ratio(o["vs_eager"])
             assert o["grad_max_abs_diff_small"] < 1e-4
         else:
@@ -155,7 +156,7 @@ def test_eager_formula_on_the_heads_that_fit_the_limit(monkeypatch):
     shape = (1, 8, 8192, 8192, 64)
     need = backward_options.estimate_eager_bytes("sinks", shape)
     assert need > 8 * 2 ** 30                    # 2 GiB score matrices, several
-    heads, why = backward_options.eager_heads("sinks", shape, True, 4 * 2 ** 30)
+    heads, why = backward_options.eager_heads("sinks", shape, True, 3 * 2 ** 30)
     assert heads == 2 and why.startswith("run on 2 of the 8 heads, its times and memory x 4")
     assert f"~{need / 2 ** 30:.1f} GiB" in why
     heads, why = backward_options.eager_heads("softcap", shape, True, 2 ** 30)
