@@ -104,8 +104,9 @@ def format_backward(sec: dict) -> str:
         out += ["### Backward: thread scaling (median of the per-round ratios [q1, q3])", ""]
         out += _scaling_table(sec["scaling"]) + [""]
     if sec["options"]:
-        out += ["### Backward: score options vs the eager formula (fresh subprocess each)", "",
-                "Causal, float32, forward + backward: fastattn with `softcap=30`, "
+        out += ["### Backward: score options vs the eager formula (in subprocesses)", "",
+                "Causal, float32, forward + backward, in a fresh subprocess per option (one "
+                "for all three in `--quick`): fastattn with `softcap=30`, "
                 "`window=(511, 0)` or `sinks`, against torch's eager formula (the scores "
                 "materialised, soft cap, mask, softmax, autograd). Extra peak = VmHWM growth "
                 "during one call over the RSS before it, less the call's outputs (the "
