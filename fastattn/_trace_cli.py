@@ -9,13 +9,16 @@ line on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 
 import numpy as np
 
-from ._trace_show import print_text, save_plot, to_json, token_names
+from ._trace_grad import check_backward, scale_comparison, trace_backward
+from ._trace_show import (print_grad_text, print_scale_comparison, print_text, save_plot,
+                          to_json, token_names)
 from ._trace_steps import WALKTHROUGH_X, check_variants, trace
 
 __all__ = ["main"]
@@ -130,6 +133,12 @@ def _build_parser():
                    "(standard normal; projections identity of size D unless given)")
     p.add_argument("--seed", metavar="S", type=str, default="0",
                    help="seed for --random (default 0)")
+    p.add_argument("--grad", action="store_true",
+                   help="also the backward: dO, dV, dP, D, dS, dQ, dK step by step, checked "
+                        "against fastattn.attention_backward; with --scale, the softmax's "
+                        "saturation and the gradient norms with and without 1/sqrt(d_k)")
+    p.add_argument("--grad-out", metavar="ROWS", help="dO, the gradient flowing into the "
+                   "output (n_tokens x d_v; default ones); implies --grad")
     p.add_argument("--json", action="store_true",
                    help="print the intermediates as JSON (non-finite numbers as strings, "
                         "e.g. \"-inf\") and nothing else")
@@ -165,7 +174,25 @@ def _read_options(args):
         n, d = _parse_random(args.random)
         mats["x"] = np.random.default_rng(seed).standard_normal((n, d))
     _check_projections(mats)
+    if args.grad_out is not None:
+        mats["grad_out"] = _parse_matrix(args.grad_out, "--grad-out")
     return mats, scale, variants
+
+
+def _backward(t, mats, args, scale, variants):
+    """--grad: the backward steps, their check, and with --scale the
+    comparison with the 1/sqrt(d_k) scale -> (g, diff, comparison or None)."""
+    d_o = mats.get("grad_out")
+    if d_o is not None and d_o.shape != t["output"].shape:
+        raise _UsageError(f"argument --grad-out: must have the output's shape "
+                          f"{t['output'].shape} (n_tokens x d_v), got {d_o.shape}")
+    g = trace_backward(t, d_o)
+    comp = None
+    if scale is not None:
+        t0 = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
+                   is_causal=args.causal, **variants)
+        comp = scale_comparison(t0, trace_backward(t0, d_o), t, g)
+    return g, check_backward(t, g), comp
 
 
 def _check_projections(mats):
@@ -187,13 +214,34 @@ def _check_projections(mats):
                               f"has {d_model}; give both")
 
 
-def _print_steps(t, args, scale) -> bool:
-    """The steps as text or JSON on stdout; False if stdout was closed early."""
+def _print_json(t, grad):
+    """The trace as JSON; with --grad its gradients' keys too, the check and
+    the scale comparison."""
+    if grad is None:
+        print(to_json(t))
+        return
+    g, diff, comp = grad
+    doc = json.loads(to_json({**t, **g}))
+    doc["grad_check"] = diff
+    if comp is not None:
+        doc["scale_comparison"] = comp
+    print(json.dumps(doc, allow_nan=False))
+
+
+def _print_steps(t, args, scale, grad=None) -> bool:
+    """The steps (and the backward's, ``grad``) as text or JSON on stdout;
+    False if stdout was closed early."""
     try:
         if args.json:
-            print(to_json(t))
+            _print_json(t, grad)
         else:
-            print_text(t, causal=args.causal, scale_given=scale is not None)
+            nxt = print_text(t, causal=args.causal, scale_given=scale is not None)
+            if grad is not None:
+                g, diff, comp = grad
+                nxt = print_grad_text(t, g, diff, first_step=nxt,
+                                      grad_given=args.grad_out is not None)
+                if comp is not None:
+                    print_scale_comparison(comp, first_step=nxt, d_k=t["Q"].shape[1])
         sys.stdout.flush()
     except BrokenPipeError:              # e.g. piped into `head`: stop quietly
         try:
@@ -234,7 +282,13 @@ def main(argv=None):
                          "(pip install 'fastattn[plot]')", status=1)
     t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
               is_causal=args.causal, scale=scale, **variants)
-    if not _print_steps(t, args, scale):
+    grad = None
+    if args.grad or args.grad_out is not None:
+        try:
+            grad = _backward(t, mats, args, scale, variants)
+        except _UsageError as exc:
+            return _fail(str(exc))
+    if not _print_steps(t, args, scale, grad):
         return 1
     if args.plot is not None:
         try:

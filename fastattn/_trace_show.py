@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-__all__ = ["print_text", "save_plot", "to_json", "token_names"]
+__all__ = ["print_text", "print_grad_text", "print_scale_comparison", "save_plot", "to_json",
+           "token_names"]
 
 
 def token_names(n):
@@ -26,7 +27,7 @@ def token_names(n):
 def _fmt(value):
     if value == -np.inf:
         return "-inf"
-    return f"{value:.2f}"
+    return f"{round(float(value), 2) + 0.0:.2f}"      # + 0.0: no "-0.00"
 
 
 def _print_matrix(title, a, row_names=None, col_names=None, row_sums=False, indent="    "):
@@ -43,7 +44,7 @@ def _print_matrix(title, a, row_names=None, col_names=None, row_sums=False, inde
         label = (row_names[i].ljust(name_w) + "  ") if row_names else ""
         line = indent + label + " ".join(c.rjust(width) for c in row)
         if row_sums:
-            line += f"   | sum = {a[i].sum():.2f}"
+            line += f"   | sum = {_fmt(a[i].sum())}"
         print(line)
 
 
@@ -54,8 +55,9 @@ def _window_text(window):
     return f"{_window_pair(window)}: token i sees the keys j with {sees}"
 
 
-def print_text(t, *, causal, scale_given):
-    """The trace ``t`` printed as the walkthrough's numbered steps."""
+def print_text(t, *, causal, scale_given) -> int:
+    """The trace ``t`` printed as the walkthrough's numbered steps; -> the
+    number the next step would take."""
     n = t["X"].shape[0]
     names = token_names(n)
     dims = [f"d{j}" for j in range(max(t["X"].shape[1], t["Q"].shape[1], t["V"].shape[1]))]
@@ -67,6 +69,7 @@ def print_text(t, *, causal, scale_given):
     _print_weights(t, step, names, logits)
     _print_matrix(f"{next(step)}. output = weights V  (each row: {_output_text(t)})",
                   t["output"], names, dims[:t["output"].shape[1]])
+    return next(step)
 
 
 def _print_inputs(t, step, names, dims, causal):
@@ -176,6 +179,96 @@ def _print_weights(t, step, names, logits):
     print(f"    largest weight per row: " + ", ".join(
         f"{names[i]} {w[i].max():.2f}" for i in range(n)))
     print()
+
+
+def print_grad_text(t, g, diff, *, first_step, grad_given):
+    """The backward steps of :func:`fastattn.trace.trace_backward`'s ``g``,
+    numbered from ``first_step``, and their agreement with the library
+    (``diff``: :func:`check_backward`'s)."""
+    n = t["X"].shape[0]
+    names = token_names(n)
+    dims = [f"d{j}" for j in range(max(t["Q"].shape[1], t["V"].shape[1]))]
+    step = iter(range(first_step, first_step + 100))
+    dv, dk = dims[:t["V"].shape[1]], dims[:t["Q"].shape[1]]
+    print()
+    print("Backward: the gradients of the output, step by step (P = the weights, "
+          "O = the output)")
+    print()
+    how = "given with --grad-out" if grad_given else "ones: the gradient of sum(output)"
+    for key, title, cols in (
+            ("dO", f"dO, the gradient flowing into the output ({how})", dv),
+            ("dV", "dV = P^T dO  (row j: the value row j's gradient)", dv),
+            ("dP", "dP = dO V^T  (the gradient of the weights)", names),
+            ("D", "D = rowsum(dO * O)  (per row: what the softmax subtracts)", ["D"])):
+        _print_matrix(f"{next(step)}. {title}", g[key], names, cols)
+        print()
+    if "dS_cap" in g:
+        _print_matrix(f"{next(step)}. dS_cap = P * (dP - D)  (the gradient of the capped "
+                      f"scores)", g["dS_cap"], names, names)
+        print()
+        title = "dS = dS_cap * (1 - (S_cap / c)^2)  (through the soft cap's tanh)"
+    else:
+        title = "dS = P * (dP - D)  (the gradient of the scaled scores; 0 where P is 0" + (
+            ")" if "sink_weight" in t else "; a row sums to 0, as its weights sum to 1)")
+    _print_matrix(f"{next(step)}. {title}", g["dS"], names, names, row_sums=True)
+    print()
+    scale = float(t["scale"])
+    _print_matrix(f"{next(step)}. dQ = dS K * scale  (scale = {scale:.4g})", g["dQ"], names, dk)
+    print()
+    _print_matrix(f"{next(step)}. dK = dS^T Q * scale", g["dK"], names, dk)
+    print()
+    if "d_sink" in g:
+        print(f"{next(step)}. d_sink = -sum_i sink_weight_i * D_i = {float(g['d_sink']):.4f}")
+        print()
+    print(f"check: fastattn.attention_backward gives the same dQ, dK, dV"
+          f"{', d_sink' if 'd_sink' in g else ''} to {diff['fastattn']:.1e} (largest "
+          f"|difference|), fastattn.reference.attention_backward to {diff['reference']:.1e}")
+    return next(step)
+
+
+_COMPARISON_ROWS = (
+    ("largest |scaled score|", "max_abs_scaled", "{:.2f}"),
+    ("mean over rows of the largest weight", "max_weight_mean", "{:.3f}"),
+    ("mean row entropy (nats)", "entropy_mean", "{:.3f}"),
+    ("|dS| (Frobenius norm)", "norm_dS", "{:.3g}"),
+    ("|dQ|", "norm_dQ", "{:.3g}"),
+    ("|dK|", "norm_dK", "{:.3g}"),
+    ("|dV|", "norm_dV", "{:.3g}"),
+)
+
+
+def print_scale_comparison(comp, *, first_step, d_k):
+    """:func:`scale_comparison`'s columns side by side: the softmax's
+    saturation and the gradient norms with 1/sqrt(d_k) and the given scale."""
+    a, b = comp["default"], comp["given"]
+    print()
+    print(f"{first_step}. the same head with and without the 1/sqrt(d_k) scale "
+          f"(the same dO)")
+    heads = [f"scale {a['scale']:.4g} (1/sqrt({d_k}))", f"scale {b['scale']:.4g} (--scale)"]
+    width = max(len(r[0]) for r in _COMPARISON_ROWS)
+    print("    " + " " * width + "  " + "  ".join(h.rjust(24) for h in heads))
+    for label, key, fmt in _COMPARISON_ROWS:
+        print("    " + label.ljust(width) + "  "
+              + "  ".join(fmt.format(c[key]).rjust(24) for c in (a, b)))
+    print(f"    (uniform weights would have entropy ln(n) = {comp['uniform_entropy']:.3f}; "
+          "one-hot rows 0)")
+    print("    " + _saturation_text(a, b))
+    return first_step + 1
+
+
+def _saturation_text(a, b) -> str:
+    """What the comparison shows: the given scale's softmax against 1/sqrt(d_k)'s."""
+    given = f"with scale {b['scale']:.4g} the softmax is"
+    if b["max_weight_mean"] == a["max_weight_mean"] and b["norm_dS"] == a["norm_dS"]:
+        return f"{given} as saturated as with 1/sqrt(d_k): the same gradients"
+    if b["max_weight_mean"] < a["max_weight_mean"]:
+        return (f"{given} less saturated than with 1/sqrt(d_k); |dS| is "
+                f"{b['norm_dS'] / a['norm_dS'] if a['norm_dS'] else math.inf:.3g}x as large")
+    how = ("0: every row is one-hot" if b["norm_dS"] == 0 else
+           f"{a['norm_dS'] / b['norm_dS']:.3g}x smaller")
+    return (f"{given} more saturated and |dS|, the gradient through it, is {how}\n"
+            "    than with 1/sqrt(d_k): dQ and dK, which come only through dS, shrink with it\n"
+            "    (dV = P^T dO does not pass through the softmax)")
 
 
 def _output_text(t) -> str:

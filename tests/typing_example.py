@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 import fastattn
 from fastattn import KVCache
+from fastattn.trace import trace_backward
 
 F64 = npt.NDArray[np.float64]
 
@@ -111,7 +112,9 @@ def trace() -> None:
     t = fastattn.trace(is_causal=True)
     weights: npt.NDArray[np.float64] = t["weights"]
     t2 = fastattn.trace([[1.0, 0.0], [0.0, 1.0]], scale=1.0)
-    print(weights.shape, t2["output"].shape)
+    g = trace_backward(t, [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    d_q: npt.NDArray[np.float64] = g["dQ"]
+    print(weights.shape, t2["output"].shape, d_q.shape)
 
 
 if __name__ == "__main__":

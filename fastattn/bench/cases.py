@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants",
-            "dask")
+            "backward", "dask")
 # name: sections it runs (the quick suite takes the QUICK profile below; the
 # variants section, long sequences, is left out of it; the dask section, a
 # cluster and minutes of work, runs only when asked for)
@@ -17,6 +17,7 @@ SUITES = {
     "default": tuple(s for s in SECTIONS if s != "dask"),
     "quick": tuple(s for s in SECTIONS if s not in ("variants", "dask")),
     "variants": ("variants",),
+    "backward": ("backward",),
     "dask": ("dask",),
 }
 VARIANT_W = 512  # the variants section: its window, and the keys its bool mask shows
@@ -81,6 +82,11 @@ class Profile:
     variants: tuple        # ((B, H, L, S, D), variant names) of the variants section
     # ((B, H, L, S, D), causal flags) timed in HALF_DTYPES too (with --dtype float32)
     half_prefill: tuple = ()
+    # the backward section: ((B, H, L, S, D), causal) forward + backward vs torch,
+    # float32 and bfloat16; and the (B, H, L, S, D) of its score options vs the
+    # eager formula (() for none)
+    backward: tuple = ()
+    backward_options: tuple = ()
 
 
 DEFAULT = Profile(
@@ -98,6 +104,9 @@ DEFAULT = Profile(
               ((1, 8, 2048, 2048, 64), ("causal",) + tuple(SCORE_VARIANTS)),
               ((16, 8, 2048, 2048, 64), VARLEN_VARIANTS)),
     half_prefill=(((1, 8, 1024, 1024, 64), (False, True)), ((1, 8, 2048, 2048, 64), (True,))),
+    backward=(((1, 8, 1024, 1024, 64), False), ((1, 8, 2048, 2048, 64), True),
+              ((1, 8, 1024, 1024, 128), False)),
+    backward_options=(1, 8, 8192, 8192, 64),
 )
 
 QUICK = Profile(
@@ -113,6 +122,8 @@ QUICK = Profile(
               ((1, 2, 256, 256, 64), ("causal",) + tuple(SCORE_VARIANTS)),
               ((16, 2, 256, 256, 64), VARLEN_VARIANTS)),
     half_prefill=(((1, 4, 256, 256, 64), (False, True)),),
+    backward=(((1, 2, 256, 256, 64), False), ((1, 2, 256, 256, 32), True)),
+    backward_options=(1, 2, 1024, 1024, 64),
 )
 
 

@@ -9,6 +9,8 @@ import sys
 import textwrap
 import time
 
+from .backward_report import format_backward
+from .backward_section import backward_jobs, run_backward_section
 from .cases import (DEFAULT, QUICK, SECTIONS, Profile, build_cases, parse_int_list,
                     parse_shapes, suite_names, suite_sections)
 from .machine import OPENBLAS_VARS, collect_meta, cpu_seconds, usable_cpus
@@ -30,7 +32,13 @@ EPILOG = textwrap.dedent("""\
     the equivalent dense bool mask; at (1, 8, 2048, 64), softcap, ALiBi, sinks
     and return_lse vs the plain causal call, fastattn only; 16 causal
     sequences of 64 .. 2048 tokens through attention_varlen vs the same
-    padded to 2048 with a key_padding_mask), dask (only when
+    padded to 2048 with a key_padding_mask), backward (fastattn.attention +
+    attention_backward vs torch SDPA forward + backward on its CPU flash kernel,
+    float32 and bfloat16, at (1, 8, 1024, 64), (1, 8, 2048, 64) causal and
+    (1, 8, 1024, 128); the backward alone vs the forward alone; 1 vs 2
+    threads; softcap, a window of 512 and sinks at (1, 8, 8192, 64) causal vs
+    torch's eager formula, time and extra peak memory, each in a subprocess,
+    the eager one not run beyond --eager-max-gib), dask (only when
     asked for, --suite dask: fastattn.dask at (1, 8, 32768, 64) on a 2-worker
     LocalCluster vs the in-memory call on 2 threads, and each worker's peak
     memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
@@ -76,6 +84,10 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                         "(default torch,numpy)")
     p.add_argument("--numpy-max-gib", type=float, default=2.0, metavar="GIB",
                    help="skip the numpy peer where it would need more memory (default 2)")
+    p.add_argument("--eager-max-gib", type=float, default=16.0, metavar="GIB",
+                   help="the backward section: run torch's eager formula only where its "
+                        "estimated peak fits (default 16, and at most 70%% of the memory "
+                        "available)")
     p.add_argument("--isa", default=None, metavar="NAME",
                    help="call fastattn.set_isa(NAME) first")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
@@ -93,6 +105,8 @@ def _parse_values(args, parser) -> None:
         parser.error("--repeats must be >= 1")
     if not (args.numpy_max_gib > 0):
         parser.error("--numpy-max-gib must be > 0")
+    if not (args.eager_max_gib > 0):
+        parser.error("--eager-max-gib must be > 0")
     try:
         args.threads_parsed = parse_int_list(args.threads, "--threads")
     except ValueError as e:
@@ -151,7 +165,7 @@ def _discover(args, parser) -> Tools:
     return tools
 
 
-def _print_list(cases, mem_jobs, threads, profile: Profile) -> int:
+def _print_list(cases, mem_jobs, threads, profile: Profile, sections) -> int:
     """``--list``: the measurements that would run."""
     for t in threads:
         for c in cases:
@@ -160,7 +174,22 @@ def _print_list(cases, mem_jobs, threads, profile: Profile) -> int:
     H, L, S, D = profile.memory
     for imp, t in mem_jobs:
         print(f"memory {imp} 1x{H}x{L}x{S}x{D} threads={t}")
+    if "backward" in sections:
+        for shape, causal, dt in backward_jobs(profile):
+            print(f"backward {'x'.join(map(str, shape))} {dt} causal={'yes' if causal else 'no'}"
+                  f" threads={','.join(map(str, threads))}: fwd+bwd, torch fwd+bwd, fwd, bwd")
+        if profile.backward_options:
+            shape = "x".join(map(str, profile.backward_options))
+            print(f"backward options {shape} softcap, window512, sinks causal "
+                  f"threads={max(threads)}: fastattn vs eager (subprocess)")
     return 0
+
+
+def _backward_steps(sections, profile: Profile, threads) -> int:
+    """The progress steps of the backward section."""
+    if "backward" not in sections:
+        return 0
+    return len(backward_jobs(profile)) * len(threads) + 3 * bool(profile.backward_options)
 
 
 def _load_fastattn(args, parser):
@@ -204,6 +233,20 @@ def _finish_meta(meta: dict, cpu0, elapsed: float) -> None:
         meta["background_cpus"] = None
 
 
+def _own_sections(args, bench: Bench, quick: bool) -> tuple[dict | None, str]:
+    """The sections with measurements of their own -> (the backward
+    section's result or None, the dask section's markdown or "")."""
+    backward, dask_text = None, ""
+    if "backward" in args.sections:
+        backward = run_backward_section(bench, quick=quick,
+                                        eager_max_bytes=int(args.eager_max_gib * 2 ** 30))
+    if "dask" in args.sections:
+        from .dask_section import run_dask_section
+        dask_text = run_dask_section(quick=quick, repeats=args.repeats,
+                                     progress=bench.progress)
+    return backward, dask_text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark with the options ``argv`` (default: sys.argv[1:])."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -220,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(args, profile, args.sections)
     mem_jobs = memory_jobs(args.sections, threads, peers)
     if args.list:
-        return _print_list(cases, mem_jobs, threads, profile)
+        return _print_list(cases, mem_jobs, threads, profile, args.sections)
 
     fa, fa_core = _load_fastattn(args, parser)
-    progress = Progress(len(cases) * len(threads) + len(mem_jobs),
+    progress = Progress(len(cases) * len(threads) + len(mem_jobs)
+                        + _backward_steps(args.sections, profile, threads),
                         enabled=not args.no_progress)
     meta = collect_meta(fa, tools, args)
     _warn(progress, tools, meta, threads)
@@ -234,22 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     meta["read_bandwidth"] = bench.read_bw
     mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
                      threadpoolctl=tools.threadpoolctl is not None)
-    dask_text = ""
-    if "dask" in args.sections:
-        from .dask_section import run_dask_section
-        dask_text = run_dask_section(quick=profile is QUICK, repeats=args.repeats,
-                                     progress=progress)
+    backward, dask_text = _own_sections(args, bench, profile is QUICK)
     elapsed = time.perf_counter() - t_start
     _finish_meta(meta, cpu0, elapsed)
 
     rows = sort_rows(rows)
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
-    sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed))
+    sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed,
+                                   "" if backward is None else format_backward(backward)))
     sys.stdout.write(dask_text)
     sys.stdout.flush()
     if args.json:
-        write_json(args.json, meta, peak_list, fma, rows, scaling, mem)
+        write_json(args.json, meta, peak_list, fma, rows, scaling, mem, backward)
         progress.note(f"wrote {args.json}")
     if args.plot:
         from .plot import write_plot

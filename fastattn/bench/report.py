@@ -341,8 +341,10 @@ def _scaling_section(scaling: list[dict], fma: list[dict], peers) -> list[str]:
 
 
 def format_report(meta: dict, peaks: list[dict], fma: list[dict], rows: list[dict],
-                  scaling: list[dict], mem: list[dict], peers, elapsed: float) -> str:
-    """The whole markdown report (header, then the tables there is data for)."""
+                  scaling: list[dict], mem: list[dict], peers, elapsed: float,
+                  sections: str = "") -> str:
+    """The whole markdown report (header, then the tables there is data for,
+    then ``sections``: the markdown of the sections with tables of their own)."""
     out = [format_header(meta, peaks, fma), ""]
     if rows:
         out += ["## Timings (median of interleaved rounds)", "",
@@ -356,6 +358,8 @@ def format_report(meta: dict, peaks: list[dict], fma: list[dict], rows: list[dic
     if mem:
         out += ["## Peak memory (one call, fresh subprocess, VmHWM)", "",
                 format_memory(mem), ""]
+    if sections:
+        out.append(sections)
     out.append(f"total benchmark time: {elapsed:.1f} s")
     return "\n".join(out) + "\n"
 
@@ -370,11 +374,14 @@ def _json_default(o):
 
 
 def write_json(path: str, meta: dict, peaks: list[dict], fma: list[dict], rows: list[dict],
-               scaling: list[dict], mem: list[dict]) -> None:
-    """Everything (metadata, peaks, every sample, scaling, memory) as JSON."""
+               scaling: list[dict], mem: list[dict], backward: dict | None = None) -> None:
+    """Everything (metadata, peaks, every sample, scaling, memory, and the
+    backward section's rows when it ran) as JSON."""
     doc = {"schema": "fastattn-bench/1", "meta": meta, "peaks": peaks,
            "fma_peaks": fma,
            "results": rows, "scaling": scaling, "memory": mem}
+    if backward is not None:
+        doc["backward"] = backward
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, default=_json_default)
         f.write("\n")

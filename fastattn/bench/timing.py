@@ -189,3 +189,16 @@ def paired_ratio(num: list, den: list) -> float:
     apart, so a slow spell of the machine cancels out of it."""
     n = min(len(num), len(den))
     return statistics.median(a / b for a, b in zip(num[:n], den[:n]))
+
+
+def ratio_stats(num: list, den: list) -> dict | None:
+    """The per-round ratios num[r] / den[r] (see :func:`paired_ratio`): their
+    median, quartiles (the spread) and number -> ``{"median", "q1", "q3",
+    "rounds"}``, or None without a pair."""
+    n = min(len(num), len(den))
+    if n == 0:
+        return None
+    r = sorted(a / b for a, b in zip(num[:n], den[:n]))
+    q1, q3 = (statistics.quantiles(r, n=4, method="inclusive")[::2] if n > 1
+              else (r[0], r[0]))
+    return {"median": statistics.median(r), "q1": q1, "q3": q3, "rounds": n}

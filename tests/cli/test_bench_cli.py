@@ -19,6 +19,7 @@ from fastattn.bench import cases, cli, peers, report, timing
 from support import run_python
 
 TIMEOUT = 120
+QUICK_TIMEOUT = 360
 
 
 
@@ -29,7 +30,8 @@ def _run(*args, timeout=TIMEOUT):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One ``--quick`` run shared by the tests below (it takes ~35 s)."""
+    """One ``--quick`` run shared by the tests below (it takes ~1 min alone;
+    the limit leaves room for a busy machine)."""
     d = tmp_path_factory.mktemp("bench")
     js, png = d / "quick.json", d / "quick.png"
     args = ["-m", "fastattn", "bench", "--quick", "--json", str(js)]
@@ -38,7 +40,7 @@ def quick_run(tmp_path_factory):
         args += ["--plot", str(png)]
     except ImportError:
         png = None
-    p = _run(*args)
+    p = _run(*args, timeout=QUICK_TIMEOUT)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p, json.loads(js.read_text()), png
 
@@ -122,6 +124,19 @@ def test_quick_output(quick_run):
     assert "| case |" not in p.stderr
 
 
+def test_quick_runs_the_backward_section(quick_run):
+    p, doc, _ = quick_run
+    sec = doc["backward"]
+    assert {r["dtype"] for r in sec["rows"]} == {"float32", "bfloat16"}
+    assert {r["threads"] for r in sec["rows"]} == {1, 2}
+    assert all(r["fastattn_fwd_bwd_s"] > 0 and r["bwd_over_fwd"]["median"] > 0
+               for r in sec["rows"])
+    assert sec["scaling"] and [o["option"] for o in sec["options"]] == [
+        "softcap", "window512", "sinks"]
+    assert "## Backward" in p.stdout
+    assert p.stdout.index("## Backward") < p.stdout.index("total benchmark time")
+
+
 def test_plot_writes_png(quick_run):
     _, _, png = quick_run
     if png is None:
@@ -153,6 +168,7 @@ def test_custom_shapes(tmp_path):
     ["--repeats", "0"],
     ["--peers", "jax"],
     ["--suite", "nonsense"],
+    ["--eager-max-gib", "0"],
     ["--no-such-option"],
     ["--isa", "no-such-isa", "--shapes", "1,1,4,4"],
 ])
