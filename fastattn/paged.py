@@ -335,6 +335,10 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
         if not c.flags.writeable:
             raise ValueError(f"{name} is read-only")
     ks, vs = _scales("key_scales", key_scales, k), _scales("value_scales", value_scales, v)
+    for name, given in (("key_scales", key_scales), ("value_scales", value_scales)):
+        if ks is not None and not (isinstance(given, np.ndarray) and given.flags.writeable):
+            raise ValueError(f"{name} must be a writeable numpy.ndarray: the scales are "
+                             f"written there")
     kx = _rows("key", key, k.shape[2], k.shape[3], k.dtype)
     vx = _rows("value", value, v.shape[2], v.shape[3], v.dtype)
     if kx.shape[0] != vx.shape[0]:
