@@ -212,10 +212,13 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
     scale : float, optional
         Default ``1 / sqrt(E)``.
     is_causal : bool, optional
-        Default True: query ``i`` of ``nq`` (position ``seq_lens[b] - nq +
-        i``) sees keys up to its position; False: all of its sequence's keys.
+        Default True: query ``i`` of a sequence's ``nq`` sits at position
+        ``p = seq_lens[b] - nq + i`` and sees the keys up to ``p``; False:
+        all of its sequence's keys.
     window, alibi_slopes, softcap, sinks : optional
-        As in :func:`fastattn.attention`, per query head (``(Hq,)``).
+        As in :func:`fastattn.attention`, per query head (``(Hq,)``); the
+        window and ALiBi's distances are taken from the position ``p``
+        causal or not.
     key_scales, value_scales : ndarray of float32, shape (num_blocks, block_size, Hkv)
         Required with int8 caches: row ``r`` is ``scale * level``, as
         :func:`paged_append` and :class:`fastattn.KVCache` quantise.
