@@ -14,7 +14,7 @@ happens here, before the kernel writes anything.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def _pool(name: str, cache: Any, layout: str) -> np.ndarray:
     return cache if layout == "NHD" else cache.swapaxes(1, 2)
 
 
-def _pools(key_cache, value_cache, layout) -> tuple[np.ndarray, np.ndarray]:
+def _pools(key_cache: Any, value_cache: Any, layout: str) -> tuple[np.ndarray, np.ndarray]:
     """Both pools as (num_blocks, block_size, Hkv, E / Ev) views that fit."""
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be 'NHD' or 'HND', got {layout!r}")
@@ -95,7 +95,7 @@ def _index_array(name: str, a: Any, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.int64)
 
 
-def _sequences(block_table, seq_lens, cu_seqlens_q, total_q: int, num_blocks: int,
+def _sequences(block_table: Any, seq_lens: Any, cu_seqlens_q: Any, total_q: int, num_blocks: int,
                block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(block_table, seq_lens, cu_seqlens_q) as int64, after checking that
     every sequence's keys lie in its row of blocks, every block id it reads
@@ -147,12 +147,13 @@ def _query(query: Any, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.dty
     qdt, kdt = query.dtype, k.dtype
     ok = qdt == kdt if kdt == _F64 else (qdt == _F32 or (qdt == kdt and _half.is_half(qdt)))
     if not ok:
-        want = "float64" if kdt == _F64 else "float32" + (f" or {kdt}" if _half.is_half(kdt) else "")
+        half = f" or {kdt}" if _half.is_half(kdt) else ""
+        want = "float64" if kdt == _F64 else "float32" + half
         raise TypeError(f"query has dtype {qdt}; with {kdt} caches it must be {want}")
     return query, qdt
 
 
-def _window(window, is_causal) -> tuple[int, int]:
+def _window(window: Any, is_causal: Any) -> tuple[int, int]:
     """The window as the kernel's (left, right) sizes."""
     if not isinstance(is_causal, (bool, np.bool_)):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
@@ -161,7 +162,8 @@ def _window(window, is_causal) -> tuple[int, int]:
             UNBOUNDED if right is None else min(right, UNBOUNDED))
 
 
-def _options(alibi_slopes, softcap, sinks, hq: int, cdt: np.dtype):
+def _options(alibi_slopes: Any, softcap: Any, sinks: Any, hq: int, cdt: np.dtype
+             ) -> tuple[float, np.ndarray | None, np.ndarray | None]:
     """(softcap, slopes, sinks) as the kernel takes them: a float, and None or
     (Hq,) float64 C-ordered arrays of values finite in cdt."""
     cap = check_softcap(softcap)
@@ -169,8 +171,35 @@ def _options(alibi_slopes, softcap, sinks, hq: int, cdt: np.dtype):
         raise ValueError(f"softcap must be finite in {cdt}, got {softcap!r}")
     slopes = per_head("alibi_slopes", alibi_slopes, (hq,), cdt, in_range=True)
     sink = per_head("sinks", sinks, (hq,), cdt, neg_inf_ok=True, in_range=True)
-    as64 = (lambda a: None if a is None else np.ascontiguousarray(a, dtype=np.float64))
+    def as64(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.ascontiguousarray(a, dtype=np.float64)
     return 0.0 if cap is None else cap, as64(slopes), as64(sink)
+
+
+@overload
+def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.ndarray,
+                    block_table: ArrayLike, seq_lens: ArrayLike, *,
+                    cu_seqlens_q: ArrayLike | None = None, layout: str = "NHD",
+                    scale: float | None = None, is_causal: bool = True,
+                    window: int | tuple[int | None, int | None] | None = None,
+                    alibi_slopes: ArrayLike | None = None, softcap: float | None = None,
+                    sinks: ArrayLike | None = None, key_scales: ArrayLike | None = None,
+                    value_scales: ArrayLike | None = None, return_lse: Literal[False] = False,
+                    out: np.ndarray | None = None, num_threads: int | None = None,
+                    ) -> NDArray[Any]: ...
+
+
+@overload
+def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.ndarray,
+                    block_table: ArrayLike, seq_lens: ArrayLike, *,
+                    cu_seqlens_q: ArrayLike | None = None, layout: str = "NHD",
+                    scale: float | None = None, is_causal: bool = True,
+                    window: int | tuple[int | None, int | None] | None = None,
+                    alibi_slopes: ArrayLike | None = None, softcap: float | None = None,
+                    sinks: ArrayLike | None = None, key_scales: ArrayLike | None = None,
+                    value_scales: ArrayLike | None = None, return_lse: Literal[True],
+                    out: np.ndarray | None = None, num_threads: int | None = None,
+                    ) -> tuple[NDArray[Any], NDArray[Any]]: ...
 
 
 def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.ndarray,
@@ -269,7 +298,9 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
     _core.attention_paged(q, k, v, ks, vs, table, lens, cu, out, lse, scale=sc,
                           causal=bool(is_causal), win_left=wl, win_right=wr, softcap=cap,
                           alibi=slopes, sinks=sink, num_threads=nt)
-    return (out, lse) if return_lse else out
+    if lse is None:
+        return out
+    return out, lse
 
 
 def _slots(slot_mapping: Any, n_tokens: int, capacity: int) -> np.ndarray:
@@ -289,7 +320,7 @@ def _slots(slot_mapping: Any, n_tokens: int, capacity: int) -> np.ndarray:
     return s
 
 
-def _rows(name: str, x: Any, hkv: int, width: int, dt: np.dtype) -> np.ndarray:
+def _rows(name: str, x: Any, hkv: int, width: int) -> np.ndarray:
     """key or value rows (T, Hkv, width) of real numbers."""
     a = np.asarray(x)
     if a.ndim != 3 or a.shape[1:] != (hkv, width):
@@ -342,15 +373,16 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
         if ks is not None and not (isinstance(given, np.ndarray) and given.flags.writeable):
             raise ValueError(f"{name} must be a writeable numpy.ndarray: the scales are "
                              f"written there")
-    kx = _rows("key", key, k.shape[2], k.shape[3], k.dtype)
-    vx = _rows("value", value, v.shape[2], v.shape[3], v.dtype)
+    kx = _rows("key", key, k.shape[2], k.shape[3])
+    vx = _rows("value", value, v.shape[2], v.shape[3])
     if kx.shape[0] != vx.shape[0]:
         raise ValueError(f"key and value must have one row per token: {kx.shape} and {vx.shape}")
     s = _slots(slot_mapping, kx.shape[0], k.shape[0] * k.shape[1])
     keep = s >= 0
     blk, off = s[keep] // k.shape[1], s[keep] % k.shape[1]
-    if k.dtype == _I8:
-        (k8, kscale), (v8, vscale) = quantize_rows(kx[keep], "key"), quantize_rows(vx[keep], "value")
+    if ks is not None and vs is not None:                  # int8 caches
+        k8, kscale = quantize_rows(kx[keep], "key")      # both before anything is written
+        v8, vscale = quantize_rows(vx[keep], "value")
         for pool, rows, sp, sr in ((k, k8, ks, kscale), (v, v8, vs, vscale)):
             pool[blk, off] = rows
             sp[blk, off] = sr

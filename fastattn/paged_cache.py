@@ -85,9 +85,10 @@ class PagedKVCache:
             _half.as_storage_dtype(dtype)
         if dt not in (np.float32, np.float64, np.int8) and not _half.is_half(dt):
             raise TypeError(f"dtype must be float32, float64, float16, bfloat16 or int8, got {dt}")
-        shape = (lambda w: (n, bs, h, w) if layout == "NHD" else (n, h, bs, w))
-        self._k = [np.zeros(shape(e), dt) for _ in range(nl)]
-        self._v = [np.zeros(shape(ev), dt) for _ in range(nl)]
+        kshape, vshape = ((n, bs, h, e), (n, bs, h, ev)) if layout == "NHD" else \
+            ((n, h, bs, e), (n, h, bs, ev))
+        self._k = [np.zeros(kshape, dt) for _ in range(nl)]
+        self._v = [np.zeros(vshape, dt) for _ in range(nl)]
         q8 = dt == np.int8
         self._ks = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
         self._vs = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
@@ -239,7 +240,7 @@ class PagedKVCache:
         """:func:`fastattn.attention_paged` of ``query`` over sequences
         ``seq_ids`` in ``layer``; ``options`` are its keyword options."""
         i = self._layer(layer)
-        extra = {} if self._ks is None or self._vs is None else \
+        extra: dict[str, Any] = {} if self._ks is None or self._vs is None else \
             {"key_scales": self._ks[i], "value_scales": self._vs[i]}
         return attention_paged(query, self._k[i], self._v[i], self.block_table(seq_ids),
                                self.seq_lens(seq_ids, i), cu_seqlens_q=cu_seqlens_q,
