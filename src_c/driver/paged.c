@@ -194,6 +194,33 @@ static void fa_paged_local(const fa_paged_args *a, int64_t b, int64_t h, int64_t
     la->num_threads = 1;
 }
 
+/* Does the entry run the query heads of a kv head group as the rows of one
+ * problem?  For a decoding step (one query, so causality hides nothing of
+ * the gathered keys, which are exactly those its window shows) whose heads
+ * differ by no per-head score option: each gathered key is then read once
+ * for the whole group.  At most FA_MC heads: one score tile of rows. */
+static int fa_paged_grouped(const fa_paged_args *a, const fa_paged_entry *e)
+{
+    return a->Hq > a->Hkv && a->Hq / a->Hkv <= FA_MC && e->r1 - e->r0 == 1 &&
+           fa_paged_nq(a, e->b) == 1 && !a->alibi && !a->sinks;
+}
+
+/* fa_paged_local for the G query heads from h0 of sequence b as rows (see
+ * fa_paged_grouped): row i is head h0 + i, every gathered key visible. */
+static void fa_paged_group_local(const fa_paged_args *a, int64_t b, int64_t h0, int64_t G,
+                                 int64_t k0, const void *kbuf, const void *vbuf,
+                                 fa_attention_args *la)
+{
+    fa_paged_local(a, b, h0, k0, kbuf, vbuf, la);
+    la->L = G;
+    la->q.rs = a->q_hs;
+    la->out.rs = a->o_hs;
+    la->lse.rs = a->total_q;
+    la->causal = 0;
+    la->causal_offset = 0;
+    la->win_left = la->win_right = FA_UNBOUNDED;
+}
+
 #define FA_SFX f32
 #include "driver/paged_tmpl.h" /* paged_f32 */
 #undef FA_SFX

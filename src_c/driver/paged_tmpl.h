@@ -7,7 +7,7 @@
  * the kv head's group over them; a split key range leaves partials that
  * the forward's merge (merge_tmpl.h) combines in split order.  Names:
  * FN(paged) -> paged_f32, paged_f64; likewise fa_pplan, pplan_make,
- * pplan_alloc, pplan_free, pplan_gather_at, prun_item, pmerge_item, and
+ * pplan_alloc, pplan_free, pplan_gather_at, pstream, prun_item, pmerge_item, and
  * the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
@@ -58,7 +58,7 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     double work = 0;
     for (int64_t i = 0; i < pl->nent; i++) {
         const fa_paged_entry *e = pl->ent + i;
-        rows = fa_paged_max(rows, e->r1 - e->r0);
+        rows = fa_paged_max(rows, fa_paged_grouped(a, e) ? a->Hq / a->Hkv : e->r1 - e->r0);
         pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
         work += (double)(e->r1 - e->r0) * (double)(e->k1 - e->k0);
     }
@@ -112,6 +112,25 @@ static int FN(pplan_alloc)(FN(fa_pplan) *pl)
     return FA_OK;
 }
 
+/* The forward's streaming loop over rows [r0, r1) of the one-problem call
+ * la (keys: the entry's gathered range); the rows written, or, the keys
+ * split, their partials stored at part + at (la's rows, the entry's split). */
+static void FN(pstream)(const FN(fa_pplan) *pl, const fa_paged_entry *e,
+                        const fa_attention_args *la, int64_t r0, int64_t r1, int64_t at,
+                        FN(fa_scratch) *sc)
+{
+    fa_offsets off;
+    fa_mask_summary ms;
+    memset(&off, 0, sizeof off);
+    memset(&ms, 0, sizeof ms);
+    FN(stream_rows)(la, pl->K, &off, &ms, r0, r1, 0, e->k1 - e->k0, pl->ldv, pl->base2, sc);
+    if (e->ns == 1)
+        FN(write_out)(la, &off, r0, r1, pl->ldv, sc->o, sc->l, sc->m, pl->base2);
+    else
+        FN(store_partials)(pl->part + at, la->L, e->ns, pl->ldv, 0, e->s, r0, r1, sc->m, sc->l,
+                           sc->o);
+}
+
 /* Work item it on thread tid: entry it / Hkv, kv head it % Hkv; its keys
  * gathered once, then the group's query heads streamed over them. */
 static void FN(prun_item)(void *ctx, int64_t it, int tid)
@@ -124,20 +143,15 @@ static void FN(prun_item)(void *ctx, int64_t it, int tid)
     char *kbuf = FN(pplan_gather_at)(pl, pl->bufs[tid]), *vbuf = kbuf + pl->v_at;
     fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
     fa_attention_args la;
-    fa_offsets off;
-    fa_mask_summary ms;
-    memset(&off, 0, sizeof off);
-    memset(&ms, 0, sizeof ms);
+    if (fa_paged_grouped(a, e)) {
+        fa_paged_group_local(a, e->b, g * G, G, e->k0, kbuf, vbuf, &la);
+        FN(pstream)(pl, e, &la, 0, G, pl->part_off[e->b] + g * G * e->ns * (pl->ldv + 2), &sc);
+        return;
+    }
     for (int64_t h = g * G; h < (g + 1) * G; h++) {
         fa_paged_local(a, e->b, h, e->k0, kbuf, vbuf, &la);
-        FN(stream_rows)(&la, pl->K, &off, &ms, e->r0, e->r1, 0, e->k1 - e->k0, pl->ldv,
-                        pl->base2, &sc);
-        if (e->ns == 1) {
-            FN(write_out)(&la, &off, e->r0, e->r1, pl->ldv, sc.o, sc.l, sc.m, pl->base2);
-            continue;
-        }
-        FA_T *part = pl->part + pl->part_off[e->b] + h * nq * e->ns * (pl->ldv + 2);
-        FN(store_partials)(part, nq, e->ns, pl->ldv, 0, e->s, e->r0, e->r1, sc.m, sc.l, sc.o);
+        FN(pstream)(pl, e, &la, e->r0, e->r1, pl->part_off[e->b] + h * nq * e->ns * (pl->ldv + 2),
+                    &sc);
     }
 }
 

@@ -157,12 +157,14 @@ def test_strided_pools_and_query_are_read_in_place(isa, rng):
     np.testing.assert_array_equal(_call(strided), ref)
 
 
-def test_bitwise_identical_for_any_thread_count(isa, rng):
+@pytest.mark.parametrize("opts", [{}, {"sinks": np.ones(4)}], ids=["grouped_heads", "sinks"])
+def test_bitwise_identical_for_any_thread_count(isa, rng, opts):
     args = make_batch(rng, [1300, 2100, 40, 500], [1, 1, 20, 3], block_size=16)
-    one = _call(args, num_threads=1, return_lse=True, sinks=np.ones(4))
-    two = _call(args, num_threads=2, return_lse=True, sinks=np.ones(4))
-    for a, b in zip(one, two):
-        assert a.tobytes() == b.tobytes()
+    one = _call(args, num_threads=1, return_lse=True, **opts)
+    two = _call(args, num_threads=2, return_lse=True, **opts)
+    three = _call(args, num_threads=3, return_lse=True, **opts)
+    for a, b, c in zip(one, two, three):
+        assert a.tobytes() == b.tobytes() == c.tobytes()
 
 
 def test_empty_batch_and_sequences_without_queries(rng):
