@@ -2,15 +2,23 @@
 signature and semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
 for CPU tensors, computed by :func:`fastattn.attention`, plus its options.
 
-Inference only: the inputs are read in place as NumPy views (any strides, no
-copies) and nothing is recorded for autograd.  Importing this module needs
-torch; ``import fastattn`` does not.
+The inputs are read in place as NumPy views (any strides, no copies).
+Importing this module needs torch; ``import fastattn`` does not.
+
+Differentiable in ``query``, ``key``, ``value`` and ``sinks``: when grad
+mode is on and one of them requires grad, the call is the custom operator
+``fastattn::sdpa_lse`` (which keeps each row's log-sum-exp), registered with
+:func:`torch.library.register_autograd`; its backward is the custom
+operator ``fastattn::sdpa_backward``, computed by
+:func:`fastattn.attention_backward`.  Masks and ALiBi slopes are constants.
 
 Under :func:`torch.compile` and :func:`torch.export` the call is the custom
 operator ``torch.ops.fastattn.sdpa`` (``fastattn::sdpa_lse`` with
-``return_lse=True``), which has a fake (meta) implementation, so a model
-traces without graph breaks; called eagerly, the function goes straight to
-the kernel (no dispatcher round trip: a few microseconds per call).
+``return_lse=True`` or when training); each has a fake (meta)
+implementation, so a model, and its training step, traces without graph
+breaks.  Called eagerly with no input requiring grad (or under
+:func:`torch.no_grad`), the function goes straight to the kernel: no
+dispatcher round trip, no autograd node, no log-sum-exp kept.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import torch
 
 from ._api import attention as _attention
 from .paged import attention_paged as _attention_paged
+from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,18 +106,30 @@ def _tensor(a: np.ndarray) -> _Tensor:
 # the public function
 # ---------------------------------------------------------------------------
 
-def _refuse_training(dropout_p, *tensors) -> None:
-    """The errors for dropout and for tensors that require grad in grad mode
-    (query, key, value, attn_mask, alibi_slopes, sinks)."""
+def _needs_grad(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks) -> bool:
+    """Called with grad mode on (or dropout): whether the call is recorded for
+    autograd (query, key, value or sinks requiring grad); the errors for
+    dropout and for a mask or slopes that require grad (fastattn gives them
+    no gradient)."""
     if dropout_p:
-        raise ValueError(f"dropout_p={dropout_p!r}: fastattn.torch is for inference and has no "
-                         f"dropout; to train, use torch.nn.functional."
-                         f"scaled_dot_product_attention")
-    if _is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
-        raise RuntimeError("fastattn.torch is for inference: an input requires grad and grad "
-                           "mode is on, but fastattn computes no gradients.  Run it under "
-                           "torch.no_grad() or torch.inference_mode(), or use "
-                           "torch.nn.functional.scaled_dot_product_attention to train")
+        raise ValueError(f"dropout_p={dropout_p!r}: fastattn.torch has no dropout; use "
+                         f"dropout_p=0, or torch.nn.functional.scaled_dot_product_attention "
+                         f"for attention dropout")
+    if not any(getattr(t, "requires_grad", False) for t in (
+            query, key, value, attn_mask, alibi_slopes, sinks)):
+        return False
+    _constants(attn_mask, alibi_slopes)
+    return True
+
+
+def _constants(attn_mask, alibi_slopes) -> None:
+    """The error for a mask or slopes that require grad (no gradient reaches them)."""
+    for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes)):
+        if getattr(t, "requires_grad", False):
+            raise ValueError(f"{name} requires grad, but fastattn.torch computes gradients "
+                             f"only for query, key, value and sinks: pass {name}.detach(), "
+                             f"or use torch.nn.functional.scaled_dot_product_attention with "
+                             f"the bias as attn_mask")
 
 
 def _not_tensors(query, key, value) -> None:
@@ -131,7 +152,9 @@ def scaled_dot_product_attention(
     :func:`torch.nn.functional.scaled_dot_product_attention`'s arguments and
     semantics (a bool ``attn_mask``: True = may attend; a float one is added
     to the scores; ``is_causal=True`` is upper-left aligned), computed by
-    :func:`fastattn.attention` on views of the tensors' memory.
+    :func:`fastattn.attention` on views of the tensors' memory.  Differentiable
+    in ``query``, ``key``, ``value`` and ``sinks`` (first-order gradients, by
+    :func:`fastattn.attention_backward`, summed over what broadcast).
 
     Parameters
     ----------
@@ -140,9 +163,10 @@ def scaled_dot_product_attention(
         this fastattn computes with it), any strides.  Leading dimensions
         broadcast.
     attn_mask : torch.Tensor, optional
-        bool or float, broadcastable to ``(..., L, S)``.
+        bool or float, broadcastable to ``(..., L, S)``; a constant (a float
+        mask that requires grad is refused).
     dropout_p : float
-        Must be 0: fastattn is for inference.
+        Must be 0: fastattn has no dropout.
     is_causal : bool or {'upper_left', 'lower_right'}
         ``True``: torch's (upper-left) causal mask; ``'lower_right'``: the
         alignment decoding with a KV cache needs.
@@ -153,6 +177,8 @@ def scaled_dot_product_attention(
         repeated or copied.
     key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse, num_threads
         As in :func:`fastattn.attention` (``key_padding_mask``: True = padding).
+        ``sinks`` (a tensor) gets a gradient; ``alibi_slopes`` is a constant.
+        With ``return_lse=True``, ``lse`` is differentiable too.
     out : torch.Tensor, optional
         A CPU tensor of the result's shape and dtype (any strides), filled and
         returned.
@@ -166,10 +192,8 @@ def scaled_dot_product_attention(
     Raises
     ------
     ValueError
-        ``dropout_p > 0``; a tensor not on the CPU; shapes that do not fit.
-    RuntimeError
-        Inputs that require grad while grad mode is on (train with torch's own
-        SDPA).
+        ``dropout_p > 0``; a tensor not on the CPU; shapes that do not fit; an
+        ``attn_mask`` or ``alibi_slopes`` that requires grad in grad mode.
     TypeError
         An unsupported dtype.
 
@@ -191,15 +215,29 @@ def scaled_dot_product_attention(
     >>> r = scaled_dot_product_attention(x, x, x, is_causal=True, window=(1, 0), out=y)
     >>> r is y, y[2]
     (True, tensor([0.6698, 1.0000]))
+
+    Gradients, as torch's own SDPA gives them:
+
+    >>> q = x.clone().requires_grad_(True)
+    >>> scaled_dot_product_attention(q, x, x, is_causal=True).sum().backward()
+    >>> ref = q.detach().clone().requires_grad_(True)
+    >>> from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
+    >>> torch_sdpa(ref, x, x, is_causal=True).sum().backward()
+    >>> torch.allclose(q.grad, ref.grad, atol=1e-6)
+    True
     """
-    if dropout_p or _is_grad_enabled():
-        _refuse_training(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks)
+    if (dropout_p or _is_grad_enabled()) and _needs_grad(dropout_p, query, key, value,
+                                                          attn_mask, alibi_slopes, sinks):
+        _not_tensors(query, key, value)
+        return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
+                       key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
+                       num_threads, out, True)
     if (_is_compiling() or type(query) is not _Tensor or type(key) is not _Tensor
             or type(value) is not _Tensor):
         _not_tensors(query, key, value)
         return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                        key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
-                       num_threads, out)
+                       num_threads, out, False)
     q = _array(query, "query")
     k = _array(key, "key")
     v = _array(value, "value")
@@ -248,8 +286,10 @@ def _slopes(x, like: _Tensor) -> _Tensor | None:
 
 
 def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padding_mask,
-            window, alibi_slopes, softcap, sinks, return_lse, num_threads, out):
-    """The call as the custom operator (what torch.compile and torch.export see)."""
+            window, alibi_slopes, softcap, sinks, return_lse, num_threads, out, train):
+    """The call as the custom operator (what torch.compile and torch.export see,
+    and what autograd records: ``fastattn::sdpa_lse`` when ``train``, whose
+    lse the backward needs)."""
     if not (is_causal is True or is_causal is False or is_causal in ("upper_left", "lower_right")):
         raise ValueError(f"is_causal must be a bool, 'upper_left' or 'lower_right', "
                          f"got {is_causal!r}")
@@ -258,7 +298,7 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
             None if scale is None else float(scale), bool(enable_gqa), key_padding_mask, wl, wr,
             _slopes(alibi_slopes, query), None if softcap is None else float(softcap),
             _slopes(sinks, query), num_threads)
-    if return_lse:
+    if return_lse or train:
         res, lse = torch.ops.fastattn.sdpa_lse(*args)
     else:
         res, lse = torch.ops.fastattn.sdpa(*args), None
@@ -268,14 +308,21 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
     return (res, lse) if return_lse else res
 
 
+def _window_of(wl: int, wr: int):
+    """The operator's (left, right) encoding back as ``window``."""
+    return None if wl < 0 and wr < 0 else (None if wl < 0 else wl, None if wr < 0 else wr)
+
+
+def _causal_of(causal: str):
+    return False if causal == "none" else causal
+
+
 def _op_call(query, key, value, attn_mask, causal, scale, enable_gqa, key_padding_mask, wl, wr,
              alibi_slopes, softcap, sinks, num_threads, return_lse):
     """The operator's CPU implementation: the decoded arguments to the kernel."""
-    window = None if wl < 0 and wr < 0 else (None if wl < 0 else wl, None if wr < 0 else wr)
-    is_causal = False if causal == "none" else causal
     return scaled_dot_product_attention(
-        query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
-        key_padding_mask=key_padding_mask, window=window, alibi_slopes=alibi_slopes,
+        query, key, value, attn_mask, 0.0, _causal_of(causal), scale, enable_gqa,
+        key_padding_mask=key_padding_mask, window=_window_of(wl, wr), alibi_slopes=alibi_slopes,
         softcap=softcap, sinks=sinks, return_lse=return_lse, num_threads=num_threads)
 
 
@@ -331,6 +378,98 @@ def _sdpa_lse_fake(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                    num_threads):
     shape, lshape, dt, ldt = _fake_shapes(query, key, value, enable_gqa)
     return query.new_empty(shape, dtype=dt), query.new_empty(lshape, dtype=ldt)
+
+
+# ---------------------------------------------------------------------------
+# autograd: the backward operator and its registration on both forward ones
+# ---------------------------------------------------------------------------
+
+@torch.library.custom_op("fastattn::sdpa_backward", mutates_args=(), device_types="cpu")
+def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tensor,
+                      key: _Tensor, value: _Tensor, out: _Tensor, lse: _Tensor,
+                      attn_mask: _Tensor | None, is_causal: str, scale: float | None,
+                      enable_gqa: bool, key_padding_mask: _Tensor | None, window_left: int,
+                      window_right: int, alibi_slopes: _Tensor | None, softcap: float | None,
+                      sinks: _Tensor | None, num_threads: int | None
+                      ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor]:
+    """``fastattn::sdpa_backward``: the gradients of ``fastattn::sdpa_lse`` in
+    query, key, value and sinks (an empty tensor without sinks), from the
+    forward's ``out`` and ``lse`` and the gradients flowing into them
+    (``grad_lse`` None: zero)."""
+    a = _array
+    grads = _attention_backward(
+        a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),
+        a(out, "out"), a(lse, "lse"), a(attn_mask, "attn_mask"), _causal_of(is_causal), scale,
+        enable_gqa, key_padding_mask=a(key_padding_mask, "key_padding_mask"),
+        window=_window_of(window_left, window_right),
+        alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
+        sinks=a(sinks, "sinks"), grad_lse=a(grad_lse, "grad_lse"), num_threads=num_threads)
+    d_sinks = _from_numpy(grads[3]) if sinks is not None else query.new_empty(0)
+    return _tensor(grads[0]), _tensor(grads[1]), _tensor(grads[2]), d_sinks
+
+
+@_sdpa_backward_op.register_fake
+def _sdpa_backward_fake(grad_out, grad_lse, query, key, value, out, lse, attn_mask, is_causal,
+                        scale, enable_gqa, key_padding_mask, window_left, window_right,
+                        alibi_slopes, softcap, sinks, num_threads):
+    if sinks is None:
+        d_sinks = query.new_empty(0)
+    else:
+        d_sinks = sinks.new_empty(sinks.shape, dtype=sinks.dtype if sinks.is_floating_point()
+                                  else torch.float64)
+    return (query.new_empty(query.shape), key.new_empty(key.shape),
+            value.new_empty(value.shape), d_sinks)
+
+
+def _save(ctx, inputs) -> tuple:
+    """What either forward operator's backward needs of its inputs; the error
+    for a mask or slopes that require grad."""
+    (q, k, v, mask, causal, scale, gqa, pad, wl, wr, slopes, cap, sinks, nt) = inputs
+    _constants(mask, slopes)
+    ctx.options = (causal, scale, gqa, wl, wr, cap, nt)
+    ctx.has_sinks = sinks is not None
+    ctx.set_materialize_grads(False)
+    return q, k, v, mask, pad, slopes, sinks
+
+
+def _grads(ctx, grad_out, grad_lse, q, k, v, mask, pad, slopes, sinks, out, lse) -> tuple:
+    """The backward operator's gradients, one per forward input (None for the
+    constants)."""
+    causal, scale, gqa, wl, wr, cap, nt = ctx.options
+    if grad_out is None:  # only lse was used
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv, ds = torch.ops.fastattn.sdpa_backward(
+        grad_out, grad_lse, q, k, v, out, lse, mask, causal, scale, gqa, pad, wl, wr, slopes,
+        cap, sinks, nt)
+    return (dq, dk, dv, None, None, None, None, None, None, None, None, None,
+            ds if ctx.has_sinks else None, None)
+
+
+def _setup_lse(ctx, inputs, output) -> None:
+    q, k, v, mask, pad, slopes, sinks = _save(ctx, inputs)
+    ctx.save_for_backward(q, k, v, mask, pad, slopes, sinks, *output)
+
+
+def _backward_lse(ctx, grad_out, grad_lse):
+    return _grads(ctx, grad_out, grad_lse, *ctx.saved_tensors)
+
+
+def _setup_plain(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*_save(ctx, inputs))
+
+
+def _backward_plain(ctx, grad_out):
+    """``fastattn::sdpa`` keeps no lse: the forward runs again to get it (the
+    public function records ``fastattn::sdpa_lse`` instead)."""
+    q, k, v, mask, pad, slopes, sinks = ctx.saved_tensors
+    causal, scale, gqa, wl, wr, cap, nt = ctx.options
+    out, lse = torch.ops.fastattn.sdpa_lse(q, k, v, mask, causal, scale, gqa, pad, wl, wr,
+                                           slopes, cap, sinks, nt)
+    return _grads(ctx, grad_out, None, q, k, v, mask, pad, slopes, sinks, out, lse)
+
+
+torch.library.register_autograd("fastattn::sdpa_lse", _backward_lse, setup_context=_setup_lse)
+torch.library.register_autograd("fastattn::sdpa", _backward_plain, setup_context=_setup_plain)
 
 
 # ---------------------------------------------------------------------------

@@ -26,7 +26,10 @@ grouped-query heads are read in place (never repeated); the result is written
 straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
 
 Attention runs on ``torch.get_num_threads()`` threads unless ``register``
-was given ``num_threads``.  Inference only (no dropout, no gradients).
+was given ``num_threads``.  The backend trains: with grad mode on and the
+queries, keys, values or ``s_aux`` requiring grad, the call is recorded by
+autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its gradient; there
+is no dropout (an ``attention_dropout`` > 0 in training is refused).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = ["register", "attention_forward", "attention_mask", "NAME"]
 NAME = "fastattn"
 _settings: dict[str, Any] = {"num_threads": None}
 _get_threads = torch.get_num_threads
+_is_grad_enabled = torch.is_grad_enabled
 
 
 def register(name: str = NAME, *, num_threads: int | None = None) -> None:
@@ -153,11 +157,23 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise ValueError("attn_implementation='fastattn' does not return attention weights; "
                          "use 'eager' with output_attentions=True")
     nt = _settings["num_threads"] or _get_threads()
-    Hkv = key.shape[1]
+    gqa = key.shape[1] != H
     # (a decoding step's grouped heads run as the rows of one problem per
     # key/value head: fastattn's own enable_gqa does that)
+    if _is_grad_enabled() and _training(query, key, value, s_aux):
+        res = _sdpa(query, key, value, mask, dropout, "lower_right" if causal else False,
+                    scaling, gqa, key_padding_mask=pad, window=window, softcap=softcap,
+                    sinks=s_aux, num_threads=nt)
+        return res.transpose(1, 2), None
     out = torch.empty((B, L, H, value.shape[-1]), dtype=query.dtype, device=query.device)
     _sdpa(query, key, value, mask, dropout, "lower_right" if causal else False, scaling,
-          Hkv != H, key_padding_mask=pad, window=window, softcap=softcap,
+          gqa, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
+
+
+def _training(*tensors) -> bool:
+    """Whether autograd records the call: then the result is returned rather
+    than written into a preallocated tensor (which would add an in-place copy
+    to the graph)."""
+    return any(t is not None and t.requires_grad for t in tensors)

@@ -1,5 +1,6 @@
 """fastattn.torch.scaled_dot_product_attention against torch's own SDPA and
-fastattn.attention: values, views (no copies), out=, errors."""
+fastattn.attention: values, views (no copies), out=, errors (gradients: in
+test_torch_autograd.py)."""
 
 import doctest
 
@@ -117,22 +118,28 @@ def test_dropout_is_refused_naming_torch_sdpa():
         sdpa(q, k, v, dropout_p=0.1)
 
 
-def test_inputs_requiring_grad_are_refused_in_grad_mode():
+def test_inputs_requiring_grad_are_recorded_only_in_grad_mode():
     q, k, v = _qkv((3, 4), (3, 4))
     q.requires_grad_(True)
-    with pytest.raises(RuntimeError, match="inference.*torch.nn.functional"):
-        sdpa(q, k, v)
+    assert sdpa(q, k, v).grad_fn is not None
     with torch.no_grad():
-        _close(sdpa(q, k, v), F(q, k, v), torch.float32)
+        got = sdpa(q, k, v)
+        assert got.grad_fn is None and not got.requires_grad
+        _close(got, F(q, k, v), torch.float32)
     with torch.inference_mode():
         _close(sdpa(q, k, v), F(q, k, v), torch.float32)
 
 
-def test_sinks_requiring_grad_are_refused_in_grad_mode():
+def test_float_mask_requiring_grad_is_refused_naming_it():
     q, k, v = _qkv((2, 3, 4), (2, 3, 4))
-    sinks = torch.zeros(2, requires_grad=True)
-    with pytest.raises(RuntimeError, match="requires grad"):
-        sdpa(q, k, v, sinks=sinks)
+    bias = torch.zeros(3, 3, requires_grad=True)
+    with pytest.raises(ValueError, match="attn_mask requires grad.*detach"):
+        sdpa(q, k, v, bias)
+    slopes = torch.ones(2, requires_grad=True)
+    with pytest.raises(ValueError, match="alibi_slopes requires grad"):
+        sdpa(q.requires_grad_(True), k, v, alibi_slopes=slopes)
+    with torch.no_grad():
+        _close(sdpa(q, k, v, bias), F(q, k, v, bias), torch.float32)
 
 
 def test_non_tensors_are_a_type_error():

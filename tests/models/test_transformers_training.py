@@ -1,0 +1,170 @@
+"""Training through attn_implementation="fastattn": tiny random-weight Llama,
+Mistral (sliding window shorter than the sequence), Gemma 2 (soft cap and
+sliding window) and gpt-oss (sinks, sliding window), built from configs, in
+float32 and ``model.train()`` (no dropout in the configs), against "eager":
+the loss and every parameter's gradient after one forward and backward, the
+losses of five optimizer steps, and gpt-oss's per-layer sinks gradients.
+
+Tolerance: both backends compute in float32 and differ only in the order of
+the attention's sums, so a gradient's difference is float32 rounding spread
+through two layers: 1e-4 relative, with an absolute floor of 1e-5 of that
+parameter's largest gradient (so that entries that nearly cancel, on their
+own ~1e-7 relative noise, do not fail the test)."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
+transformers = pytest.importorskip("transformers", reason="the transformers backend needs "
+                                   "transformers (pip install 'fastattn[torch]')")
+
+import fastattn.torch as fat  # noqa: E402
+from fastattn.integrations import transformers as fa_tf  # noqa: E402
+
+fa_tf.register()
+
+COMMON = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              max_position_embeddings=64, attention_dropout=0.0)
+WINDOW = 4   # transformers' sliding_window (the current token and 3 before)
+SEQ = 16     # four windows long
+RTOL, ATOL_REL = 1e-4, 1e-5
+MODELS = ["llama", "mistral", "gemma2", "gptoss"]
+
+
+def _model(name):
+    t = transformers
+    if name == "llama":
+        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
+    elif name == "mistral":
+        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
+    elif name == "gemma2":
+        cfg = t.Gemma2Config(**COMMON, sliding_window=WINDOW, attn_logit_softcapping=5.0,
+                             query_pre_attn_scalar=16,
+                             layer_types=["sliding_attention", "full_attention"])
+        cls = t.Gemma2ForCausalLM
+    else:
+        cfg = t.GptOssConfig(**COMMON, sliding_window=WINDOW, num_local_experts=4,
+                             num_experts_per_tok=2,
+                             layer_types=["sliding_attention", "full_attention"])
+        cls = t.GptOssForCausalLM
+    torch.manual_seed(0)
+    model = cls(cfg)
+    if name == "gptoss":  # sinks start at zero: make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 1.0)
+    return model
+
+
+def _pair(name):
+    """The same weights under "eager" and "fastattn", in training mode."""
+    eager = _model(name)
+    ours = copy.deepcopy(eager)
+    eager.set_attn_implementation("eager")
+    ours.set_attn_implementation(fa_tf.NAME)
+    return eager.train(), ours.train()
+
+
+def _batch():
+    """Two sequences, the second right-padded (its padding ignored by the loss)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, COMMON["vocab_size"], (2, SEQ), generator=g)
+    mask = torch.ones(2, SEQ, dtype=torch.long)
+    mask[1, SEQ - 5:] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _assert_grad_close(got, want, name):
+    assert got is not None, name
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
+                               msg=lambda m: f"{name}: {m}")
+
+
+def _count_recorded_calls(monkeypatch):
+    """Count fastattn.torch's calls recorded for autograd (the operator path)."""
+    calls = []
+    traced = fat._traced
+
+    def counting(*args):
+        calls.append(args[-1])  # train
+        return traced(*args)
+
+    monkeypatch.setattr(fat, "_traced", counting)
+    return calls
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_one_step_loss_and_every_gradient_match_eager(name, monkeypatch):
+    eager, ours = _pair(name)
+    batch = _batch()
+    want = eager(**batch).loss
+    calls = _count_recorded_calls(monkeypatch)
+    got = ours(**batch).loss
+    assert calls == [True] * COMMON["num_hidden_layers"]  # fastattn ran every layer
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    theirs = dict(eager.named_parameters())
+    n = 0
+    for pname, p in ours.named_parameters():
+        _assert_grad_close(p.grad, theirs[pname].grad, pname)
+        n += 1
+    assert n == len(theirs)
+
+
+def test_gpt_oss_sinks_of_every_layer_get_eager_gradient():
+    eager, ours = _pair("gptoss")
+    batch = _batch()
+    eager(**batch).loss.backward()
+    ours(**batch).loss.backward()
+    for a, b in zip(ours.model.layers, eager.model.layers):
+        g, w = a.self_attn.sinks.grad, b.self_attn.sinks.grad
+        assert g is not None and g.shape == (COMMON["num_attention_heads"],)
+        assert torch.count_nonzero(g) == g.numel()
+        _assert_grad_close(g, w, "sinks")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_five_adam_steps_give_eager_losses(name):
+    eager, ours = _pair(name)
+    batch = _batch()
+    losses = []
+    for model in (eager, ours):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        run = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(**batch).loss
+            loss.backward()
+            opt.step()
+            run.append(loss.detach())
+        losses.append(torch.stack(run))
+    torch.testing.assert_close(losses[1], losses[0], rtol=RTOL, atol=0)
+    assert losses[1][-1] < losses[1][0]  # the steps trained
+
+
+def test_inference_under_no_grad_takes_the_direct_path(monkeypatch):
+    _, ours = _pair("gptoss")
+    ours.eval()
+
+    def refuse(*a, **kw):
+        raise AssertionError("the autograd operator path was taken")
+
+    monkeypatch.setattr(fat, "_traced", refuse)
+    with torch.no_grad():
+        logits = ours(input_ids=_batch()["input_ids"]).logits
+    assert logits.grad_fn is None
+
+
+def test_attention_dropout_in_training_is_refused():
+    model = _model("llama")
+    model.config.attention_dropout = 0.1
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.1
+    model.set_attn_implementation(fa_tf.NAME)
+    model.train()
+    with pytest.raises(ValueError, match="dropout_p=0.1"):
+        model(input_ids=_batch()["input_ids"])

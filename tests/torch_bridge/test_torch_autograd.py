@@ -1,0 +1,322 @@
+"""Gradients of fastattn.torch.scaled_dot_product_attention: gradcheck in
+float64 for each option, opcheck of the forward and backward operators,
+torch SDPA's own gradients in float32, bfloat16 and float16 against
+float64, and a training step under torch.compile(fullgraph=True)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="fastattn.torch needs torch (pip install 'fastattn[torch]')")
+
+import fastattn  # noqa: E402
+import fastattn.torch as fat  # noqa: E402
+from fastattn.torch import scaled_dot_product_attention as sdpa  # noqa: E402
+
+F = torch.nn.functional.scaled_dot_product_attention
+QS, KS = (1, 2, 5, 4), (1, 2, 7, 4)  # L = 5 queries, S = 7 keys
+
+
+def _leaves(qs=QS, ks=KS, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(s, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True)
+                 for s in (qs, ks, ks))
+
+
+def _gen(seed=1):
+    return torch.Generator().manual_seed(seed)
+
+
+# each: (extra leaves (name -> tensor requiring grad), constant options, q/k shapes)
+def _cases():
+    g = _gen()
+    bool_mask = torch.rand(5, 7, generator=g) > 0.3
+    bool_mask[:, 0] = True  # every row sees a key
+    return {
+        "plain": ({}, {}, QS, KS),
+        "bool_mask_broadcast": ({}, {"attn_mask": bool_mask}, QS, KS),
+        "additive_mask": ({}, {"attn_mask": torch.randn(1, 2, 5, 7, generator=g,
+                                                        dtype=torch.float64)}, QS, KS),
+        "causal_upper_left": ({}, {"is_causal": True}, QS, KS),
+        "causal_lower_right": ({}, {"is_causal": "lower_right"}, QS, KS),
+        "scale": ({}, {"scale": 0.3}, QS, KS),
+        "enable_gqa": ({}, {"enable_gqa": True}, (1, 4, 5, 4), KS),
+        "broadcast_key_value_heads": ({}, {}, (2, 2, 5, 4), (1, 1, 7, 4)),
+        "window": ({}, {"window": (2, 1)}, QS, KS),
+        "window_causal_lower_right": ({}, {"window": (3, 0), "is_causal": "lower_right"},
+                                      QS, KS),
+        "alibi_slopes": ({}, {"alibi_slopes": torch.tensor([0.5, 0.25], dtype=torch.float64)},
+                         QS, KS),
+        "softcap": ({}, {"softcap": 1.5}, QS, KS),
+        "key_padding_mask": ({}, {"key_padding_mask": torch.tensor(
+            [[False, True, False, False, True, False, True]])}, QS, KS),
+        "sinks_leaf": ({"sinks": torch.tensor([0.3, -1.0], dtype=torch.float64)}, {}, QS, KS),
+        "sinks_gqa_window_softcap": ({"sinks": torch.tensor([0.3, -1.0, 2.0, 0.0],
+                                                            dtype=torch.float64)},
+                                     {"enable_gqa": True, "window": (2, 0), "is_causal": True,
+                                      "softcap": 2.0}, (1, 4, 5, 4), KS),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradcheck_float64(name):
+    extra, options, qs, ks = CASES[name]
+    leaves = _leaves(qs, ks)
+    names = sorted(extra)
+    extras = tuple(extra[n].clone().requires_grad_(True) for n in names)
+
+    def f(q, k, v, *xs):
+        return sdpa(q, k, v, **options, **dict(zip(names, xs)))
+
+    assert torch.autograd.gradcheck(f, leaves + extras)
+
+
+def test_gradcheck_float64_with_lse_output():
+    q, k, v = _leaves()
+    sinks = torch.tensor([0.5, -0.5], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, s: sdpa(q, k, v, is_causal="lower_right", sinks=s, return_lse=True),
+        (q, k, v, sinks))
+
+
+def test_gradient_of_lse_alone():
+    q, k, v = _leaves()
+    _, lse = sdpa(q, k, v, return_lse=True)
+    lse.sum().backward()
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    torch.logsumexp(ref[0] @ ref[1].transpose(-1, -2) / 2.0, -1).sum().backward()
+    torch.testing.assert_close(q.grad, ref[0].grad)
+    torch.testing.assert_close(k.grad, ref[1].grad)
+    assert torch.count_nonzero(v.grad) == 0
+
+
+def test_sinks_gradient_is_the_extra_key_of_zero_value():
+    q, k, v = _leaves()
+    sinks = torch.tensor([0.3, -1.0], dtype=torch.float64, requires_grad=True)
+    sdpa(q, k, v, sinks=sinks).square().sum().backward()
+    s = sinks.detach().clone().requires_grad_(True)
+    k2 = torch.cat([k.detach(), torch.zeros(1, 2, 1, 4, dtype=torch.float64)], dim=2)
+    v2 = torch.cat([v.detach(), torch.zeros(1, 2, 1, 4, dtype=torch.float64)], dim=2)
+    bias = torch.cat([torch.zeros(1, 2, 5, 7, dtype=torch.float64),
+                      s.reshape(1, 2, 1, 1).expand(1, 2, 5, 1)], dim=-1)
+    F(q.detach(), k2, v2, attn_mask=bias).square().sum().backward()
+    assert sinks.grad.dtype == torch.float64 and torch.count_nonzero(sinks.grad) == 2
+    torch.testing.assert_close(sinks.grad, s.grad)
+
+
+def _torch_equivalent(name):
+    """(fastattn options, torch SDPA options, q shape, k shape) for float32 parity."""
+    i, j = torch.arange(9)[:, None], torch.arange(12)[None, :]
+    band = (j <= i + 3) & (j > i + 3 - 4)  # lower-right causal, window (3, 0)
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pad[1, 8:] = True
+    bias = torch.randn(2, 1, 9, 12, generator=_gen(2))
+    q4, k4 = (2, 4, 9, 8), (2, 4, 12, 8)
+    return {
+        "plain": ({}, {}, q4, k4),
+        "causal": ({"is_causal": True}, {"is_causal": True}, q4, k4),
+        "bool_mask": ({"attn_mask": band}, {"attn_mask": band}, q4, k4),
+        "additive_mask": ({"attn_mask": bias}, {"attn_mask": bias}, q4, k4),
+        "scale": ({"scale": 0.2}, {"scale": 0.2}, q4, k4),
+        "gqa": ({"enable_gqa": True}, {"enable_gqa": True}, q4, (2, 2, 12, 8)),
+        "window_lower_right": ({"is_causal": "lower_right", "window": (3, 0)},
+                               {"attn_mask": band}, q4, k4),
+        "key_padding_mask": ({"key_padding_mask": pad}, {"attn_mask": ~pad[:, None, None, :]},
+                             q4, k4),
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["plain", "causal", "bool_mask", "additive_mask", "scale",
+                                  "gqa", "window_lower_right", "key_padding_mask"])
+def test_float32_gradients_match_torch_sdpa(name):
+    ours_opts, torch_opts, qs, ks = _torch_equivalent(name)
+    ours = _leaves(qs, ks, torch.float32, seed=3)
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in ours)
+    w = torch.randn(qs[:-1] + (8,), generator=_gen(4))
+    (sdpa(*ours, **ours_opts) * w).sum().backward()
+    (F(*ref, **torch_opts) * w).sum().backward()
+    for a, b in zip(ours, ref):
+        assert a.grad.dtype == torch.float32 and a.grad.shape == a.shape
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5 * b.grad.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_gradients_near_float64(dtype):
+    if dtype == torch.bfloat16 and fat._bf16 is None:
+        try:
+            fat._bfloat16_dtype("query")
+        except TypeError:
+            pytest.skip("this fastattn build does not compute with bfloat16")
+    leaves = _leaves((2, 2, 16, 16), (2, 2, 24, 16), dtype, seed=5)
+    wide = tuple(x.detach().double().requires_grad_(True) for x in leaves)
+    w = torch.randn(2, 2, 16, 16, generator=_gen(6))
+    (sdpa(*leaves, is_causal="lower_right").float() * w).sum().backward()
+    (sdpa(*wide, is_causal="lower_right") * w.double()).sum().backward()
+    eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11  # the unit roundoff
+    for a, b in zip(leaves, wide):
+        assert a.grad.dtype == dtype
+        err = (a.grad.double() - b.grad).abs().max()
+        # float32 arithmetic on the same (rounded) inputs: what is left is the
+        # forward output's rounding (it enters the softmax backward) and the
+        # gradient's own, about one eps each relative to the largest gradient
+        assert err <= 2 * eps * b.grad.abs().max(), (err, b.grad.abs().max())
+
+
+def _op_args(requires_grad):
+    q, k, v = _leaves((2, 4, 5, 8), (2, 2, 7, 8), torch.float32, seed=7)
+    mask = torch.rand(2, 1, 5, 7, generator=_gen(8)) > 0.2
+    mask[..., 0] = True
+    sinks = torch.tensor([0.1, -0.2, 0.3, 1.0], requires_grad=requires_grad)
+    if not requires_grad:
+        q, k, v = (x.detach() for x in (q, k, v))
+    return (q, k, v, mask, "lower_right", 0.5, True, None, 3, -1, None, 2.0, sinks, None)
+
+
+def test_opcheck_forward_operators_with_autograd():
+    args = _op_args(True)
+    for op in (torch.ops.fastattn.sdpa.default, torch.ops.fastattn.sdpa_lse.default):
+        torch.library.opcheck(op, args)  # includes test_autograd_registration, aot_dispatch
+
+
+def test_opcheck_backward_operator():
+    args = _op_args(False)
+    out, lse = torch.ops.fastattn.sdpa_lse(*args)
+    g = torch.randn(out.shape, generator=_gen(9))
+    for grad_lse in (None, torch.randn(lse.shape, generator=_gen(10))):
+        bargs = (g, grad_lse, *args[:3], out, lse, *args[3:])
+        torch.library.opcheck(torch.ops.fastattn.sdpa_backward.default, bargs)
+    no_sinks = args[:12] + (None, None)
+    out, lse = torch.ops.fastattn.sdpa_lse(*no_sinks)
+    res = torch.ops.fastattn.sdpa_backward(g, None, *no_sinks[:3], out, lse, *no_sinks[3:])
+    assert res[3].shape == (0,)
+    torch.library.opcheck(torch.ops.fastattn.sdpa_backward.default,
+                          (g, None, *no_sinks[:3], out, lse, *no_sinks[3:]))
+
+
+def test_backward_operator_is_attention_backward():
+    args = _op_args(False)
+    out, lse = torch.ops.fastattn.sdpa_lse(*args)
+    g = torch.randn(out.shape, generator=_gen(11))
+    got = torch.ops.fastattn.sdpa_backward(g, None, *args[:3], out, lse, *args[3:])
+    q, k, v = (x.numpy() for x in args[:3])
+    want = fastattn.attention_backward(g.numpy(), q, k, v, out.numpy(), lse.numpy(),
+                                       args[3].numpy(), "lower_right", 0.5, True, window=(3, None),
+                                       softcap=2.0, sinks=args[12].numpy())
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.numpy(), b)
+
+
+def test_plain_operator_backward_matches_the_public_function():
+    args = _op_args(True)
+    torch.ops.fastattn.sdpa(*args).sum().backward()
+    grads = [x.grad.clone() for x in (args[0], args[1], args[2], args[12])]
+    for x in (args[0], args[1], args[2], args[12]):
+        x.grad = None
+    sdpa(*args[:3], args[3], is_causal="lower_right", scale=0.5, enable_gqa=True,
+         window=(3, None), softcap=2.0, sinks=args[12]).sum().backward()
+    for a, x in zip(grads, (args[0], args[1], args[2], args[12])):
+        torch.testing.assert_close(a, x.grad, rtol=0, atol=0)
+
+
+def test_no_grad_call_takes_the_direct_path(monkeypatch):
+    q, k, v = _leaves(dtype=torch.float32)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the operator path was taken")
+
+    monkeypatch.setattr(fat, "_traced", refuse)
+    with torch.no_grad():
+        assert sdpa(q, k, v, sinks=torch.zeros(2)).grad_fn is None
+    plain = tuple(x.detach() for x in (q, k, v))
+    assert sdpa(*plain, return_lse=True)[1].grad_fn is None  # grad mode on, nothing requires grad
+
+
+def test_out_argument_is_differentiable():
+    q, k, v = _leaves(dtype=torch.float32)
+    out = torch.empty(1, 2, 5, 4)
+    r = sdpa(q, k, v, out=out)
+    assert r is out
+    r.sum().backward()
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    F(*ref).sum().backward()
+    torch.testing.assert_close(q.grad, ref[0].grad)
+
+
+def test_sinks_as_a_sequence_are_a_constant():
+    q, k, v = _leaves(dtype=torch.float32)
+    sdpa(q, k, v, sinks=[0.3, -1.0]).sum().backward()
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    sdpa(*ref, sinks=torch.tensor([0.3, -1.0])).sum().backward()
+    for a, b in zip((q, k, v), ref):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+
+
+def test_second_order_gradients_are_a_clear_error():
+    q, k, v = _leaves()
+    (dq,) = torch.autograd.grad(sdpa(q, k, v).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="sdpa_backward.*no autograd formula"):
+        dq.sum().backward()
+
+
+def test_dropout_is_still_refused_when_training():
+    q, k, v = _leaves(dtype=torch.float32)
+    with pytest.raises(ValueError, match="dropout_p=0.5.*no dropout"):
+        sdpa(q, k, v, dropout_p=0.5)
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 24)
+        self.sinks = torch.nn.Parameter(torch.tensor([0.5, -0.5]))
+
+    def forward(self, x):
+        q, k, v = self.proj(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+        y = sdpa(q, k, v, is_causal=True, window=(3, 0), sinks=self.sinks)
+        return y.square().mean()
+
+
+def _train(model, step, x, n=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses, grads = [], []
+    for _ in range(n):
+        opt.zero_grad()
+        loss = step(x)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        opt.step()
+    return losses, grads
+
+
+def test_training_step_compiles_in_one_graph_and_matches_eager():
+    torch.manual_seed(0)
+    eager = _Tiny()
+    compiled = _Tiny()
+    compiled.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 6, 8)
+    seen = []
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def record(gm, example_inputs):
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    step = torch.compile(compiled, fullgraph=True,
+                         backend=aot_autograd(fw_compiler=record, bw_compiler=record))
+    want = _train(eager, eager, x)
+    got = _train(compiled, step, x)
+    assert any("fastattn.sdpa_lse.default" in s for s in seen)
+    assert any("fastattn.sdpa_backward.default" in s for s in seen)
+    for a, b in zip(got[0], want[0]):
+        torch.testing.assert_close(a, b)
+    for ga, gb in zip(got[1], want[1]):
+        assert ga.keys() == gb.keys() == {"sinks", "proj.weight", "proj.bias"}
+        for n in ga:
+            torch.testing.assert_close(ga[n], gb[n])
+    assert torch.count_nonzero(got[1][0]["sinks"]) == 2  # the sinks get a gradient
