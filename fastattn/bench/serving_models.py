@@ -110,7 +110,11 @@ def _rounds(run, impls, rounds: int) -> tuple[dict, dict]:
 def measure_case(case: str, run, t: int, rounds: int) -> dict:
     """One row: sdpa and fastattn on one call, or fastattn "not available"."""
     rec = {"case": case, "threads": t, "unit": "tokens/s"}
-    run("sdpa")                                          # warm-up
+    try:
+        run("sdpa")                                      # warm-up
+    except Exception as e:  # noqa: BLE001 - e.g. a transformers without this API
+        rec["not_available"] = f"sdpa: {type(e).__name__}: {e}"
+        return rec
     try:
         run("fastattn")
         impls = IMPLS
@@ -138,8 +142,11 @@ def run_models(threads, limits: dict, *, quick: bool = False, repeats: int | Non
         return {"unavailable": f"{e.name or 'torch'} is not installed "
                                "(pip install 'fastattn[torch]')"}
     m = QUICK if quick else FULL
-    register()
-    model = _model(torch, transformers, m)
+    try:
+        register()
+        model = _model(torch, transformers, m)
+    except Exception as e:  # noqa: BLE001 - a transformers the backend does not take
+        return {"unavailable": f"{type(e).__name__}: {e}"}
     prompts = _prompts(m)
     cases = ((f"generate_batch {m.requests} requests, prompts {m.prompts[0]}–{m.prompts[1]}, "
               f"+{m.batch_new}", _batch_call(torch, transformers, model, m, prompts)),
@@ -163,7 +170,8 @@ def format_models(doc: dict) -> list[str]:
             "|---|--:|--:|--:|--:|"]
     for r in doc["rows"]:
         if "not_available" in r:
-            out.append(f"| {r['case']} | {r['threads']} | {r['sdpa']:.1f} | not available: "
+            sdpa = f"{r['sdpa']:.1f}" if "sdpa" in r else "—"
+            out.append(f"| {r['case']} | {r['threads']} | {sdpa} | not available: "
                        f"{r['not_available']} | — |")
             continue
         x = r["fastattn/sdpa"]
