@@ -73,7 +73,6 @@ def test_the_peers_of_each_batch(quick_serving):
             assert names == {"fastattn"}            # against the bfloat16 cache
         elif r["batch"] == "mixed":
             assert names == {"vllm", "fastattn two calls"}
-            assert r["against"]["fastattn two calls"]["max_abs_diff"] == 0.0
         elif r["block_size"] == first:
             assert names == {"vllm", "sdpa padded", "fastattn loop"}
         else:
