@@ -137,16 +137,18 @@ def run_models(threads, limits: dict, *, quick: bool = False, repeats: int | Non
     try:
         import torch
         import transformers
-        from fastattn.integrations.transformers import register
     except ImportError as e:
         return {"unavailable": f"{e.name or 'torch'} is not installed "
                                "(pip install 'fastattn[torch]')"}
     m = QUICK if quick else FULL
     try:
+        from fastattn.integrations.transformers import register
         register()
         model = _model(torch, transformers, m)
     except Exception as e:  # noqa: BLE001 - a transformers the backend does not take
-        return {"unavailable": f"{type(e).__name__}: {e}"}
+        return {"unavailable": f"fastattn's transformers backend is not available with "
+                               f"transformers {transformers.__version__} "
+                               f"({type(e).__name__}: {e})"}
     prompts = _prompts(m)
     cases = ((f"generate_batch {m.requests} requests, prompts {m.prompts[0]}–{m.prompts[1]}, "
               f"+{m.batch_new}", _batch_call(torch, transformers, model, m, prompts)),
