@@ -2,7 +2,8 @@
 
 The public names; see :func:`attention`, :func:`attention_backward`, :func:`softmax`,
 :func:`attention_varlen`, :func:`attention_varlen_backward`, :func:`merge_attention`,
-:func:`multi_head_attention`, :class:`KVCache`, :func:`trace` and :func:`show_config`.
+:func:`multi_head_attention`, :class:`KVCache`, :func:`attention_paged`, :func:`paged_append`,
+:class:`PagedKVCache`, :func:`trace` and :func:`show_config`.
 """
 
 from ._api import attention
@@ -12,6 +13,8 @@ from .merge import merge_attention
 from .varlen import attention_varlen
 from .varlen_backward import attention_varlen_backward
 from .mha import KVCache, multi_head_attention
+from .paged import attention_paged, paged_append
+from .paged_cache import PagedKVCache
 from .trace import trace
 from . import _config
 from ._config import available_isas, get_isa, openmp_enabled, set_isa, show_config
@@ -28,6 +31,9 @@ __all__ = [
     "merge_attention",
     "multi_head_attention",
     "KVCache",
+    "attention_paged",
+    "paged_append",
+    "PagedKVCache",
     "trace",
     "get_isa",
     "set_isa",

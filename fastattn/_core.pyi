@@ -106,3 +106,24 @@ def decode_q8(
     num_threads: int = ...,
 ) -> None: ...
 def quantize_q8(x: _Array, y: _Array, scale: _Array) -> None: ...
+def attention_paged(
+    q: _Array,
+    k: _Array,
+    v: _Array,
+    k_scale: _Array | None,
+    v_scale: _Array | None,
+    table: _Array,
+    seq_lens: _Array,
+    cu_q: _Array,
+    out: _Array,
+    lse: _Array | None,
+    *,
+    scale: float,
+    causal: bool = ...,
+    win_left: int = ...,
+    win_right: int = ...,
+    softcap: float = ...,
+    alibi: _Array | None = ...,
+    sinks: _Array | None = ...,
+    num_threads: int = ...,
+) -> None: ...

@@ -105,6 +105,32 @@ cdef extern from "fastattn.h" nogil:
     int fa_decode_q8(const fa_decode_q8_args *args)
     int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, signed char *y,
                        int64_t y_rs, float *scale)
+    enum:
+        FA_INT8
+    ctypedef struct fa_paged_args:
+        int dtype, storage, kv_storage
+        int64_t B, Hq, Hkv, E, Ev, total_q, num_blocks, block_size, max_blocks
+        const void *q
+        int64_t q_rs, q_hs, q_cs
+        const void *k
+        const void *v
+        int64_t k_bs, k_ps, k_hs, k_cs, v_bs, v_ps, v_hs, v_cs
+        const float *k_scale
+        const float *v_scale
+        int64_t ks_bs, ks_ps, ks_hs, vs_bs, vs_ps, vs_hs
+        const int64_t *block_table
+        const int64_t *seq_lens
+        const int64_t *cu_q
+        void *out
+        int64_t o_rs, o_hs, o_cs
+        void *lse
+        double scale, softcap
+        int causal
+        int64_t win_left, win_right
+        const double *alibi
+        const double *sinks
+        int num_threads
+    int fa_attention_paged(const fa_paged_args *args)
 
 MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
 UNBOUNDED = FA_UNBOUNDED  # a window side that bounds nothing
@@ -472,6 +498,65 @@ def quantize_q8(cnp.ndarray x, cnp.ndarray y, cnp.ndarray scale):
     cdef int status
     with nogil:
         status = fa_quantize_q8(rows, n, xp, xrs, yp, yrs, sp)
+    _check(status)
+
+
+cdef int _kv_storage(cnp.ndarray a):
+    """_storage, or FA_INT8 for an int8 cache."""
+    return FA_INT8 if cnp.PyArray_ITEMSIZE(a) == 1 else _storage(a)
+
+
+def attention_paged(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object k_scale,
+                    object v_scale, cnp.ndarray table, cnp.ndarray seq_lens, cnp.ndarray cu_q,
+                    cnp.ndarray out, object lse, *, double scale, bint causal=True,
+                    int64_t win_left=FA_UNBOUNDED, int64_t win_right=FA_UNBOUNDED,
+                    double softcap=0, object alibi=None, object sinks=None,
+                    int num_threads=0):
+    """Fill ``out`` (total_q, Hq, Ev) (and ``lse`` (Hq, total_q), C-ordered,
+    if given) with attention of ``q`` (total_q, Hq, E) over the block pools
+    ``k``, ``v`` (num_blocks, block_size, Hkv, E / Ev: any strides; an
+    HND pool is passed as this view of itself) and, for int8 pools, their
+    float32 scales (num_blocks, block_size, Hkv); ``table`` (B, max_blocks),
+    ``seq_lens`` (B), ``cu_q`` (B + 1) C-ordered int64; alibi, sinks None or
+    (Hq) float64 C-ordered.  Validated by the caller (fastattn/paged.py)."""
+    cdef fa_paged_args a
+    cdef int status
+    cdef Py_ssize_t qsz = q.dtype.itemsize, ksz = k.dtype.itemsize
+    a.dtype = FA_FLOAT64 if qsz == 8 else FA_FLOAT32
+    a.storage, a.kv_storage = _storage(q), _kv_storage(k)
+    a.B, a.max_blocks = table.shape[0], table.shape[1]
+    a.total_q, a.Hq, a.E = q.shape[0], q.shape[1], q.shape[2]
+    a.num_blocks, a.block_size, a.Hkv, a.Ev = k.shape[0], k.shape[1], k.shape[2], v.shape[3]
+    a.q = cnp.PyArray_DATA(q)
+    a.q_rs, a.q_hs, a.q_cs = q.strides[0] // qsz, q.strides[1] // qsz, q.strides[2] // qsz
+    a.k, a.v = cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
+    a.k_bs, a.k_ps, a.k_hs, a.k_cs = (k.strides[0] // ksz, k.strides[1] // ksz,
+                                      k.strides[2] // ksz, k.strides[3] // ksz)
+    a.v_bs, a.v_ps, a.v_hs, a.v_cs = (v.strides[0] // ksz, v.strides[1] // ksz,
+                                      v.strides[2] // ksz, v.strides[3] // ksz)
+    a.k_scale, a.v_scale = NULL, NULL
+    a.ks_bs = a.ks_ps = a.ks_hs = a.vs_bs = a.vs_ps = a.vs_hs = 0
+    if k_scale is not None:
+        a.k_scale = <const float *>cnp.PyArray_DATA(<cnp.ndarray>k_scale)
+        a.ks_bs, a.ks_ps, a.ks_hs = [st // 4 for st in k_scale.strides]
+        a.v_scale = <const float *>cnp.PyArray_DATA(<cnp.ndarray>v_scale)
+        a.vs_bs, a.vs_ps, a.vs_hs = [st // 4 for st in v_scale.strides]
+    a.block_table = <const int64_t *>cnp.PyArray_DATA(table)
+    a.seq_lens = <const int64_t *>cnp.PyArray_DATA(seq_lens)
+    a.cu_q = <const int64_t *>cnp.PyArray_DATA(cu_q)
+    a.out = cnp.PyArray_DATA(out)
+    a.o_rs, a.o_hs, a.o_cs = out.strides[0] // qsz, out.strides[1] // qsz, out.strides[2] // qsz
+    a.lse = NULL if lse is None else cnp.PyArray_DATA(<cnp.ndarray>lse)
+    a.scale, a.softcap, a.causal = scale, softcap, causal
+    a.win_left, a.win_right = win_left, win_right
+    a.alibi, a.sinks = NULL, NULL
+    if alibi is not None:
+        a.alibi = <const double *>cnp.PyArray_DATA(<cnp.ndarray>alibi)
+    if sinks is not None:
+        a.sinks = <const double *>cnp.PyArray_DATA(<cnp.ndarray>sinks)
+    a.num_threads = num_threads
+    with nogil:
+        status = fa_attention_paged(&a)
     _check(status)
 
 

@@ -29,12 +29,13 @@ import numpy as np
 import torch
 
 from ._api import attention as _attention
+from .paged import attention_paged as _attention_paged
 from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "attention_paged"]
 
 _Tensor = torch.Tensor
 _BF16 = torch.bfloat16
@@ -469,3 +470,41 @@ def _backward_plain(ctx, grad_out):
 
 torch.library.register_autograd("fastattn::sdpa_lse", _backward_lse, setup_context=_setup_lse)
 torch.library.register_autograd("fastattn::sdpa", _backward_plain, setup_context=_setup_plain)
+
+
+# ---------------------------------------------------------------------------
+# paged KV caches
+# ---------------------------------------------------------------------------
+
+def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
+                    block_table: _Tensor, seq_lens: _Tensor, *,
+                    cu_seqlens_q: _Tensor | None = None, key_scales: _Tensor | None = None,
+                    value_scales: _Tensor | None = None, out: _Tensor | None = None,
+                    **options: Any) -> Any:
+    """:func:`fastattn.attention_paged` on CPU tensors, read in place.
+
+    The caches (another engine's, for instance) are NumPy views of the
+    tensors' memory, never copies; ``out``, if given, is written in place and
+    returned.  ``options`` are :func:`fastattn.attention_paged`'s keyword
+    options (``layout``, ``scale``, ``is_causal``, ``window``, ...); with
+    ``return_lse=True`` the result is ``(out, lse)``.  Inference only.
+
+    Examples
+    --------
+    >>> import torch, fastattn.torch
+    >>> kc, vc = torch.randn(4, 16, 2, 8), torch.randn(4, 16, 2, 8)
+    >>> q = torch.randn(2, 4, 8)
+    >>> out = fastattn.torch.attention_paged(q, kc, vc, torch.tensor([[0, 1], [3, 2]]),
+    ...                                      torch.tensor([20, 31]))
+    >>> out.shape
+    torch.Size([2, 4, 8])
+    """
+    named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
+             "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
+             "key_scales": key_scales, "value_scales": value_scales, "out": out}
+    a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
+    res = _attention_paged(a.pop("query"), a.pop("key_cache"), a.pop("value_cache"),
+                           a.pop("block_table"), a.pop("seq_lens"), **a, **options)
+    if isinstance(res, tuple):
+        return (out if out is not None else _tensor(res[0])), _tensor(res[1])
+    return out if out is not None else _tensor(res)

@@ -180,6 +180,45 @@ int fa_decode_q8(const fa_decode_q8_args *args);
 int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t *y,
                    int64_t y_rs, float *scale);
 
+/* Attention over paged KV caches (driver/paged.c).  The caches are pools
+ * of num_blocks blocks of block_size positions; sequence b's key at
+ * position p is in block block_table[b, p / block_size] at offset
+ * p % block_size, kv head g, element c at k + blk k_bs + off k_ps + g k_hs
+ * + c k_cs (any strides, so both the (blocks, positions, heads, E) and the
+ * (blocks, heads, positions, E) layouts); values likewise.  Sequence b has
+ * seq_lens[b] keys and the queries cu_q[b] .. cu_q[b+1] of q (total_q, Hq,
+ * E), its last positions: query i of nq sits at position seq_lens[b] - nq
+ * + i (the causal mask, the window and ALiBi as fa_attention_args' with
+ * causal_offset = seq_lens[b] - nq).  Query head h reads kv head h / (Hq /
+ * Hkv).  kv_storage FA_INT8: int8 levels, key = k_scale[blk, off, g] *
+ * level (float32 scales, strides ks_bs, ks_ps, ks_hs), likewise values.
+ * out (total_q, Hq, Ev) of the storage type; lse NULL or dtype (Hq,
+ * total_q) C-ordered.  Work items are (sequence, kv head, query chunk, key
+ * split), split by the shapes alone: bitwise the same for any thread
+ * count.  FA_EINVAL, nothing written, on inconsistent shapes or a block id
+ * outside the pool. */
+enum { FA_INT8 = 4 }; /* a paged cache's element type, beside FA_FLOAT32 .. */
+typedef struct fa_paged_args {
+    int dtype, storage, kv_storage;      /* as fa_attention_args'; kv_storage may be FA_INT8 */
+    int64_t B, Hq, Hkv, E, Ev, total_q, num_blocks, block_size, max_blocks;
+    const void *q;                       /* (total_q, Hq, E) */
+    int64_t q_rs, q_hs, q_cs;
+    const void *k, *v;
+    int64_t k_bs, k_ps, k_hs, k_cs, v_bs, v_ps, v_hs, v_cs;
+    const float *k_scale, *v_scale;      /* FA_INT8 only, else NULL */
+    int64_t ks_bs, ks_ps, ks_hs, vs_bs, vs_ps, vs_hs;
+    const int64_t *block_table;          /* (B, max_blocks) C-ordered */
+    const int64_t *seq_lens, *cu_q;      /* (B), (B + 1) */
+    void *out;                           /* (total_q, Hq, Ev), written */
+    int64_t o_rs, o_hs, o_cs;
+    void *lse;                           /* NULL or (Hq, total_q), written */
+    double scale, softcap;               /* softcap <= 0: none */
+    int causal;
+    int64_t win_left, win_right;         /* >= 0, FA_UNBOUNDED for no bound */
+    const double *alibi, *sinks;         /* NULL or (Hq) */
+    int num_threads;                     /* <= 0: the OpenMP default */
+} fa_paged_args;
+int fa_attention_paged(const fa_paged_args *args);
 /* ISA selection (runtime/dispatch.c). */
 int fa_isa_built(int isa);             /* 1 if built for this target (its arch) */
 int fa_cpu_supports(int isa);          /* 1 if built, and this CPU and OS can run it */

@@ -58,6 +58,26 @@ def varlen() -> npt.NDArray[np.floating]:
     return out
 
 
+def paged() -> npt.NDArray[np.floating]:
+    cache = fastattn.PagedKVCache(8, 4, 2, 8, num_layers=2, dtype="bfloat16", layout="HND")
+    rng = np.random.default_rng(0)
+    a = cache.add()
+    for layer in (0, 1):
+        cache.append(a, rng.standard_normal((6, 2, 8)), rng.standard_normal((6, 2, 8)),
+                     layer=layer)
+    b = cache.fork(a)
+    q = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    out: npt.NDArray[np.floating] = cache.attend(q, [a, b], layer=1, window=(3, 0))
+    kc, vc = np.zeros((4, 16, 2, 8), np.float32), np.zeros((4, 16, 2, 8), np.float32)
+    fastattn.paged_append(kc, vc, np.array([0, 17]), np.ones((2, 2, 8)), np.ones((2, 2, 8)))
+    table, lens = np.array([[0], [1]], np.int32), np.array([1, 2])
+    out2 = fastattn.attention_paged(q, kc, vc, table, lens, softcap=5.0, num_threads=1)
+    out3, lse = fastattn.attention_paged(q, kc, vc, table, lens, return_lse=True)
+    print(out.shape, out2.shape, out3.shape, lse.shape)
+    cache.free(a)
+    return out2
+
+
 def backward() -> npt.NDArray[np.floating]:
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 3))
@@ -121,6 +141,7 @@ if __name__ == "__main__":
     walkthrough()
     softmax()
     varlen()
+    paged()
     backward()
     config()
     multi_head()

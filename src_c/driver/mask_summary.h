@@ -76,8 +76,8 @@ static int64_t fa_bool_slice_offset(const fa_attention_args *a, int64_t s)
 }
 
 /* The sizes of the table of call a (tiles of mcp rows); its bytes. */
-static int64_t fa_mask_summary_init(fa_mask_summary *ms, const fa_attention_args *a,
-                                    int64_t mcp)
+static inline int64_t fa_mask_summary_init(fa_mask_summary *ms, const fa_attention_args *a,
+                                           int64_t mcp)
 {
     ms->a = a;
     ms->state = NULL;
@@ -90,7 +90,7 @@ static int64_t fa_mask_summary_init(fa_mask_summary *ms, const fa_attention_args
 
 /* Work item it = (slice, tile): the states of its key blocks (a
  * fa_parallel_for item; ctx: the fa_mask_summary). */
-static void fa_mask_summary_fill(void *ctx, int64_t it, int tid)
+static inline void fa_mask_summary_fill(void *ctx, int64_t it, int tid)
 {
     const fa_mask_summary *ms = (const fa_mask_summary *)ctx;
     const fa_attention_args *a = ms->a;

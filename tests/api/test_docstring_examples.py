@@ -8,7 +8,7 @@ import pytest
 MODULES = ["fastattn._api", "fastattn._softmax", "fastattn._config", "fastattn.mha",
            "fastattn.kvcache", "fastattn.merge", "fastattn.varlen", "fastattn.trace",
            "fastattn._trace_steps", "fastattn._trace_grad", "fastattn.backward",
-           "fastattn.varlen_backward"]
+           "fastattn.varlen_backward", "fastattn.paged", "fastattn.paged_cache"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,110 @@
+"""Helpers of the paged-cache tests: random batches laid out in block pools,
+each sequence's keys and values gathered back from the pages in NumPy, and
+the reference per sequence (fastattn.reference.attention on those keys)."""
+
+import numpy as np
+
+from fastattn import _half, reference
+
+
+def pool_shape(layout, num_blocks, block_size, hkv, width):
+    return ((num_blocks, block_size, hkv, width) if layout == "NHD"
+            else (num_blocks, hkv, block_size, width))
+
+
+def make_batch(rng, lens, nq=None, *, block_size=16, hq=4, hkv=2, e=8, ev=None,
+               layout="NHD", dtype=np.float32, spare=3, shared=0):
+    """A batch of len(lens) sequences in shuffled blocks of two pools.
+
+    nq: queries per sequence (None: one each, cu_seqlens_q None); shared:
+    sequences 1.. reuse sequence 0's first `shared` blocks (a common
+    prefix).  Returns a dict of the attention_paged arguments."""
+    ev = e if ev is None else ev
+    lens = [int(n) for n in lens]
+    nblk = [-(-n // block_size) for n in lens]
+    own = [nb - (min(shared, nb) if b else 0) for b, nb in enumerate(nblk)]
+    num_blocks = sum(own) + spare
+    ids = rng.permutation(num_blocks)
+    width = max(max(nblk, default=1), 1)
+    table = np.zeros((len(lens), width + 1), np.int32)   # one unused column of junk
+    table[:, -1] = 10**6
+    at = 0
+    for b, nb in enumerate(nblk):
+        pre = min(shared, nb) if b else 0
+        table[b, :pre] = table[0, :pre]
+        table[b, pre:nb] = ids[at:at + nb - pre]
+        at += nb - pre
+    kdt = _half.as_storage_dtype(dtype)
+    kc = rng.standard_normal(pool_shape(layout, num_blocks, block_size, hkv, e)).astype(kdt)
+    vc = rng.standard_normal(pool_shape(layout, num_blocks, block_size, hkv, ev)).astype(kdt)
+    counts = [1] * len(lens) if nq is None else list(nq)
+    qdt = np.float32 if kdt.itemsize == 2 else kdt
+    q = rng.standard_normal((sum(counts), hq, e)).astype(qdt)
+    cu = None if nq is None else np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return dict(query=q, key_cache=kc, value_cache=vc, block_table=table,
+                seq_lens=np.array(lens, np.int64), cu_seqlens_q=cu, layout=layout)
+
+
+def gather(cache, table, n, layout, scales=None):
+    """A sequence's rows (n, Hkv, width) from the pages, float64 (int8
+    dequantised as the kernel reads it: float32 scale x level)."""
+    bs = cache.shape[1] if layout == "NHD" else cache.shape[2]
+    pages = [cache[blk] if layout == "NHD" else cache[blk].swapaxes(0, 1)
+             for blk in table[:-(-n // bs)]] if n else []
+    rows = (np.concatenate(pages)[:n] if pages else
+            np.zeros((0,) + (cache.shape[2:] if layout == "NHD" else
+                             (cache.shape[1], cache.shape[3])), cache.dtype))
+    if scales is None:
+        return rows.astype(np.float64)
+    sc = np.concatenate([scales[blk] for blk in table[:-(-n // bs)]])[:n]
+    return (sc[..., None] * rows.astype(np.float32)).astype(np.float64)
+
+
+def _noncausal_mask(nq, n, window, slopes, hq):
+    """The additive mask of a non-causal call: the window and ALiBi at the
+    queries' real positions n - nq + i (the reference's are i then)."""
+    p = (n - nq + np.arange(nq))[:, None]
+    j = np.arange(n)[None, :]
+    m = np.zeros((hq, nq, n))
+    if slopes is not None:
+        m -= np.asarray(slopes, np.float64)[:, None, None] * np.abs(p - j)
+    if window is not None:
+        left, right = window if isinstance(window, tuple) else (window, window)
+        hide = np.zeros((nq, n), bool)
+        if left is not None:
+            hide |= j < p - left
+        if right is not None:
+            hide |= j > p + right
+        m[:, hide] = -np.inf
+    return m
+
+
+def reference_paged(args, *, is_causal=True, window=None, alibi_slopes=None, softcap=None,
+                    sinks=None, scale=None, key_scales=None, value_scales=None):
+    """(out (total_q, Hq, Ev), lse (Hq, total_q)) in float64, one reference
+    call per sequence over the keys gathered from its blocks."""
+    q, table, lens = args["query"], args["block_table"], args["seq_lens"]
+    layout, hq = args["layout"], q.shape[1]
+    cu = args["cu_seqlens_q"]
+    cu = np.arange(len(lens) + 1) if cu is None else np.asarray(cu)
+    ev = args["value_cache"].shape[-1]
+    out = np.zeros((q.shape[0], hq, ev))
+    lse = np.zeros((hq, q.shape[0]))
+    for b, n in enumerate(lens):
+        r0, r1 = cu[b], cu[b + 1]
+        if r1 == r0:
+            continue
+        k = gather(args["key_cache"], table[b], n, layout, key_scales).swapaxes(0, 1)
+        v = gather(args["value_cache"], table[b], n, layout, value_scales).swapaxes(0, 1)
+        qb = q[r0:r1].astype(np.float64).swapaxes(0, 1)
+        opts = dict(enable_gqa=True, softcap=softcap, sinks=sinks, scale=scale,
+                    return_lse=True)
+        if is_causal:
+            o, l = reference.attention(qb, k, v, is_causal="lower_right", window=window,
+                                       alibi_slopes=alibi_slopes, **opts)
+        else:
+            mask = _noncausal_mask(r1 - r0, n, window, alibi_slopes, hq)
+            o, l = reference.attention(qb, k, v, attn_mask=mask, **opts)
+        out[r0:r1] = o.swapaxes(0, 1)
+        lse[:, r0:r1] = l
+    return out, lse

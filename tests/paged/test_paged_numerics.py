@@ -1,0 +1,196 @@
+"""attention_paged against the reference per sequence: decoding steps,
+prefill chunks and both mixed, both layouts, block sizes, shared prefixes,
+grouped-query heads, every score option, every cache dtype, lse, out=,
+strided pools and thread counts."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fastattn
+from fastattn import _half
+from conftest import assert_close, examples, finite_absmax
+from paged_common import make_batch, reference_paged
+
+LENS = [1, 37, 300, 1300, 16, 129]        # 1300: a long context, split over items
+
+
+def _call(args, **kw):
+    return fastattn.attention_paged(args["query"], args["key_cache"], args["value_cache"],
+                                    args["block_table"], args["seq_lens"],
+                                    cu_seqlens_q=args["cu_seqlens_q"], layout=args["layout"],
+                                    **kw)
+
+
+def _check(args, dtype=np.float32, factor=1.0, **opts):
+    out, lse = _call(args, return_lse=True, **opts)
+    ref, ref_lse = reference_paged(args, **opts)
+    assert out.dtype == args["query"].dtype
+    assert_close(out, ref, dtype, finite_absmax(ref), factor=factor)
+    assert_close(lse, ref_lse, np.float32 if dtype != np.float64 else dtype, factor=factor * 10)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("block_size", [1, 16, 128, 5])
+def test_decode_step_matches_reference_per_sequence(isa, rng, layout, block_size):
+    lens = LENS if block_size > 1 else LENS[:3]
+    _check(make_batch(rng, lens, block_size=block_size, layout=layout))
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_prefill_chunks_and_decodes_mixed(isa, rng, layout):
+    lens, nq = [300, 40, 1300, 9, 70], [300, 1, 1, 9, 20]   # a whole prefill, decodes, chunks
+    _check(make_batch(rng, lens, nq, block_size=16, layout=layout))
+
+
+def test_prefill_chunk_longer_than_a_work_item(rng):
+    # 600 queries: several query chunks of one sequence, each its own keys
+    _check(make_batch(rng, [700], [600], block_size=32, hq=2, hkv=1))
+
+
+def test_shared_prefix_blocks(isa, rng):
+    args = make_batch(rng, [100, 80, 130], block_size=16, shared=4)
+    assert (args["block_table"][1, :4] == args["block_table"][0, :4]).all()
+    _check(args)
+
+
+@pytest.mark.parametrize("hq,hkv", [(1, 1), (8, 2), (6, 6), (8, 1)])
+def test_grouped_query_heads(isa, rng, hq, hkv):
+    _check(make_batch(rng, [50, 600], [1, 12], hq=hq, hkv=hkv))
+
+
+OPTIONS = {
+    "window": dict(window=(20, 0)),
+    "window_left_only_long_context": dict(window=(700, None)),
+    "alibi": dict(alibi_slopes=np.array([0.5, 0.25, 0.125, 0.0625])),
+    "softcap": dict(softcap=2.0),
+    "sinks": dict(sinks=np.array([0.0, 1.5, -2.0, 3.0])),
+    "not_causal": dict(is_causal=False),
+    "not_causal_window_alibi": dict(is_causal=False, window=(10, 3),
+                                    alibi_slopes=np.array([0.5, 0.25, 0.1, 0.3])),
+    "scale": dict(scale=0.7),
+    "everything": dict(window=(64, 0), alibi_slopes=np.array([0.1, 0.2, 0.3, 0.4]),
+                       softcap=5.0, sinks=np.array([1.0, -1.0, 0.5, 2.0])),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_score_options_decode_and_prefill(isa, rng, name):
+    args = make_batch(rng, [1300, 90, 33, 200], [1, 30, 1, 5], block_size=16)
+    _check(args, **OPTIONS[name])
+
+
+def test_float64_caches(isa, rng):
+    _check(make_batch(rng, LENS, [1, 20, 3, 1, 16, 2], dtype=np.float64), np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+@pytest.mark.parametrize("query_16_bit", [False, True])
+def test_16_bit_caches(isa, rng, dtype, query_16_bit):
+    args = make_batch(rng, [1300, 60, 17], [1, 20, 1], dtype=dtype)
+    kdt = _half.as_storage_dtype(dtype)
+    if query_16_bit:
+        args["query"] = args["query"].astype(kdt)
+    out, lse = _call(args, return_lse=True)
+    ref, ref_lse = reference_paged(args)
+    # float32 arithmetic on the 16-bit values; a 16-bit result is rounded once
+    ulp = 2.0 ** -(11 if kdt == np.float16 else 8) if query_16_bit else 0.0
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=ulp + 1e-5,
+                               atol=(ulp + 1e-5) * finite_absmax(ref))
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4)
+
+
+def _int8_batch(rng, layout="NHD"):
+    args = make_batch(rng, [1300, 64, 5], [1, 10, 1], dtype=np.float32, layout=layout)
+    ks, vs = [], []
+    for name, store in (("key_cache", ks), ("value_cache", vs)):
+        pool = args[name] if layout == "NHD" else args[name].swapaxes(1, 2)
+        scales = np.abs(pool).max(-1) / 127
+        levels = np.rint(pool / np.maximum(scales, 1e-30)[..., None]).astype(np.int8)
+        store.append(scales.astype(np.float32))
+        args[name] = levels if layout == "NHD" else levels.swapaxes(1, 2)
+    return args, ks[0], vs[0]
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_int8_caches_match_the_dequantised_reference(isa, rng, layout):
+    args, ks, vs = _int8_batch(rng, layout)
+    out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
+    ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
+    assert_close(out, ref, np.float32, finite_absmax(ref))
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
+def test_lse_merges_two_halves_of_the_keys_exactly(rng):
+    args = make_batch(rng, [256, 160], block_size=16)
+    full = _call(args, is_causal=False)
+    tab, lens = args["block_table"], args["seq_lens"]
+    parts = []
+    for cols, n in ((slice(0, 5), [80, 80]), (slice(5, None), lens - 80)):
+        sub = dict(args, block_table=np.ascontiguousarray(tab[:, cols]), seq_lens=np.array(n))
+        o, lse = _call(sub, is_causal=False, return_lse=True)
+        parts.append((o.swapaxes(0, 1), lse))
+    merged, _ = fastattn.merge_attention([p[0] for p in parts], [p[1] for p in parts])
+    assert_close(merged.swapaxes(0, 1), full, np.float32, finite_absmax(full))
+
+
+def test_out_is_written_in_place_and_returned(rng):
+    args = make_batch(rng, [40, 7], [3, 2])
+    out = np.full((5, 4, 8), np.nan, np.float32)
+    got = _call(args, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, _call(args))
+
+
+def test_strided_pools_and_query_are_read_in_place(isa, rng):
+    args = make_batch(rng, [300, 1300, 20], [4, 1, 20], hkv=2, e=8)
+    ref = _call(args)
+    wide = {}
+    for name in ("key_cache", "value_cache"):
+        a = args[name]
+        big = np.zeros(a.shape[:3] + (2 * a.shape[3],), a.dtype)
+        big[..., ::2] = a                       # column stride 2
+        wide[name] = big[..., ::2]
+    q = np.zeros((args["query"].shape[0], 4, 16), np.float32)
+    q[..., 1::2] = args["query"]
+    strided = dict(args, query=q[..., 1::2], **wide)
+    np.testing.assert_array_equal(_call(strided), ref)
+
+
+@pytest.mark.parametrize("opts", [{}, {"sinks": np.ones(4)}], ids=["grouped_heads", "sinks"])
+def test_bitwise_identical_for_any_thread_count(isa, rng, opts):
+    args = make_batch(rng, [1300, 2100, 40, 500], [1, 1, 20, 3], block_size=16)
+    one = _call(args, num_threads=1, return_lse=True, **opts)
+    two = _call(args, num_threads=2, return_lse=True, **opts)
+    three = _call(args, num_threads=3, return_lse=True, **opts)
+    for a, b, c in zip(one, two, three):
+        assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+def test_empty_batch_and_sequences_without_queries(rng):
+    args = make_batch(rng, [30, 20], [0, 2])
+    _check(args)
+    empty = make_batch(rng, [], [])
+    empty["query"] = np.zeros((0, 4, 8), np.float32)
+    empty["block_table"] = np.zeros((0, 1), np.int32)
+    assert _call(empty).shape == (0, 4, 8)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(data=st.data())
+def test_random_batches_match_reference(data):
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    nseq = data.draw(st.integers(1, 5))
+    lens = data.draw(st.lists(st.integers(1, 400), min_size=nseq, max_size=nseq))
+    nq = [data.draw(st.integers(0, min(n, 24))) for n in lens]
+    bs = data.draw(st.sampled_from([1, 3, 16, 64]))
+    hkv = data.draw(st.sampled_from([1, 2]))
+    layout = data.draw(st.sampled_from(["NHD", "HND"]))
+    args = make_batch(rng, lens, nq, block_size=bs, hq=2 * hkv, hkv=hkv, layout=layout)
+    opts = {}
+    if data.draw(st.booleans()):
+        opts["window"] = (data.draw(st.integers(0, 50)), 0)
+    if data.draw(st.booleans()):
+        opts["softcap"] = 3.0
+    _check(args, **opts)

@@ -1,0 +1,200 @@
+"""Hostile input to attention_paged and paged_append: each error names its
+argument, and nothing is written (out= and the caches keep their bytes)."""
+
+import numpy as np
+import pytest
+
+import fastattn
+from paged_common import make_batch
+
+
+@pytest.fixture
+def args(rng):
+    return make_batch(rng, [40, 7, 20], [3, 2, 1], block_size=8)
+
+
+def _call(a, **kw):
+    return fastattn.attention_paged(a["query"], a["key_cache"], a["value_cache"],
+                                    a["block_table"], a["seq_lens"],
+                                    cu_seqlens_q=a["cu_seqlens_q"], layout=a["layout"], **kw)
+
+
+def _refused(a, exc, match, **kw):
+    out = np.full((a["query"].shape[0], a["query"].shape[1], a["value_cache"].shape[-1]),
+                  7.0, np.float32)
+    with pytest.raises(exc, match=match):
+        _call(a, out=out, **kw)
+    assert (out == 7.0).all()
+
+
+def test_block_id_outside_the_pool(args):
+    args["block_table"][1, 0] = args["key_cache"].shape[0]
+    _refused(args, ValueError, r"block_table\[1, 0\] = .* outside the pool")
+
+
+def test_negative_block_id(args):
+    args["block_table"][0, 2] = -1
+    _refused(args, ValueError, r"block_table\[0, 2\]")
+
+
+def test_block_ids_past_a_sequence_are_not_read(args):
+    args["block_table"][1, 1:] = 10**6       # sequence 1 (7 keys) uses one block of 8
+    assert np.isfinite(_call(args)).all()
+
+
+def test_seq_lens_beyond_the_table_row(args):
+    args["seq_lens"][0] = args["block_table"].shape[1] * 8 + 1
+    _refused(args, ValueError, "seq_lens must be in 0 .. max_blocks")
+
+
+def test_negative_seq_len(args):
+    args["seq_lens"][2] = -1
+    _refused(args, ValueError, "seq_lens")
+
+
+def test_seq_lens_of_the_wrong_shape(args):
+    args["seq_lens"] = args["seq_lens"][:2]
+    _refused(args, ValueError, r"seq_lens must have shape \(B,\)")
+
+
+def test_more_queries_than_keys(args):
+    args["seq_lens"][1] = 1
+    _refused(args, ValueError, "sequence 1 has 2 queries but seq_lens")
+
+
+def test_cu_seqlens_q_not_ending_at_the_queries(args):
+    args["cu_seqlens_q"] = np.array([0, 3, 5, 5], np.int32)
+    _refused(args, ValueError, "cu_seqlens_q must start at 0 and end at 6")
+
+
+def test_cu_seqlens_q_of_the_wrong_length(args):
+    args["cu_seqlens_q"] = np.array([0, 5, 6], np.int32)
+    _refused(args, ValueError, "cu_seqlens_q must have B \\+ 1 = 4")
+
+
+def test_cu_seqlens_q_decreasing(args):
+    args["cu_seqlens_q"] = np.array([0, 4, 3, 6], np.int32)
+    _refused(args, ValueError, "non-decreasing")
+
+
+def test_no_cu_seqlens_q_needs_one_query_per_sequence(args):
+    args["cu_seqlens_q"] = None
+    _refused(args, ValueError, "one query")
+
+
+def test_float_block_table(args):
+    args["block_table"] = args["block_table"].astype(np.float64)
+    _refused(args, TypeError, "block_table must be int32 or int64")
+
+
+def test_mismatched_cache_dtypes(args):
+    args["value_cache"] = args["value_cache"].astype(np.float64)
+    _refused(args, TypeError, "key_cache and value_cache must have one dtype")
+
+
+def test_mismatched_cache_shapes(args):
+    args["value_cache"] = args["value_cache"][:-1]
+    _refused(args, ValueError, "must agree on num_blocks")
+
+
+def test_query_dtype_against_the_caches(args):
+    args["query"] = args["query"].astype(np.float64)
+    _refused(args, TypeError, "query has dtype float64; with float32 caches it must be float32")
+
+
+def test_query_head_dim_and_heads(args):
+    bad = dict(args, query=args["query"][..., :4])
+    _refused(bad, ValueError, r"query must have shape \(total_q, Hq, E\) with E = 8")
+    bad = dict(args, query=args["query"][:, :3])
+    _refused(bad, ValueError, r"query heads \(3\) must be a positive multiple")
+
+
+def test_cache_rank_and_dtype(args):
+    bad = dict(args, key_cache=args["key_cache"][0])
+    _refused(bad, ValueError, "key_cache must be 4-D")
+    bad = dict(args, key_cache=args["key_cache"].astype(np.int32),
+               value_cache=args["value_cache"].astype(np.int32))
+    _refused(bad, TypeError, "key_cache has dtype int32")
+
+
+def test_layout_name(args):
+    args["layout"] = "NDH"
+    _refused(args, ValueError, "layout must be 'NHD' or 'HND'")
+
+
+def test_int8_caches_need_their_scales(args):
+    q8 = dict(args, key_cache=args["key_cache"].astype(np.int8),
+              value_cache=args["value_cache"].astype(np.int8))
+    _refused(q8, ValueError, "key_scales is required with int8 caches")
+    scales = np.ones(q8["key_cache"].shape[:3], np.float32)
+    _refused(q8, ValueError, "value_scales must be float32 of shape", key_scales=scales,
+             value_scales=scales[:, :4])
+    _refused(q8, ValueError, "key_scales must be float32", key_scales=scales.astype(np.float64),
+             value_scales=scales)
+
+
+def test_scales_with_float_caches(args):
+    _refused(args, ValueError, "key_scales is for int8 caches",
+             key_scales=np.ones(args["key_cache"].shape[:3], np.float32))
+
+
+def test_score_options_named(args):
+    _refused(args, ValueError, "alibi_slopes", alibi_slopes=np.ones(3))
+    _refused(args, ValueError, "sinks", sinks=np.array([np.nan, 0, 0, 0]))
+    _refused(args, ValueError, "softcap", softcap=-1.0)
+    _refused(args, ValueError, "window sizes must be >= 0", window=(-1, 0))
+    _refused(args, TypeError, "is_causal must be a bool", is_causal="lower_right")
+    _refused(args, ValueError, "scale must be finite", scale=np.inf)
+
+
+def test_out_of_the_wrong_shape_or_overlapping(args):
+    with pytest.raises(ValueError, match="out has shape"):
+        _call(args, out=np.zeros((6, 4, 7), np.float32))
+    with pytest.raises(TypeError, match="out has dtype"):
+        _call(args, out=np.zeros((6, 4, 8), np.float64))
+    flat = args["key_cache"].reshape(-1)[: 6 * 4 * 8].reshape(6, 4, 8)
+    before = args["key_cache"].copy()
+    with pytest.raises(ValueError, match="out overlaps key_cache"):
+        _call(args, out=flat)
+    np.testing.assert_array_equal(args["key_cache"], before)
+
+
+def _append_refused(kc, vc, exc, match, *a, **kw):
+    before = kc.copy(), vc.copy()
+    with pytest.raises(exc, match=match):
+        fastattn.paged_append(kc, vc, *a, **kw)
+    np.testing.assert_array_equal(kc, before[0])
+    np.testing.assert_array_equal(vc, before[1])
+
+
+def test_paged_append_refuses_bad_slots_writing_nothing():
+    kc, vc = np.zeros((2, 4, 1, 3), np.float32), np.zeros((2, 4, 1, 3), np.float32)
+    rows = np.ones((2, 1, 3), np.float32)
+    _append_refused(kc, vc, ValueError, "slots >= num_blocks", np.array([1, 8]), rows, rows)
+    _append_refused(kc, vc, ValueError, "names a slot twice", np.array([3, 3]), rows, rows)
+    _append_refused(kc, vc, ValueError, "one entry per token", np.array([3]), rows, rows)
+    _append_refused(kc, vc, TypeError, "slot_mapping must be int32", np.array([0., 1.]), rows,
+                    rows)
+    _append_refused(kc, vc, ValueError, r"key must have shape \(tokens, 1, 3\)", np.array([0, 1]),
+                    rows[..., :2], rows)
+    _append_refused(kc, vc, ValueError, "one row per token", np.array([0, 1]), rows, rows[:1])
+
+
+def test_paged_append_int8_refuses_non_finite_rows_writing_nothing():
+    kc, vc = np.zeros((2, 4, 1, 3), np.int8), np.zeros((2, 4, 1, 3), np.int8)
+    ks, vs = np.zeros((2, 4, 1), np.float32), np.zeros((2, 4, 1), np.float32)
+    rows = np.ones((2, 1, 3), np.float32)
+    bad = rows.copy()
+    bad[1, 0, 2] = np.nan
+    _append_refused(kc, vc, ValueError, "value .* non-finite", np.array([0, 5]), rows, bad,
+                    key_scales=ks, value_scales=vs)
+    assert not ks.any() and not vs.any()
+    _append_refused(kc, vc, ValueError, "key_scales is required", np.array([0, 5]), rows, rows)
+
+
+def test_paged_append_read_only_cache():
+    kc = np.zeros((2, 4, 1, 3), np.float32)
+    kc.flags.writeable = False
+    with pytest.raises(ValueError, match="key_cache is read-only"):
+        fastattn.paged_append(kc, np.zeros_like(kc), np.array([0]), np.ones((1, 1, 3)),
+                              np.ones((1, 1, 3)))
