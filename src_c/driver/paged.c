@@ -205,6 +205,16 @@ static int fa_paged_grouped(const fa_paged_args *a, const fa_paged_entry *e)
            fa_paged_nq(a, e->b) == 1 && !a->alibi && !a->sinks;
 }
 
+/* Does a grouped entry read its keys and values in place, from the pages
+ * (no copy)?  With the direct kernels (at most FA_DIRECT_MAX_ROWS heads, as
+ * the forward's decoding path) on float or 16-bit pools of unit column
+ * stride; int8 pools are dequantised by the copy. */
+static int fa_paged_in_place(const fa_paged_args *a, const fa_paged_entry *e)
+{
+    return fa_paged_grouped(a, e) && a->Hq / a->Hkv <= FA_DIRECT_MAX_ROWS &&
+           a->kv_storage != FA_INT8 && (a->k_cs == 1 || a->E == 1) && (a->v_cs == 1 || a->Ev == 1);
+}
+
 /* fa_paged_local for the G query heads from h0 of sequence b as rows (see
  * fa_paged_grouped): row i is head h0 + i, every gathered key visible. */
 static void fa_paged_group_local(const fa_paged_args *a, int64_t b, int64_t h0, int64_t G,
