@@ -27,14 +27,6 @@ typedef struct fa_paged_entry {
     int64_t b, r0, r1, k0, k1, s, ns, cost;
 } fa_paged_entry;
 
-/* Enough work items for any team to balance, counted from the shapes only
- * (never the thread count: the key splits fix the results' bits). */
-#define FA_PAGED_ITEMS 256
-/* A sequence with more queries than FA_DIRECT_MAX_ROWS (a prefill chunk) is
- * cut into chunks of this many score tiles; each gathers only the keys its
- * rows see. */
-#define FA_PAGED_CHUNK_TILES 4
-
 static inline int64_t fa_paged_max(int64_t x, int64_t y) { return x > y ? x : y; }
 
 static int64_t fa_paged_nq(const fa_paged_args *a, int64_t b)
