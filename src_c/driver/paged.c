@@ -27,14 +27,6 @@ typedef struct fa_paged_entry {
     int64_t b, r0, r1, k0, k1, s, ns, cost;
 } fa_paged_entry;
 
-/* Enough work items for any team to balance, counted from the shapes only
- * (never the thread count: the key splits fix the results' bits). */
-#define FA_PAGED_ITEMS 256
-/* A sequence with more queries than FA_DIRECT_MAX_ROWS (a prefill chunk) is
- * cut into chunks of this many score tiles; each gathers only the keys its
- * rows see. */
-#define FA_PAGED_CHUNK_TILES 4
-
 static inline int64_t fa_paged_max(int64_t x, int64_t y) { return x > y ? x : y; }
 
 static int64_t fa_paged_nq(const fa_paged_args *a, int64_t b)
@@ -203,6 +195,16 @@ static int fa_paged_grouped(const fa_paged_args *a, const fa_paged_entry *e)
 {
     return a->Hq > a->Hkv && a->Hq / a->Hkv <= FA_MC && e->r1 - e->r0 == 1 &&
            fa_paged_nq(a, e->b) == 1 && !a->alibi && !a->sinks;
+}
+
+/* Does a grouped entry read its keys and values in place, from the pages
+ * (no copy)?  With the direct kernels (at most FA_DIRECT_MAX_ROWS heads, as
+ * the forward's decoding path) on float or 16-bit pools of unit column
+ * stride; int8 pools are dequantised by the copy. */
+static int fa_paged_in_place(const fa_paged_args *a, const fa_paged_entry *e)
+{
+    return fa_paged_grouped(a, e) && a->Hq / a->Hkv <= FA_DIRECT_MAX_ROWS &&
+           a->kv_storage != FA_INT8 && (a->k_cs == 1 || a->E == 1) && (a->v_cs == 1 || a->Ev == 1);
 }
 
 /* fa_paged_local for the G query heads from h0 of sequence b as rows (see

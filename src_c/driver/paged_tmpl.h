@@ -1,14 +1,16 @@
 /* paged_tmpl.h -- the paged driver, written once over the element type:
  * included twice by paged.c with FA_SFX (f32, f64) defined.  Each work item
  * (an entry of paged.c: a sequence's query rows and key range, and one kv
- * head) gathers its keys and values from their blocks once into its
- * thread's scratch, then runs the forward's streaming loop (stream_tmpl.h:
- * packing, masks, score options, online softmax) for every query head of
- * the kv head's group over them; a split key range leaves partials that
- * the forward's merge (merge_tmpl.h) combines in split order.  Names:
- * FN(paged) -> paged_f32, paged_f64; likewise fa_pplan, pplan_make,
- * pplan_alloc, pplan_free, pplan_gather_at, pstream, prun_item, pmerge_item, and
- * the forward's parts included below. */
+ * head) either streams a decoding step's group of query heads over the keys
+ * and values where they lie in the pages (the forward's direct kernels, run
+ * by run of each block), or copies them from their blocks once into its
+ * thread's scratch and runs the forward's streaming loop (stream_tmpl.h:
+ * packing, masks, score options, online softmax) for the group's query
+ * heads over the copy; a split key range leaves partials that the forward's
+ * merge (merge_tmpl.h) combines in split order.  Names: FN(paged) ->
+ * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
+ * pplan_free, pplan_gather_at, pstream, page_runs, pstream_pages, prun_item,
+ * pmerge_item, and those of the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -59,7 +61,8 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     for (int64_t i = 0; i < pl->nent; i++) {
         const fa_paged_entry *e = pl->ent + i;
         rows = fa_paged_max(rows, fa_paged_grouped(a, e) ? a->Hq / a->Hkv : e->r1 - e->r0);
-        pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
+        if (!fa_paged_in_place(a, e)) /* the copy's rows */
+            pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
         work += (double)(e->r1 - e->r0) * (double)(e->k1 - e->k0);
     }
     for (int64_t b = 0; b < a->B; b++) {
@@ -131,6 +134,72 @@ static void FN(pstream)(const FN(fa_pplan) *pl, const fa_paged_entry *e,
                            sc->o);
 }
 
+/* Rows [0, G) of a grouped entry against its keys [kb, kb + nk) in place,
+ * page run by page run: the scores into sc->st by the direct Q.K^T, or
+ * (values) o += P.V by the direct P.V.  Each score is its own dot product
+ * and P.V adds the keys in order, so the runs give the bits of one call. */
+static void FN(page_runs)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g, int64_t G,
+                          int64_t kb, int64_t nk, int values, FN(fa_scratch) *sc)
+{
+    const fa_paged_args *a = pl->a;
+    const KT *K = pl->K;
+    const int64_t bs = a->block_size, *row = a->block_table + e->b * a->max_blocks;
+    for (int64_t p = kb; p < kb + nk;) {
+        const int64_t blk = row[p / bs], off = p % bs, n = fa_min64(bs - off, kb + nk - p);
+        FA_T *s = sc->st + (p - kb);
+        const int64_t ko = blk * a->k_bs + off * a->k_ps + g * a->k_hs;
+        const int64_t vo = blk * a->v_bs + off * a->v_ps + g * a->v_hs;
+#if !FA_IS_F64(FA_SFX)
+        if (a->kv_storage == FA_FLOAT16 || a->kv_storage == FA_BFLOAT16) {
+            const int hx = a->kv_storage - FA_FLOAT16;
+            if (values)
+                K->pv_direct_h[hx](G, n, a->Ev, s, FA_KC, (const uint16_t *)a->v + vo, a->v_ps,
+                                   sc->o, pl->ldv);
+            else
+                K->qk_direct_h[hx](G, n, a->E, sc->qp, (const uint16_t *)a->k + ko, a->k_ps, s,
+                                   FA_KC);
+            p += n;
+            continue;
+        }
+#endif
+        if (values)
+            K->pv_direct(G, n, a->Ev, s, FA_KC, (const FA_T *)a->v + vo, a->v_ps, sc->o, pl->ldv);
+        else
+            K->qk_direct(G, n, a->E, sc->qp, (const FA_T *)a->k + ko, a->k_ps, s, FA_KC);
+        p += n;
+    }
+}
+
+/* A grouped entry (fa_paged_in_place) streamed over its keys in the pages:
+ * the forward's direct decoding path (stream_start, then per key block
+ * Q.K^T, the soft cap, the online softmax step, P.V), each block's rows
+ * found run by run through the block table. */
+static void FN(pstream_pages)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
+                              const fa_attention_args *la, int64_t at, FN(fa_scratch) *sc)
+{
+    const KT *K = pl->K;
+    const int64_t G = la->L, ldv = pl->ldv;
+    fa_offsets off;
+    memset(&off, 0, sizeof off);
+    FN(pack_q)(la, 0, 0, G, G, sc->qp, (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale));
+    for (int64_t i = 0; i < G; i++) sc->m[i] = (FA_T)-INFINITY;
+    memset(sc->lv, 0, (size_t)(G * K->vw) * sizeof(FA_T));
+    memset(sc->o, 0, (size_t)(G * ldv) * sizeof(FA_T));
+    for (int64_t kb = e->k0; kb < e->k1; kb += FA_KC) {
+        const int64_t nk = fa_min64(FA_KC, e->k1 - kb);
+        FN(page_runs)(pl, e, g, G, kb, nk, 0, sc);
+        if (la->softcap > 0)
+            FN(score_opts)(la, K, &off, sc->st, FA_KC, 0, G, kb - e->k0, nk, pl->base2, NULL);
+        K->online_softmax(G, nk, sc->st, FA_KC, sc->m, sc->lv, sc->o, ldv, pl->base2, NULL);
+        FN(page_runs)(pl, e, g, G, kb, nk, 1, sc);
+    }
+    K->lane_sums(G, sc->lv, sc->l);
+    if (e->ns == 1)
+        FN(write_out)(la, &off, 0, G, ldv, sc->o, sc->l, sc->m, pl->base2);
+    else
+        FN(store_partials)(pl->part + at, G, e->ns, ldv, 0, e->s, 0, G, sc->m, sc->l, sc->o);
+}
+
 /* Work item it on thread tid: entry it / Hkv, kv head it % Hkv; its keys
  * gathered once, then the group's query heads streamed over them. */
 static void FN(prun_item)(void *ctx, int64_t it, int tid)
@@ -141,11 +210,17 @@ static void FN(prun_item)(void *ctx, int64_t it, int tid)
     const int64_t g = it % a->Hkv, G = a->Hq / a->Hkv, nq = fa_paged_nq(a, e->b);
     FN(fa_scratch) sc = FN(scratch_carve)(pl->bufs[tid], &pl->lay);
     char *kbuf = FN(pplan_gather_at)(pl, pl->bufs[tid]), *vbuf = kbuf + pl->v_at;
-    fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
     fa_attention_args la;
+    const int64_t at = pl->part_off[e->b] + g * G * e->ns * (pl->ldv + 2);
+    if (fa_paged_in_place(a, e)) {
+        fa_paged_group_local(a, e->b, g * G, G, e->k0, NULL, NULL, &la);
+        FN(pstream_pages)(pl, e, g, &la, at, &sc);
+        return;
+    }
+    fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
     if (fa_paged_grouped(a, e)) {
         fa_paged_group_local(a, e->b, g * G, G, e->k0, kbuf, vbuf, &la);
-        FN(pstream)(pl, e, &la, 0, G, pl->part_off[e->b] + g * G * e->ns * (pl->ldv + 2), &sc);
+        FN(pstream)(pl, e, &la, 0, G, at, &sc);
         return;
     }
     for (int64_t h = g * G; h < (g + 1) * G; h++) {

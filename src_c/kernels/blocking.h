@@ -36,6 +36,14 @@
 /* Split the keys only when there are fewer than this many (batch x query
  * tile) work items and more than two key chunks. */
 #define FA_SPLIT_MAX_ITEMS 16
+/* The paged driver (driver/paged.c): the decoding rows' keys are split
+ * over about this many work items (never fewer keys than FA_SPLIT_KC each),
+ * enough for any team to balance, counted from the shapes alone (never the
+ * thread count: the splits fix the results' bits); a sequence with more
+ * queries than FA_DIRECT_MAX_ROWS (a prefill chunk) is cut into chunks of
+ * FA_PAGED_CHUNK_TILES score tiles, each with only the keys its rows see. */
+#define FA_PAGED_ITEMS 256
+#define FA_PAGED_CHUNK_TILES 4
 /* Up to this many query rows (L), Q.K^T and P.V read K and V in place (dot
  * products, axpys) instead of packing them: decoding. */
 #define FA_DIRECT_MAX_ROWS 8

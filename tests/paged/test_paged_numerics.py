@@ -194,3 +194,24 @@ def test_random_batches_match_reference(data):
     if data.draw(st.booleans()):
         opts["softcap"] = 3.0
     _check(args, **opts)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_positions_past_each_sequence_are_never_read(isa, rng, layout, dtype):
+    # NaN in every slot no sequence holds (spare blocks, the tail of each
+    # last block): a read of one would poison a row
+    args = make_batch(rng, [37, 1300, 5, 16], [1, 1, 3, 16], block_size=16, layout=layout,
+                      dtype=dtype)
+    clean = _call(args)
+    bs, used = 16, np.zeros(args["key_cache"].shape[0] * 16, bool)
+    for b, n in enumerate(args["seq_lens"]):
+        p = np.arange(n)
+        used[args["block_table"][b, p // bs] * bs + p % bs] = True
+    blk, off = np.divmod(np.flatnonzero(~used), bs)
+    for name in ("key_cache", "value_cache"):
+        pool = args[name] if layout == "NHD" else args[name].swapaxes(1, 2)   # a view
+        pool[blk, off] = np.nan
+        assert np.isnan(args[name].astype(np.float32)).sum() == blk.size * pool[0, 0].size
+    dirty = _call(args)
+    np.testing.assert_array_equal(dirty, clean)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fastattn
+from fastattn import _testing
 from paged_common import make_batch
 
 
@@ -198,3 +199,28 @@ def test_paged_append_read_only_cache():
     with pytest.raises(ValueError, match="key_cache is read-only"):
         fastattn.paged_append(kc, np.zeros_like(kc), np.array([0]), np.ones((1, 1, 3)),
                               np.ones((1, 1, 3)))
+
+
+def test_each_failed_allocation_raises_memory_error_writing_nothing(rng):
+    a = make_batch(rng, [1300, 40, 300], [1, 1, 12], block_size=16)   # splits and partials
+    kw = dict(cu_seqlens_q=a["cu_seqlens_q"], num_threads=2, sinks=np.ones(4))
+    want = fastattn.attention_paged(a["query"], a["key_cache"], a["value_cache"],
+                                    a["block_table"], a["seq_lens"], **kw)
+    failed = 0
+    for n in range(20):
+        out = np.full(want.shape, 7.0, np.float32)
+        try:
+            _testing.fail_alloc_after(n)
+            fastattn.attention_paged(a["query"], a["key_cache"], a["value_cache"],
+                                     a["block_table"], a["seq_lens"], out=out, **kw)
+        except MemoryError:
+            failed += 1
+            assert (out == 7.0).all()
+            continue
+        finally:
+            _testing.fail_alloc_after(-1)
+        assert out.tobytes() == want.tobytes()
+        break
+    else:
+        raise AssertionError("the call never succeeded within 20 allocations")
+    assert failed >= 3                 # the entries, the partials, the threads' scratch
