@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from ..torch import scaled_dot_product_attention as _sdpa
+from . import transformers_cb as _cb
 
 __all__ = ["register", "attention_forward", "attention_mask", "NAME"]
 
@@ -62,6 +63,7 @@ def register(name: str = NAME, *, num_threads: int | None = None) -> None:
     _settings["num_threads"] = num_threads
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, attention_mask)
+    _cb.install(name)
 
 
 # ---------------------------------------------------------------------------
@@ -157,6 +159,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise ValueError("attn_implementation='fastattn' does not return attention weights; "
                          "use 'eager' with output_attentions=True")
     nt = _settings["num_threads"] or _get_threads()
+    if "cu_seq_lens_q" in kwargs and _cb.is_batching_call(kwargs):
+        return _cb.batching_attention(query, key, value, kwargs, causal=causal, scale=scaling,
+                                      window=window, softcap=softcap, sinks=s_aux,
+                                      num_threads=nt), None
     gqa = key.shape[1] != H
     # (a decoding step's grouped heads run as the rows of one problem per
     # key/value head: fastattn's own enable_gqa does that)
