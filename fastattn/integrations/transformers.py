@@ -30,6 +30,12 @@ was given ``num_threads``.  The backend trains: with grad mode on and the
 queries, keys, values or ``s_aux`` requiring grad, the call is recorded by
 autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its gradient; there
 is no dropout (an ``attention_dropout`` > 0 in training is refused).
+
+``register`` also lets ``model.generate_batch`` (continuous batching) run
+with the name: see :mod:`fastattn.integrations.transformers_cb` for the
+mechanism and the releases it is installed on.  There the attention function
+reads full-attention layers' paged cache in place with
+:func:`fastattn.torch.attention_paged`.
 """
 
 from __future__ import annotations
