@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..torch import _array, attention_paged as _attention_paged
+from ..torch import attention_paged as _attention_paged
 from ..varlen import attention_varlen as _attention_varlen
 
 __all__ = ["install", "is_batching_call", "batching_attention"]
@@ -148,18 +148,31 @@ def batching_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     cu_q = kwargs["cu_seq_lens_q"]
     nq = int(cu_q[-1])
     q = query[0].transpose(0, 1)[:nq]
-    out = torch.zeros((1, query.shape[2], query.shape[1], value.shape[-1]), dtype=query.dtype)
+    shape = (1, query.shape[2], query.shape[1], value.shape[-1])
+    # rows past the last sequence (padding) are zero
+    out = (torch.empty if nq == shape[1] else torch.zeros)(shape, dtype=query.dtype)
     opts = dict(scale=scale, window=window, softcap=softcap, num_threads=num_threads)
     pages = kwargs.get(_KEY)
     if pages is not None:
         k_pages, v_pages, table, lens = pages
         _attention_paged(q, k_pages, v_pages, table, lens, cu_seqlens_q=cu_q, is_causal=causal,
-                         sinks=_array(sinks, "s_aux"), out=out[0, :nq], **opts)
+                         sinks=_view(sinks), out=out[0, :nq], **opts)
         return out
     cu_k = kwargs["cu_seq_lens_k"]
     k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
-    _attention_varlen(_array(q, "query"), _array(k, "key"), _array(v, "value"),
-                      _array(cu_q, "cu_seq_lens_q"), _array(cu_k, "cu_seq_lens_k"),
-                      is_causal="lower_right" if causal else False,
-                      sinks=_array(sinks, "s_aux"), out=_array(out[0, :nq], "out"), **opts)
+    _attention_varlen(_view(q), _view(k), _view(v), _view(cu_q), _view(cu_k),
+                      is_causal="lower_right" if causal else False, sinks=_view(sinks),
+                      out=_view(out[0, :nq]), **opts)
     return out
+
+
+def _view(t: torch.Tensor | None):
+    """The NumPy view of CPU tensor ``t`` (bfloat16 as ``ml_dtypes.bfloat16``,
+    which the model's bfloat16 cache then needs)."""
+    if t is None:
+        return None
+    t = t.detach()
+    if t.dtype is torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
