@@ -67,7 +67,9 @@ def register(name: str = NAME, *, num_threads: int | None = None) -> None:
 
     Idempotent: calling it again replaces the entries with the same functions
     (and updates ``num_threads``: None = ``torch.get_num_threads()`` at each
-    call).
+    call).  Also lets ``model.generate_batch`` (continuous batching) run with
+    ``name`` where this transformers allows it
+    (:func:`fastattn.integrations.transformers_cb.install`).
     """
     from transformers import AttentionInterface, AttentionMaskInterface
     if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)

@@ -47,9 +47,27 @@ _KEY = "fastattn_pages"  # the kwarg the cache hands the attention function
 
 
 def install(name: str) -> bool:
-    """Let continuous batching run with the attention implementation ``name``
-    (fastattn's); idempotent.  False when this ``transformers`` has no
-    continuous batching of the form the wraps are written for."""
+    """Let continuous batching run with the attention implementation ``name``.
+
+    ``name`` is one fastattn's backend is registered under (``register``
+    calls this).  Idempotent; each wrap is installed once for all names.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    bool
+        False (nothing installed) when this ``transformers`` has no
+        continuous batching of the form the wraps are written for.
+
+    Examples
+    --------
+    >>> from fastattn.integrations import transformers_cb
+    >>> transformers_cb.install("fastattn")
+    True
+    """
     try:
         from transformers.generation.continuous_batching import cache as cb_cache
         from transformers.generation.continuous_batching import continuous_api

@@ -124,3 +124,9 @@ def test_generate_batch_still_refuses_an_unregistered_custom_name():
     gen = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
     with pytest.raises(ValueError, match="not supported for continuous batching"):
         model.generate_batch([[5, 6, 7]], generation_config=gen, warmup=False)
+
+
+def test_examples_of_the_glue_run_as_written():
+    import doctest
+    result = doctest.testmod(transformers_cb, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
