@@ -54,7 +54,7 @@ NAME = "fastattn"
 _settings: dict[str, Any] = {"num_threads": None}
 _get_threads = torch.get_num_threads
 _Tensor = torch.Tensor
-_empty = torch.empty
+_from_numpy = torch.from_numpy
 _is_compiling = torch.compiler.is_compiling
 # the dtypes a decoding step reads as NumPy views directly (bfloat16 takes
 # fastattn.torch's path)
@@ -243,13 +243,11 @@ def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal
         lo = S - sliding_window
         k, v = k[:, :, lo:], v[:, :, lo:]
         pad = None if pad is None else pad[:, lo:]
-    out = _empty((B, 1, H, v.shape[-1]), dtype=query.dtype)
-    g = H // hk
-    _attention(query.numpy().reshape(B, hk, g, E), k, v, None, False, scaling,
-               key_padding_mask=pad, softcap=softcap,
-               num_threads=_settings["num_threads"] or _get_threads(),
-               out=out.numpy().reshape(B, hk, g, v.shape[-1]))
-    return out
+    # the (B, hk, g, Ev) result is the (B, 1, H, Ev) output's memory
+    res = _attention(query.numpy().reshape(B, hk, H // hk, E), k, v, None, False, scaling,
+                     key_padding_mask=pad, softcap=softcap,
+                     num_threads=_settings["num_threads"] or _get_threads())
+    return _from_numpy(res).reshape(B, 1, H, v.shape[-1])
 
 
 def _training(*tensors) -> bool:

@@ -205,13 +205,15 @@ def test_attention_function_decoding_with_window_padding_and_groups(L, window):
     torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("window", [None, 5, 40])
-def test_decoding_step_fast_path_is_bitwise_the_general_path(monkeypatch, window):
+def test_decoding_step_fast_path_is_bitwise_the_general_path(monkeypatch, window, dtype):
     from fastattn.torch import scaled_dot_product_attention
     g = torch.Generator().manual_seed(4)
     S = 20
-    q = torch.randn(2, 1, 4, 16, generator=g).transpose(1, 2)  # as the models make it
-    k, v = torch.randn(2, 2, S, 16, generator=g), torch.randn(2, 2, S, 12, generator=g)
+    q = torch.randn(2, 1, 4, 16, generator=g).to(dtype).transpose(1, 2)  # as models make it
+    k = torch.randn(2, 2, S, 16, generator=g).to(dtype)
+    v = torch.randn(2, 2, S, 12, generator=g).to(dtype)
     keep = torch.ones(2, S, dtype=torch.bool)
     keep[0, :3] = False
     want = scaled_dot_product_attention(
@@ -223,7 +225,7 @@ def test_decoding_step_fast_path_is_bitwise_the_general_path(monkeypatch, window
     monkeypatch.setattr(fa_tf, "_sdpa", general)
     got, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, keep[:, None, None, :],
                                      scaling=0.3, sliding_window=window, softcap=4.0)
-    assert got.shape == (2, 1, 4, 12)
+    assert got.shape == (2, 1, 4, 12) and got.dtype == dtype
     assert torch.equal(got, want.transpose(1, 2))
 
 
