@@ -30,6 +30,12 @@ was given ``num_threads``.  The backend trains: with grad mode on and the
 queries, keys, values or ``s_aux`` requiring grad, the call is recorded by
 autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its gradient; there
 is no dropout (an ``attention_dropout`` > 0 in training is refused).
+
+``register`` also lets ``model.generate_batch`` (continuous batching) run
+with the name: see :mod:`fastattn.integrations.transformers_cb` for the
+mechanism and the releases it is installed on.  There the attention function
+reads full-attention layers' paged cache in place with
+:func:`fastattn.torch.attention_paged`.
 """
 
 from __future__ import annotations
@@ -38,13 +44,21 @@ from typing import Any
 
 import torch
 
+from .._api import attention as _attention
 from ..torch import scaled_dot_product_attention as _sdpa
+from . import transformers_cb as _cb
 
 __all__ = ["register", "attention_forward", "attention_mask", "NAME"]
 
 NAME = "fastattn"
 _settings: dict[str, Any] = {"num_threads": None}
 _get_threads = torch.get_num_threads
+_Tensor = torch.Tensor
+_from_numpy = torch.from_numpy
+_is_compiling = torch.compiler.is_compiling
+# the dtypes a decoding step reads as NumPy views directly (bfloat16 takes
+# fastattn.torch's path)
+_DECODE_DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 _is_grad_enabled = torch.is_grad_enabled
 
 
@@ -53,7 +67,9 @@ def register(name: str = NAME, *, num_threads: int | None = None) -> None:
 
     Idempotent: calling it again replaces the entries with the same functions
     (and updates ``num_threads``: None = ``torch.get_num_threads()`` at each
-    call).
+    call).  Also lets ``model.generate_batch`` (continuous batching) run with
+    ``name`` where this transformers allows it
+    (:func:`fastattn.integrations.transformers_cb.install`).
     """
     from transformers import AttentionInterface, AttentionMaskInterface
     if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
@@ -62,11 +78,22 @@ def register(name: str = NAME, *, num_threads: int | None = None) -> None:
     _settings["num_threads"] = num_threads
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, attention_mask)
+    _cb.install(name)
 
 
 # ---------------------------------------------------------------------------
 # the mask function
 # ---------------------------------------------------------------------------
+
+_mu: list[Any] = []  # transformers.masking_utils, once imported
+
+
+def _masking_utils():
+    if not _mu:
+        from transformers import masking_utils
+        _mu.append(masking_utils)
+    return _mu[0]
+
 
 def _padding(attention_mask, batch_size: int, kv_length: int, kv_offset: int):
     """The (batch, S) bool padding of the keys (True = attend), None if none."""
@@ -109,13 +136,19 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
                    local_size: int | None = None, **kwargs):
     """The mask interface's function: None or the (batch, 1, 1, S) bool padding
     when fastattn computes the pattern natively, else the full float mask."""
-    from transformers import masking_utils as mu
+    mu = _masking_utils()
     if mask_function is None:
         mask_function = mu.causal_mask_function
-    tracing = torch.compiler.is_compiling() or (
+    tracing = _is_compiling() or (
         attention_mask is not None and type(attention_mask) is not torch.Tensor)
-    if not tracing and _native_pattern(mask_function, batch_size, q_length, kv_length,
-                                       q_offset, kv_offset, local_size):
+    if mask_function is mu.causal_mask_function and local_size is None:
+        # plain causal: native whenever the queries are the last keys
+        native = (isinstance(q_offset, int) and isinstance(kv_offset, int)
+                  and q_offset + q_length == kv_offset + kv_length)
+    else:
+        native = not tracing and _native_pattern(mask_function, batch_size, q_length,
+                                                 kv_length, q_offset, kv_offset, local_size)
+    if native and not tracing:
         pad = _padding(attention_mask, batch_size, kv_length, kv_offset)
         return None if pad is None else pad[:, None, None, :]
     full = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
@@ -141,6 +174,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """The attention interface's function: query (B, H, L, E), key and value
     (B, Hkv, S, E|Ev) -> ((B, L, H, Ev) output, None)."""
     B, H, L, _ = query.shape
+    if L == 1 and s_aux is None and position_bias is None and not dropout:
+        out = _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,
+                             sliding_window, softcap, kwargs)
+        if out is not None:
+            return out, None
     S = key.shape[-2]
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     mask = pad = window = None
@@ -157,6 +195,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise ValueError("attn_implementation='fastattn' does not return attention weights; "
                          "use 'eager' with output_attentions=True")
     nt = _settings["num_threads"] or _get_threads()
+    if "cu_seq_lens_q" in kwargs and _cb.is_batching_call(kwargs):
+        return _cb.batching_attention(query, key, value, kwargs, causal=causal, scale=scaling,
+                                      window=window, softcap=softcap, sinks=s_aux,
+                                      num_threads=nt), None
     gqa = key.shape[1] != H
     # (a decoding step's grouped heads run as the rows of one problem per
     # key/value head: fastattn's own enable_gqa does that)
@@ -170,6 +212,42 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
           gqa, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
+
+
+def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,
+                   sliding_window, softcap, kwargs):
+    """A decoding step's attention (one query per sequence, no mask array,
+    no sinks or bias, plain CPU tensors of one float dtype, nothing to
+    record for autograd) with no more Python than fastattn.attention's own:
+    the grouped query heads of each key/value head as the rows of one
+    problem, the keys cut to the window; None when the call is not such a
+    step."""
+    if (type(query) is not _Tensor or type(key) is not _Tensor or type(value) is not _Tensor
+            or query.dtype not in _DECODE_DTYPES or key.dtype is not query.dtype
+            or value.dtype is not query.dtype or not (query.is_cpu and key.is_cpu and value.is_cpu)
+            or query.requires_grad or key.requires_grad or value.requires_grad
+            or "cu_seq_lens_q" in kwargs or kwargs.get("output_attentions")
+            or _is_compiling()):
+        return None
+    B, H, _, E = query.shape
+    hk, S = key.shape[1], key.shape[2]
+    if H % hk or (attention_mask is not None and (attention_mask.dtype is not torch.bool
+                                                  or attention_mask.shape[-2] != 1)):
+        return None
+    k, v = key.numpy(), value.numpy()
+    pad = None if attention_mask is None else (~attention_mask[:, 0, 0, :S]).numpy()
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    # the one query sits at the last position: causal or not it sees every
+    # key, and with a window of W (counting itself) the last W
+    if causal and sliding_window is not None and S > sliding_window:
+        lo = S - sliding_window
+        k, v = k[:, :, lo:], v[:, :, lo:]
+        pad = None if pad is None else pad[:, lo:]
+    # the (B, hk, g, Ev) result is the (B, 1, H, Ev) output's memory
+    res = _attention(query.numpy().reshape(B, hk, H // hk, E), k, v, None, False, scaling,
+                     key_padding_mask=pad, softcap=softcap,
+                     num_threads=_settings["num_threads"] or _get_threads())
+    return _from_numpy(res).reshape(B, 1, H, v.shape[-1])
 
 
 def _training(*tensors) -> bool:

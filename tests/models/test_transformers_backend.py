@@ -203,3 +203,42 @@ def test_attention_function_decoding_with_window_padding_and_groups(L, window):
     want = torch.softmax(scores.masked_fill(~vis, float("-inf")), -1) @ vv
     assert got.shape == (2, L, 4, 16)
     torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("window", [None, 5, 40])
+def test_decoding_step_fast_path_is_bitwise_the_general_path(monkeypatch, window, dtype):
+    from fastattn.torch import scaled_dot_product_attention
+    g = torch.Generator().manual_seed(4)
+    S = 20
+    q = torch.randn(2, 1, 4, 16, generator=g).to(dtype).transpose(1, 2)  # as models make it
+    k = torch.randn(2, 2, S, 16, generator=g).to(dtype)
+    v = torch.randn(2, 2, S, 12, generator=g).to(dtype)
+    keep = torch.ones(2, S, dtype=torch.bool)
+    keep[0, :3] = False
+    want = scaled_dot_product_attention(
+        q, k, v, None, 0.0, "lower_right", 0.3, True, key_padding_mask=~keep,
+        window=None if window is None else (window - 1, 0), softcap=4.0)
+
+    def general(*args, **kwargs):
+        raise AssertionError("the decoding step took the general path")
+    monkeypatch.setattr(fa_tf, "_sdpa", general)
+    got, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, keep[:, None, None, :],
+                                     scaling=0.3, sliding_window=window, softcap=4.0)
+    assert got.shape == (2, 1, 4, 12) and got.dtype == dtype
+    assert torch.equal(got, want.transpose(1, 2))
+
+
+def test_decoding_step_with_grad_or_sinks_takes_the_general_path():
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 1, 8, generator=g, requires_grad=True)
+    k, v = torch.randn(1, 2, 9, 8, generator=g), torch.randn(1, 2, 9, 8, generator=g)
+    sinks = torch.zeros(4, requires_grad=True)
+    out, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, None, s_aux=sinks)
+    out.sum().backward()
+    assert q.grad is not None and sinks.grad is not None
+    with torch.no_grad():  # a leaf requiring grad, read under no_grad
+        again, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, None, s_aux=sinks)
+        plain, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, None)
+    assert torch.equal(again, out.detach())
+    assert plain.shape == (1, 1, 4, 8)

@@ -1,0 +1,132 @@
+"""``model.generate_batch`` (transformers' continuous batching) with
+attn_implementation="fastattn": greedy tokens equal to sdpa's (paged|eager's
+for Gemma 2, which has no sdpa path) for tiny random Llama, Qwen2 (one
+sliding layer), Mistral (sliding window shorter than the prompts) and Gemma 2
+(softcap + window), with prefill chunks mixed with decodes in one step, and
+the paged cache read in place by fastattn.attention_paged."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
+transformers = pytest.importorskip("transformers", reason="continuous batching needs "
+                                   "transformers (pip install 'fastattn[torch]')")
+
+from fastattn.integrations import transformers as fa_tf  # noqa: E402
+from fastattn.integrations import transformers_cb  # noqa: E402
+
+fa_tf.register()
+if not transformers_cb.install(fa_tf.NAME):
+    pytest.skip(f"this transformers ({transformers.__version__}) has no continuous batching of "
+                f"the form fastattn's glue is written for", allow_module_level=True)
+
+COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+WINDOW = 8  # shorter than the prompts
+PAGE = 16
+# a prompt shorter than a page, one of exactly two pages, longer ones, and a
+# repeat (whose full blocks transformers may share with the first)
+LENGTHS = (5, 40, 32, 70, 40)
+NEW = 8
+
+
+def _model(name):
+    t = transformers
+    if name == "llama":
+        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
+    elif name == "mistral":
+        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
+    elif name == "qwen2":
+        cfg = t.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=WINDOW,
+                            max_window_layers=1)
+        cls = t.Qwen2ForCausalLM
+    else:
+        cfg = t.Gemma2Config(**COMMON, head_dim=16, sliding_window=WINDOW,
+                             attn_logit_softcapping=5.0, query_pre_attn_scalar=16)
+        cls = t.Gemma2ForCausalLM
+    torch.manual_seed(0)
+    return cls(cfg).eval()
+
+
+def _prompts():
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, COMMON["vocab_size"], (n,), generator=g).tolist()
+               for n in LENGTHS[:-1]]
+    return prompts + [list(prompts[1])]
+
+
+def _generate_batch(model, impl):
+    """Greedy tokens per request; steps of at most 32 tokens, so the long
+    prompts are prefilled in chunks next to the others' decoding steps."""
+    model.set_attn_implementation(impl)
+    gen = transformers.GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=-1,
+                                        pad_token_id=0)
+    batching = transformers.ContinuousBatchingConfig(page_size=PAGE, num_blocks=64,
+                                                     max_batch_tokens=32)
+    out = model.generate_batch(_prompts(), generation_config=gen,
+                               continuous_batching_config=batching, warmup=False)
+    return [out[k].generated_tokens for k in sorted(out)]
+
+
+class _Calls:
+    """Counts the calls of a function of transformers_cb and keeps each one's
+    query lengths."""
+
+    def __init__(self, monkeypatch, attr, cu_arg):
+        self.query_lengths = []
+        fn = getattr(transformers_cb, attr)
+
+        def counted(*args, **kwargs):
+            cu = kwargs.get("cu_seqlens_q") if cu_arg is None else args[cu_arg]
+            cu = [int(x) for x in cu]
+            self.query_lengths.append([b - a for a, b in zip(cu, cu[1:])])
+            return fn(*args, **kwargs)
+        monkeypatch.setattr(transformers_cb, attr, counted)
+
+    def mixed(self) -> bool:
+        """Whether one call had a decoding step and a prefill chunk."""
+        return any(1 in n and max(n) > 1 for n in self.query_lengths)
+
+
+@pytest.mark.parametrize("name, reference, paged", [
+    ("llama", "sdpa", True), ("qwen2", "sdpa", True), ("mistral", "sdpa", False),
+    ("gemma2", "paged|eager", True)])
+def test_generate_batch_greedy_tokens_match_with_prefill_chunks_mixed_with_decodes(
+        monkeypatch, name, reference, paged):
+    model = _model(name)
+    pages = _Calls(monkeypatch, "_attention_paged", None)
+    packed = _Calls(monkeypatch, "_attention_varlen", 3)
+    got = _generate_batch(model, "fastattn")
+    assert len(got) == len(LENGTHS) and all(len(t) == NEW for t in got)
+    # full-attention layers read the cache's pages; sliding ones (ring
+    # buffers) the gathered window
+    assert bool(pages.query_lengths) == paged
+    assert pages.mixed() or packed.mixed()
+    if name != "llama":
+        assert packed.query_lengths
+    n_pages, n_packed = len(pages.query_lengths), len(packed.query_lengths)
+    assert _generate_batch(model, reference) == got
+    # the reference implementation ran without fastattn
+    assert (len(pages.query_lengths), len(packed.query_lengths)) == (n_pages, n_packed)
+
+
+def test_register_again_wraps_the_cache_once():
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+    update = PagedAttentionCache.update
+    fa_tf.register()
+    assert PagedAttentionCache.update is update
+    assert not getattr(update._fastattn_wrapped, "_fastattn", False)
+
+
+def test_generate_batch_still_refuses_an_unregistered_custom_name():
+    model = _model("llama")
+    transformers.AttentionInterface.register("not_fastattn", fa_tf.attention_forward)
+    model.set_attn_implementation("not_fastattn")
+    gen = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1)
+    with pytest.raises(ValueError, match="not supported for continuous batching"):
+        model.generate_batch([[5, 6, 7]], generation_config=gen, warmup=False)
+
+
+def test_examples_of_the_glue_run_as_written():
+    import doctest
+    result = doctest.testmod(transformers_cb, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
