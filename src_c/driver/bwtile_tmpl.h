@@ -4,7 +4,7 @@
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T and
  * dS.  Part of backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) ->
  * bw_scores_f32, bw_scores_f64; likewise bw_ds_row, bw_tile, bw_transpose,
- * bw_pv. */
+ * bw_pv, bw_pvt. */
 
 /* Packed operands of one pair and the tiles it fills (all ld FA_KC). */
 typedef struct FN(bw_pair) {
@@ -97,4 +97,19 @@ static void FN(bw_pv)(const KT *K, int bad, int64_t ni, int64_t nk, int64_t ncol
         FN(pv_careful)(K, ni, nk, ncols, p, ldp, vp, o, ldo);
     else
         K->pv(ni, nk, ncols, p, ldp, vp, FA_KC * K->nr, o, ldo);
+}
+
+/* o[nk x ncols] += x^T . vp for the pair's tile x (P or dS, nq rows by nk
+ * keys, ld FA_KC) and the query block's rows packed as values vp: the
+ * table's pvt reads x as it lies; where vp holds NaN/Inf (bad), x^T is
+ * written to xt (ld ldt) for bw_pv's careful kernel.  Bitwise the same. */
+static void FN(bw_pvt)(const KT *K, int bad, int64_t nk, int64_t nq, int64_t ncols, const FA_T *x,
+                       const FA_T *vp, FA_T *o, int64_t ldo, FA_T *xt, int64_t ldt)
+{
+    if (bad) {
+        FN(bw_transpose)(x, nq, nk, xt, ldt);
+        FN(bw_pv)(K, 1, nk, nq, ncols, xt, ldt, vp, o, ldo);
+    } else {
+        K->pvt(nk, nq, ncols, x, FA_KC, vp, FA_KC * K->nr, o, ldo);
+    }
 }
