@@ -141,13 +141,14 @@ static void FN(bw_views)(FN(bw_plan) *pl)
  * per query block for dQ and per key block for dK/dV, S and dP computed in
  * both: seven products)?  By the shape alone, never the thread count: with
  * at least FA_BW_FUSED_MIN_ITEMS batch indices there are enough items to
- * share among the threads, and up to FA_BW_FUSED_MAX_KEYS keys an item's
- * packed keys and dK/dV fit its thread's scratch.  Both give bitwise the
- * same gradients (the same pairs, each element summed in the same order),
- * so the rule affects speed and memory only. */
-static int FN(bw_fuses)(int64_t nbatch, int64_t S)
+ * share among the threads, and within FA_BW_FUSED_MAX_BYTES an item's
+ * packed keys and dK/dV stay a bounded scratch per thread.  Both give
+ * bitwise the same gradients (the same pairs, each element summed in the
+ * same order), so the rule affects speed and memory only. */
+static int FN(bw_fuses)(int64_t nbatch, const fa_attention_args *a)
 {
-    return nbatch >= FA_BW_FUSED_MIN_ITEMS && S <= FA_BW_FUSED_MAX_KEYS;
+    const double bytes = (double)a->S * (double)(3 * a->E + 2 * a->Ev) * (double)sizeof(FA_T);
+    return nbatch >= FA_BW_FUSED_MIN_ITEMS && bytes <= FA_BW_FUSED_MAX_BYTES;
 }
 
 /* The plan; 0 if there is nothing to compute. */
@@ -166,7 +167,7 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->nqb = fa_div_up(a->L, pl->bqp);
     pl->nkb = fa_div_up(a->S, FA_KC);
     pl->lim = fa_limits_of(a);
-    pl->fused = FN(bw_fuses)(pl->nbatch, a->S);
+    pl->fused = FN(bw_fuses)(pl->nbatch, a);
     pl->nkp = pl->fused ? pl->nkb : 1;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);

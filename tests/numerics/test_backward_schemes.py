@@ -2,8 +2,9 @@
 
 The C backward runs one fused work item per batch index (every product of a
 query block x key block pair computed once) when there are at least 4
-batch indices and at most 8192 keys (``FA_BW_FUSED_MIN_ITEMS``,
-``FA_BW_FUSED_MAX_KEYS`` in ``src_c/kernels/blocking.h``), else two passes
+batch indices and its keys take at most 16 MiB, ``S (3E + 2Ev)`` elements
+(``FA_BW_FUSED_MIN_ITEMS``, ``FA_BW_FUSED_MAX_BYTES`` in
+``src_c/kernels/blocking.h``), else two passes
 (per key block for dK/dV, per query block for dQ).  Both sum every gradient
 element over the same pairs in the same order, so a batch index's gradients
 are bitwise the same whichever scheme its call selects: a head computed
@@ -22,7 +23,7 @@ from fastattn import reference
 from test_backward import _bound
 
 FUSED_MIN_ITEMS = 4
-FUSED_MAX_KEYS = 8192
+FUSED_MAX_BYTES = 16 * 2 ** 20
 
 CASES = {
     "plain": {},
@@ -107,8 +108,9 @@ def test_nan_and_inf_in_hidden_values_in_both_schemes(isa, dtype):
 
 
 def test_more_keys_than_the_fused_pass_takes_runs_two_passes(isa):
-    q, k, v, d_o = _inputs(np.float32, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 5, FUSED_MAX_KEYS + 3,
-                           4, 3, seed=4)
+    E = Ev = 64
+    S = FUSED_MAX_BYTES // (4 * (3 * E + 2 * Ev)) + 3          # float32: just past the bound
+    q, k, v, d_o = _inputs(np.float32, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 5, S, E, Ev, seed=4)
     got = _run(q, k, v, d_o, 1, is_causal="lower_right")
     _same_bits(got, _run(q, k, v, d_o, 2, is_causal="lower_right"))
     _check_reference(got, q, k, v, d_o, is_causal="lower_right")
