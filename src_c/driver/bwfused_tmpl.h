@@ -59,6 +59,7 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
         t = FN(bw_pair_of)(pl, x, qb, kb);
         if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk) || kbad[kb] < 0) continue;
         FN(bw_fused_at)(pl, &t, kb);
+        FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, off, go, &t);
         const FA_T *kv = x + pl->lay.kv + kb * pl->ldE * FA_KC;
         FN(bw_pv)(K, kbad[kb], t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, dq, pl->ldE);

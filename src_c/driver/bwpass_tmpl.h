@@ -61,6 +61,20 @@ static void FN(bw_key_blocks)(const FN(bw_plan) *pl, const FN(bw_pair) *t, int64
     *k1 = hi > lo ? fa_div_up(hi, FA_KC) : *k0;
 }
 
+/* The pair t cut to the keys its last row sees (causal, the window's right
+ * edge): past them every P and dS is 0, so a diagonal pair's products stop
+ * there.  Called on the pair after its keys were packed whole, so that
+ * both schemes see the same packed blocks (and NaN/Inf flags). */
+static void FN(bw_trim)(const FN(bw_plan) *pl, FN(bw_pair) *t)
+{
+    int64_t lo, hi;
+    fa_limits_keys(&pl->lim, t->i0, t->nq, pl->b->fwd.S, &lo, &hi);
+    if (hi - t->kb > 0 && hi - t->kb < t->nk) {
+        t->nk = hi - t->kb;
+        t->ncols = fa_round_up(t->nk, pl->K->nr);
+    }
+}
+
 /* Check item (batch, query block): flags it if a row whose lse is -inf
  * sees a key (a visible score, NaN included). */
 static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
@@ -158,6 +172,7 @@ static void FN(bw_dq_item)(void *ctx, int64_t it, int tid)
         if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk) || FN(bw_all_pad)(a, &off, &t))
             continue;
         const int bad = FN(bw_keys)(pl, &off, &t, kv);
+        FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, &off, &go, &t);
         FN(bw_pv)(pl->K, bad, t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, acc, pl->ldE);
     }
@@ -190,9 +205,11 @@ static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
             const int bad_q = FN(pack_v)(&pl->as_qv, K, off.q, t.i0, t.nq, pl->ldE, K->nr, qv);
             const int bad_do =
                 FN(pack_v)(&pl->as_dov, K, go.dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
-            FN(bw_tile)(pl, &off, &go, &t);
-            FN(bw_pvt)(K, bad_do, t.nk, t.nq, pl->ldEv, t.s, dov, dv, pl->ldEv, pt, pl->bqp);
-            FN(bw_pvt)(K, bad_q, t.nk, t.nq, pl->ldE, t.dp, qv, dk, pl->ldE, pt, pl->bqp);
+            FN(bw_pair) u = t; /* t keeps the whole block, to store it */
+            FN(bw_trim)(pl, &u);
+            FN(bw_tile)(pl, &off, &go, &u);
+            FN(bw_pvt)(K, bad_do, u.nk, u.nq, pl->ldEv, u.s, dov, dv, pl->ldEv, pt, pl->bqp);
+            FN(bw_pvt)(K, bad_q, u.nk, u.nq, pl->ldE, u.dp, qv, dk, pl->ldE, pt, pl->bqp);
         }
     }
     FN(bw_store)(&pl->b->dk, go.dk, t.kb, t.nk, a->E, dk, pl->ldE, (FA_T)a->scale);
