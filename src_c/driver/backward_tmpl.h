@@ -1,15 +1,21 @@
 /* backward_tmpl.h -- the backward pass, written once over the element type:
  * included twice by backward.c with FA_SFX (f32, f64) defined.  Every
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
- * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_make,
- * bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item.
+ * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_fuses,
+ * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
+ * bw_fused_item.
  *
- * FlashAttention-2's order, with no atomics: the dK/dV work items are
- * (batch index, key block), each owning its dK, dV rows and looping over
- * the query blocks in order; the dQ items are (batch index, query block),
- * each owning its dQ rows and looping over the key blocks in order.  So
- * every gradient element is summed in one fixed order, whichever thread
- * runs it.  First the rows whose lse is -inf are checked to see no key
+ * FlashAttention-2's order, with no atomics, in one of two schemes chosen
+ * by the shape (bw_fuses).  Fused: a work item is one batch index, owning
+ * its dK, dV (float accumulators in its thread's scratch) and looping over
+ * its query blocks in order, each a float dQ tile summed over the key
+ * blocks in order; each (query block, key block) pair computes S, dP, dQ,
+ * dV and dK once: five products.  Two passes, for few batch indices: the
+ * dK/dV items are (batch index, key block), looping over the query blocks
+ * in order; the dQ items are (batch index, query block), looping over the
+ * key blocks in order, so S and dP are computed twice.  Either way every
+ * gradient element is summed in one fixed order, the same in both schemes
+ * and whichever thread runs it.  First the rows whose lse is -inf are checked to see no key
  * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
  * D_i - g_i (a scratch of L per batch index) and its sink's gradient. */
 #define FN(name) FA_CAT(name, FA_SFX)
@@ -26,10 +32,13 @@
 static inline void FN(bw_no_row_finish)(void) { (void)FN(row_finish); }
 
 /* One thread's scratch (element offsets into its buffer, each piece 64-byte
- * aligned): packed Q, dO (as rows and as values), K, V (as keys), K as
- * values; the pair's tiles; P^T, dS^T; the two accumulators. */
+ * aligned): packed Q, dO (as rows and as values); K, V (as keys) and K as
+ * values, one key block each, or in the fused pass every key block of the
+ * item (nkp of them, at a stride of one block); the pair's tiles; a
+ * transposed tile (P^T or dS^T, where the values hold NaN/Inf); dK or dQ,
+ * dV (nkp key blocks); the fused pass's dQ of one query block. */
 typedef struct FN(bw_layout) {
-    int64_t qp, dop, qv, dov, kp, vkp, kv, s, dp, f, pt, dst, acc1, acc2, total;
+    int64_t qp, dop, qv, dov, kp, vkp, kv, s, dp, f, pt, acc1, acc2, dq, total;
 } FN(bw_layout);
 
 /* Everything a work item reads, shared by the threads. */
@@ -44,8 +53,10 @@ typedef struct FN(bw_plan) {
     FN(bw_layout) lay;
     FA_T **bufs;
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
-    int nt;
+    int64_t nkp;               /* key blocks packed at once: nkb fused, else 1 */
+    int nt, fused;             /* fused: one pass per batch index (bwfused_tmpl.h) */
     int *flags;                /* per check item: a -inf lse on a row that sees a key */
+    int *kbad;                 /* fused: per thread and key block, bw_keys' flag */
     FA_T *delta;               /* [nbatch x L]: D_i - g_i */
 } FN(bw_plan);
 
@@ -82,22 +93,23 @@ static int64_t FN(bw_piece)(int64_t *at, int64_t n)
 static void FN(bw_layout_of)(FN(bw_plan) *pl)
 {
     const int64_t E = pl->b->fwd.E, Ev = pl->b->fwd.Ev, bq = pl->bqp, kc = FA_KC;
+    const int64_t nkp = pl->nkp;
     FN(bw_layout) *y = &pl->lay;
     int64_t at = 0;
     y->qp = FN(bw_piece)(&at, bq * E);
     y->dop = FN(bw_piece)(&at, bq * Ev);
     y->qv = FN(bw_piece)(&at, pl->ldE * kc);
     y->dov = FN(bw_piece)(&at, pl->ldEv * kc);
-    y->kp = FN(bw_piece)(&at, kc * E);
-    y->vkp = FN(bw_piece)(&at, kc * Ev);
-    y->kv = FN(bw_piece)(&at, pl->ldE * kc);
+    y->kp = FN(bw_piece)(&at, nkp * kc * E);
+    y->vkp = FN(bw_piece)(&at, nkp * kc * Ev);
+    y->kv = FN(bw_piece)(&at, nkp * pl->ldE * kc);
     y->s = FN(bw_piece)(&at, bq * kc);
     y->dp = FN(bw_piece)(&at, bq * kc);
     y->f = FN(bw_piece)(&at, bq * kc);
     y->pt = FN(bw_piece)(&at, kc * bq);
-    y->dst = FN(bw_piece)(&at, kc * bq);
-    y->acc1 = FN(bw_piece)(&at, kc * pl->ldE); /* dK or dQ (bqp <= FA_KC rows) */
-    y->acc2 = FN(bw_piece)(&at, kc * pl->ldEv);
+    y->acc1 = FN(bw_piece)(&at, nkp * kc * pl->ldE); /* dK or dQ (bqp <= FA_KC rows) */
+    y->acc2 = FN(bw_piece)(&at, nkp * kc * pl->ldEv);
+    y->dq = FN(bw_piece)(&at, pl->fused ? bq * pl->ldE : 0);
     y->total = at + FA_ALIGN / (int64_t)sizeof(FA_T); /* room to align the base */
 }
 
@@ -124,6 +136,21 @@ static void FN(bw_views)(FN(bw_plan) *pl)
     pl->as_vk.E = a->Ev;
 }
 
+/* Does the problem run the fused pass (one work item per batch index, the
+ * five products of a pair in one place) rather than the two passes (items
+ * per query block for dQ and per key block for dK/dV, S and dP computed in
+ * both: seven products)?  By the shape alone, never the thread count: with
+ * at least FA_BW_FUSED_MIN_ITEMS batch indices there are enough items to
+ * share among the threads, and within FA_BW_FUSED_MAX_BYTES an item's
+ * packed keys and dK/dV stay a bounded scratch per thread.  Both give
+ * bitwise the same gradients (the same pairs, each element summed in the
+ * same order), so the rule affects speed and memory only. */
+static int FN(bw_fuses)(int64_t nbatch, const fa_attention_args *a)
+{
+    const double bytes = (double)a->S * (double)(3 * a->E + 2 * a->Ev) * (double)sizeof(FA_T);
+    return nbatch >= FA_BW_FUSED_MIN_ITEMS && bytes <= FA_BW_FUSED_MAX_BYTES;
+}
+
 /* The plan; 0 if there is nothing to compute. */
 static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
 {
@@ -140,10 +167,13 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->nqb = fa_div_up(a->L, pl->bqp);
     pl->nkb = fa_div_up(a->S, FA_KC);
     pl->lim = fa_limits_of(a);
+    pl->fused = FN(bw_fuses)(pl->nbatch, a);
+    pl->nkp = pl->fused ? pl->nkb : 1;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
-    const int64_t most = pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
+    const int64_t most = pl->fused ? pl->nbatch
+                                   : pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     FN(bw_views)(pl);
     FN(bw_layout_of)(pl);
@@ -156,9 +186,11 @@ static void FN(bw_free)(FN(bw_plan) *pl)
         for (int t = 0; t < pl->nt; t++) fa_free(pl->bufs[t]);
     fa_free(pl->bufs);
     fa_free(pl->flags);
+    fa_free(pl->kbad);
     fa_free(pl->delta);
     pl->bufs = NULL;
     pl->flags = NULL;
+    pl->kbad = NULL;
     pl->delta = NULL;
 }
 
@@ -166,8 +198,9 @@ static int FN(bw_alloc)(FN(bw_plan) *pl)
 {
     pl->bufs = (FA_T **)fa_calloc((size_t)pl->nt, sizeof(FA_T *));
     pl->flags = (int *)fa_calloc((size_t)(pl->nbatch * pl->nqb), sizeof(int));
+    pl->kbad = (int *)fa_calloc((size_t)(pl->nt * pl->nkp), sizeof(int));
     pl->delta = (FA_T *)fa_malloc((size_t)(pl->nbatch * pl->b->fwd.L) * sizeof(FA_T));
-    if (!pl->bufs || !pl->flags || !pl->delta) { FN(bw_free)(pl); return FA_ENOMEM; }
+    if (!pl->bufs || !pl->flags || !pl->kbad || !pl->delta) { FN(bw_free)(pl); return FA_ENOMEM; }
     for (int t = 0; t < pl->nt; t++) {
         pl->bufs[t] = (FA_T *)fa_malloc((size_t)pl->lay.total * sizeof(FA_T));
         if (!pl->bufs[t]) { FN(bw_free)(pl); return FA_ENOMEM; }
@@ -184,7 +217,7 @@ static FA_T *FN(bw_base)(const FN(bw_plan) *pl, int tid)
 }
 
 #include "driver/bwtile_tmpl.h" /* one (query block, key block) pair */
-#include "driver/bwpass_tmpl.h" /* the work items of the three passes */
+#include "driver/bwpass_tmpl.h" /* the work items of the passes, the entry point */
 
 #undef FN
 #undef FA_T

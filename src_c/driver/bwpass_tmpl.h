@@ -1,7 +1,8 @@
 /* bwpass_tmpl.h -- the work items of the backward pass and its entry point.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(bw_check_item) ->
  * bw_check_item_f32, bw_check_item_f64; likewise bw_delta_item, bw_dq_item,
- * bw_dkv_item, bw_keys, bw_store, backward. */
+ * bw_dkv_item, bw_keys, bw_store, backward (which runs the two passes' items
+ * or the fused pass's, bwfused_tmpl.h). */
 
 /* The pair t's keys (batch offsets off) packed: K and V as keys; K as
  * values into kv if kv is not NULL (returns 1 if that holds NaN/Inf). */
@@ -58,6 +59,20 @@ static void FN(bw_key_blocks)(const FN(bw_plan) *pl, const FN(bw_pair) *t, int64
     fa_limits_keys(&pl->lim, t->i0, t->nq, pl->b->fwd.S, &lo, &hi);
     *k0 = lo / FA_KC;
     *k1 = hi > lo ? fa_div_up(hi, FA_KC) : *k0;
+}
+
+/* The pair t cut to the keys its last row sees (causal, the window's right
+ * edge): past them every P and dS is 0, so a diagonal pair's products stop
+ * there.  Called on the pair after its keys were packed whole, so that
+ * both schemes see the same packed blocks (and NaN/Inf flags). */
+static void FN(bw_trim)(const FN(bw_plan) *pl, FN(bw_pair) *t)
+{
+    int64_t lo, hi;
+    fa_limits_keys(&pl->lim, t->i0, t->nq, pl->b->fwd.S, &lo, &hi);
+    if (hi - t->kb > 0 && hi - t->kb < t->nk) {
+        t->nk = hi - t->kb;
+        t->ncols = fa_round_up(t->nk, pl->K->nr);
+    }
 }
 
 /* Check item (batch, query block): flags it if a row whose lse is -inf
@@ -157,6 +172,7 @@ static void FN(bw_dq_item)(void *ctx, int64_t it, int tid)
         if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk) || FN(bw_all_pad)(a, &off, &t))
             continue;
         const int bad = FN(bw_keys)(pl, &off, &t, kv);
+        FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, &off, &go, &t);
         FN(bw_pv)(pl->K, bad, t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, acc, pl->ldE);
     }
@@ -173,7 +189,6 @@ static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
     const int64_t b = it / pl->nkb, kb = it % pl->nkb;
     FA_T *x = FN(bw_base)(pl, tid), *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
     FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
-    FA_T *dst = x + pl->lay.dst;
     fa_offsets off;
     FN(bw_offsets) go;
     fa_batch_offsets(a, b, &off);
@@ -190,16 +205,18 @@ static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
             const int bad_q = FN(pack_v)(&pl->as_qv, K, off.q, t.i0, t.nq, pl->ldE, K->nr, qv);
             const int bad_do =
                 FN(pack_v)(&pl->as_dov, K, go.dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
-            FN(bw_tile)(pl, &off, &go, &t);
-            FN(bw_transpose)(t.s, t.nq, t.nk, pt, pl->bqp);
-            FN(bw_transpose)(t.dp, t.nq, t.nk, dst, pl->bqp);
-            FN(bw_pv)(K, bad_do, t.nk, t.nq, pl->ldEv, pt, pl->bqp, dov, dv, pl->ldEv);
-            FN(bw_pv)(K, bad_q, t.nk, t.nq, pl->ldE, dst, pl->bqp, qv, dk, pl->ldE);
+            FN(bw_pair) u = t; /* t keeps the whole block, to store it */
+            FN(bw_trim)(pl, &u);
+            FN(bw_tile)(pl, &off, &go, &u);
+            FN(bw_pvt)(K, bad_do, u.nk, u.nq, pl->ldEv, u.s, dov, dv, pl->ldEv, pt, pl->bqp);
+            FN(bw_pvt)(K, bad_q, u.nk, u.nq, pl->ldE, u.dp, qv, dk, pl->ldE, pt, pl->bqp);
         }
     }
     FN(bw_store)(&pl->b->dk, go.dk, t.kb, t.nk, a->E, dk, pl->ldE, (FA_T)a->scale);
     FN(bw_store)(&pl->b->dv, go.dv, t.kb, t.nk, a->Ev, dv, pl->ldEv, 1);
 }
+
+#include "driver/bwfused_tmpl.h" /* the fused pass's work item */
 
 /* The backward call: FA_OK, FA_ENOMEM or FA_ELSE (nothing written). */
 static int FN(backward)(const fa_backward_args *g)
@@ -214,8 +231,12 @@ static int FN(backward)(const fa_backward_args *g)
     for (int64_t i = 0; i < nq_items; i++) bad |= pl.flags[i];
     if (!bad) {
         fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, FN(bw_delta_item), &pl);
-        fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, nq_items, FN(bw_dq_item), &pl);
-        fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * pl.nkb, FN(bw_dkv_item), &pl);
+        if (pl.fused) {
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch, FN(bw_fused_item), &pl);
+        } else {
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, nq_items, FN(bw_dq_item), &pl);
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * pl.nkb, FN(bw_dkv_item), &pl);
+        }
     }
     FN(bw_free)(&pl);
     return bad ? FA_ELSE : FA_OK;

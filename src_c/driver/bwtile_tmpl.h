@@ -4,7 +4,7 @@
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T and
  * dS.  Part of backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) ->
  * bw_scores_f32, bw_scores_f64; likewise bw_ds_row, bw_tile, bw_transpose,
- * bw_pv. */
+ * bw_pv, bw_pvt. */
 
 /* Packed operands of one pair and the tiles it fills (all ld FA_KC). */
 typedef struct FN(bw_pair) {
@@ -39,21 +39,30 @@ static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN
 }
 
 /* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is.
- * The select is needed only where a hidden P of 0 can meet a NaN or Inf:
- * with a soft cap (f of a NaN score), a non-finite d, or a non-finite dP
- * (a hidden value's NaN or Inf, or an overflow); elsewhere 0 * finite is 0
- * and the plain form, which the compiler vectorises, is used. */
+ * Without a soft cap, the plain product (which the compiler vectorises) in
+ * one pass that also notes a NaN or Inf result; only then can a hidden P of
+ * 0 have met a NaN or Inf (a hidden value's, an overflow, a non-finite d),
+ * and those positions are set back to 0: the plain product is the careful
+ * one wherever P is not 0.  With a soft cap, f is -inf where the score is
+ * hidden, so the select is made throughout. */
 static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
                           int64_t n, FA_T d)
 {
-    const int careful = f || !(d - d == 0) || FN(any_nonfinite)(ds, n);
     if (f) {
         for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
-    } else if (careful) {
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) : 0;
-    } else {
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - d);
+        return;
     }
+    const FA_UINT(FA_SFX) expo = FA_EXP_MASK(FA_SFX);
+    FA_UINT(FA_SFX) bad = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const FA_T r = p[j] * (ds[j] - d);
+        FA_UINT(FA_SFX) u;
+        memcpy(&u, &r, sizeof u);
+        bad |= (FA_UINT(FA_SFX))((u & expo) == expo);
+        ds[j] = r;
+    }
+    if (bad)
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
 }
 
 /* The pair's P (in s) and dS (in dp), zero outside rows < nq, keys < nk:
@@ -97,4 +106,19 @@ static void FN(bw_pv)(const KT *K, int bad, int64_t ni, int64_t nk, int64_t ncol
         FN(pv_careful)(K, ni, nk, ncols, p, ldp, vp, o, ldo);
     else
         K->pv(ni, nk, ncols, p, ldp, vp, FA_KC * K->nr, o, ldo);
+}
+
+/* o[nk x ncols] += x^T . vp for the pair's tile x (P or dS, nq rows by nk
+ * keys, ld FA_KC) and the query block's rows packed as values vp: the
+ * table's pvt reads x as it lies; where vp holds NaN/Inf (bad), x^T is
+ * written to xt (ld ldt) for bw_pv's careful kernel.  Bitwise the same. */
+static void FN(bw_pvt)(const KT *K, int bad, int64_t nk, int64_t nq, int64_t ncols, const FA_T *x,
+                       const FA_T *vp, FA_T *o, int64_t ldo, FA_T *xt, int64_t ldt)
+{
+    if (bad) {
+        FN(bw_transpose)(x, nq, nk, xt, ldt);
+        FN(bw_pv)(K, 1, nk, nq, ncols, xt, ldt, vp, o, ldo);
+    } else {
+        K->pvt(nk, nq, ncols, x, FA_KC, vp, FA_KC * K->nr, o, ldo);
+    }
 }

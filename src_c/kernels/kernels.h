@@ -159,6 +159,12 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     fa_bf16_op_fn native_op16;
     void (*decode_q8)(const struct fa_q8_item *it);
 #endif
+    /* o[rows x ncols] += pt^T . vp: pv with the weights transposed, pt */
+    /* [nkeys x rows] (ld ldp), bitwise pv of the transpose (the backward's */
+    /* dV += P^T dO and dK += dS^T Q from the P and dS tiles as Q.K^T */
+    /* lays them out, queries on rows) */
+    void (*pvt)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *pt, int64_t ldp,
+                const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo);
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

@@ -22,13 +22,13 @@
 typedef char FN(kc_whole_panels)[FA_KC % NR == 0 ? 1 : -1];
 
 /* The register tile of Q.K^T and P.V: c[R x NR] = (zero ? 0 : c) +
- * a[R x K] . b[K x NR], a row-major (ld lda), b rows of NR (ld ldb), c
- * row-major (ld ldc).  With vmax (R x VW), vmax[r] = lane-wise max(vmax[r],
+ * a[R x K] . b[K x NR], a[r][k] at a + r*lda + k*ak, b rows of NR (ld
+ * ldb), c row-major (ld ldc).  With vmax (R x VW), vmax[r] = lane-wise max(vmax[r],
  * row r of c), NaN ignored: the row max comes out of the registers, not a
  * pass over c.  Always inlined with a constant R <= max(MR, PV_MR) and
  * zero, so acc is R x NRV registers. */
 static FA_ALWAYS_INLINE void FN(tile)(int R, int zero, int64_t K, const FA_T *restrict a,
-                                      int64_t lda, const FA_T *restrict b, int64_t ldb,
+                                      int64_t lda, int64_t ak, const FA_T *restrict b, int64_t ldb,
                                       FA_T *restrict c, int64_t ldc, FA_T *restrict vmax)
 {
     VT acc[MR > PV_MR ? MR : PV_MR][NRV];
@@ -43,7 +43,7 @@ static FA_ALWAYS_INLINE void FN(tile)(int R, int zero, int64_t K, const FA_T *re
         for (int v = 0; v < NRV; v++) bv[v] = V(load)(b + k * ldb + v * VW);
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
-            VT ab = V(set1)(a[r * lda + k]);
+            VT ab = V(set1)(a[r * lda + k * ak]);
 #pragma GCC unroll 4
             for (int v = 0; v < NRV; v++) acc[r][v] = V(fma)(ab, bv[v], acc[r][v]);
         }
@@ -71,27 +71,12 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
     for (int64_t p = 0; p < ncols / NR; p++) {
         const FA_T *panel = kp + p * E * NR;
         for (int64_t i = 0; i < rows; i += MR)
-            FN(tile)(MR, 1, E, qp + i * E, E, panel, NR, s + i * lds + p * NR, lds,
+            FN(tile)(MR, 1, E, qp + i * E, E, 1, panel, NR, s + i * lds + p * NR, lds,
                      vmax ? vmax + i * VW : NULL);
     }
 }
 
-static void FN(pv)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *p, int64_t ldp,
-                   const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo)
-{
-    /* One panel (nkeys x NR, contiguous) at a time: it stays in L1 while every
-     * row group streams its probabilities past it. */
-    for (int64_t c = 0; c < ncols; c += NR) {
-        const FA_T *pan = vp + (c / NR) * pstride;
-        int64_t i = 0;
-        for (; i + PV_MR <= rows; i += PV_MR)
-            FN(tile)(PV_MR, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
-        for (; i + PV_MR / 2 <= rows; i += PV_MR / 2)
-            FN(tile)(PV_MR / 2, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
-        for (; i < rows; i++)
-            FN(tile)(1, 0, nkeys, p + i * ldp, ldp, pan, NR, o + i * ldo + c, ldo, NULL);
-    }
-}
+#include "kernels/pv_tmpl.h" /* pv and pvt (P^T.V of the backward) on the tile above */
 
 /* Few query rows (decoding): no packing.  s[i][j] = q[i] . k[j] for i < rows,
  * j < nkeys; q packed [rows x E], key j at k + j*krs (unit column stride). */
@@ -433,8 +418,9 @@ const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FN(score_row), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
     FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow),
 #if !FA_IS_F64(FA_SFX)
-    FA_F32_ONLY_ENTRIES /* (kernels_isa.c) */
+    FA_F32_ONLY_ENTRIES, /* (kernels_isa.c) */
 #endif
+    FN(pvt),
 };
 #undef FA_HALF_ENTRIES
 

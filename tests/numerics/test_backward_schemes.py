@@ -1,0 +1,128 @@
+"""The backward's two schemes against the reference and against each other.
+
+The C backward runs one fused work item per batch index (every product of a
+query block x key block pair computed once) when there are at least 4
+batch indices and its keys take at most 16 MiB, ``S (3E + 2Ev)`` elements
+(``FA_BW_FUSED_MIN_ITEMS``, ``FA_BW_FUSED_MAX_BYTES`` in
+``src_c/kernels/blocking.h``), else two passes
+(per key block for dK/dV, per query block for dQ).  Both sum every gradient
+element over the same pairs in the same order, so a batch index's gradients
+are bitwise the same whichever scheme its call selects: a head computed
+inside a 4-head call (fused) equals the same head computed alone (two
+passes).  Each scheme is also bitwise the same for 1 and 2 threads.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fastattn
+from fastattn import reference
+
+FUSED_MIN_ITEMS = 4
+FUSED_MAX_BYTES = 16 * 2 ** 20
+
+CASES = {
+    "plain": {},
+    "causal_lower_right": {"is_causal": "lower_right"},
+    "window_softcap": {"window": (40, 3), "softcap": 2.5},
+    "padding": {"key_padding_mask": np.arange(200) % 9 == 4},
+}
+
+
+def _bound(g_ref, dtype, n):
+    """test_backward.py's documented forward-error bound: 1e-12 max|g| in
+    float64, 4 n u32 max|g| in float32, plus 4 u16 max|g| for 16-bit inputs."""
+    m = float(np.max(np.abs(g_ref.astype(np.float64)), initial=0.0)) or 1.0
+    dt = np.dtype(dtype)
+    if dt == np.float64:
+        return 1e-12 * m
+    base = 4 * n * 2.0 ** -24 * m
+    if dt == np.float32:
+        return base
+    return base + 4 * (2.0 ** -11 if dt == np.float16 else 2.0 ** -8) * m
+
+
+def _run(q, k, v, d_o, threads, **opts):
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
+    return fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=threads, **opts)
+
+
+def _check_reference(got, q, k, v, d_o, **opts):
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
+    want = reference.attention_backward(d_o, q, k, v, out, lse, **opts)
+    n = max(q.shape[-2], k.shape[-2]) + q.shape[-1] + v.shape[-1]
+    for name, a, b in zip(("grad_query", "grad_key", "grad_value"), got, want):
+        assert a.dtype == b.dtype, name
+        err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+        assert err <= _bound(b, q.dtype, n), (name, err)
+
+
+def _same_bits(a, b):
+    for x, y in zip(a, b):
+        assert x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def _both_schemes(q, k, v, d_o, heads_alone, kv_heads_alone, **opts):
+    """The fused call over every head, the two-pass call over the first
+    heads_alone query heads (kv_heads_alone key/value heads): each against
+    the reference and bitwise for 1 and 2 threads, and the first heads
+    bitwise the same in both."""
+    fused = _run(q, k, v, d_o, 1, **opts)
+    _same_bits(fused, _run(q, k, v, d_o, 2, **opts))
+    _check_reference(fused, q, k, v, d_o, **opts)
+    sub = (q[:, :heads_alone], k[:, :kv_heads_alone], v[:, :kv_heads_alone],
+           d_o[:, :heads_alone])
+    alone = _run(*sub, 1, **opts)
+    _same_bits(alone, _run(*sub, 2, **opts))
+    _check_reference(alone, *sub, **opts)
+    _same_bits(alone, (fused[0][:, :heads_alone], fused[1][:, :kv_heads_alone],
+                       fused[2][:, :kv_heads_alone]))
+
+
+def _inputs(dtype, nq, nkv, L, S, E, Ev, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, nq, L, E)).astype(dtype)
+    k = rng.standard_normal((1, nkv, S, E)).astype(dtype)
+    v = rng.standard_normal((1, nkv, S, Ev)).astype(dtype)
+    d_o = rng.standard_normal((1, nq, L, Ev)).astype(dtype)
+    return q, k, v, d_o
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_four_heads_and_two_pass_one_head_agree_bitwise(isa, dtype, name):
+    q, k, v, d_o = _inputs(dtype, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 130, 200, 24, 17)
+    _both_schemes(q, k, v, d_o, 1, 1, **CASES[name])
+
+
+def test_fused_gqa_and_two_pass_group_agree_bitwise(isa, dtype):
+    q, k, v, d_o = _inputs(dtype, 8, 4, 70, 150, 16, 16, seed=1)
+    _both_schemes(q, k, v, d_o, 2, 1, enable_gqa=True, is_causal=True, window=(30, None))
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_fused_and_two_pass_agree_bitwise_16_bit(isa, dt):
+    q, k, v, d_o = _inputs(dt, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 90, 140, 32, 32, seed=2)
+    _both_schemes(q, k, v, d_o, 1, 1, is_causal=True, softcap=3.0)
+
+
+def test_nan_and_inf_in_hidden_values_in_both_schemes(isa, dtype):
+    q, k, v, d_o = _inputs(dtype, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 60, 150, 8, 8, seed=3)
+    pad = np.zeros(150, bool)
+    pad[[3, 77]] = True
+    k[..., 3, :], v[..., 77, :], v[..., 149, 0] = np.nan, np.inf, np.nan   # 149: causal future
+    opts = {"key_padding_mask": pad, "is_causal": True}
+    _both_schemes(q, k, v, d_o, 1, 1, **opts)
+    dk, dv = _run(q, k, v, d_o, 1, **opts)[1:]
+    assert np.isfinite(dk).all() and np.isfinite(dv).all()
+
+
+def test_more_keys_than_the_fused_pass_takes_runs_two_passes(isa):
+    E = Ev = 64
+    S = FUSED_MAX_BYTES // (4 * (3 * E + 2 * Ev)) + 3          # float32: just past the bound
+    q, k, v, d_o = _inputs(np.float32, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 5, S, E, Ev, seed=4)
+    got = _run(q, k, v, d_o, 1, is_causal="lower_right")
+    _same_bits(got, _run(q, k, v, d_o, 2, is_causal="lower_right"))
+    _check_reference(got, q, k, v, d_o, is_causal="lower_right")
