@@ -13,9 +13,11 @@
  * length: the tier requires FA_CPU_ARM_SVE256 (runtime/cpu_aarch64.c sets
  * it when this thread's vector length is exactly 256 bits).
  *
- * Register tile: 6 rows x 4 vectors (32 floats, 16 doubles of keys): 24
- * accumulators + 4 key vectors + the broadcast query element (LD1RW); NR =
- * 32 / 16 divides FA_KC (kernels_tmpl.h asserts it).  float16 is widened by
+ * Register tile: 5 rows x 4 vectors (32 floats, 16 doubles of keys): 20
+ * accumulators + 4 key vectors + the 5 broadcast query elements of a k step
+ * (LD1RW; GCC loads them all first) = 29 of the 32 registers; with 6 rows
+ * (34) GCC keeps accumulators on the stack across k steps (bench/arm_mca.sh).
+ * NR = 32 / 16 divides FA_KC (kernels_tmpl.h asserts it).  float16 is widened by
  * FCVT from the low half of each 32-bit lane (LD1H zero-extends into it) and
  * narrowed by FCVT (the FPCR's rounding: nearest even, as Linux leaves it);
  * bfloat16 by shifts and an integer round-to-nearest-even, as neon and x86.
@@ -34,12 +36,12 @@ typedef svfloat32_t vf __attribute__((arm_sve_vector_bits(256)));
 typedef svfloat64_t vd __attribute__((arm_sve_vector_bits(256)));
 #define VF_W 8
 #define VD_W 4
-#define VF_MR 6
+#define VF_MR 5
 #define VF_NRV 4
-#define VD_MR 6
+#define VD_MR 5
 #define VD_NRV 4
-#define VF_PV_MR 6
-#define VD_PV_MR 6
+#define VF_PV_MR 5
+#define VD_PV_MR 5
 #define VF_TB 4
 #define VD_TB 2
 /* In the per-type pass (FA_SFX f32 or f64):
