@@ -59,13 +59,13 @@ step "the wheel installed for the arm64 Python (pip --target)"
 cd "$WORK"
 for pair in generic:neoverse-n1 neon:neoverse-n1 sve:max,sve256=on; do
     isa=${pair%%:*} cpu=${pair#*:}
-    step "qemu -cpu $cpu, FASTATTN_ISA=$isa: smoke test of the installed wheel"
+    step "qemu -cpu $cpu, FASTATTN_ISA=$isa: python -m fastattn info, smoke test of the installed wheel"
     info=$(FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" qemu "$cpu" "$APY" -m fastattn info)
     head -n 3 <<< "$info"
-    grep -q "site-packages\|$WORK/inst" <<< "$info$(FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" \
-        qemu "$cpu" "$APY" -c 'import fastattn; print(fastattn.__file__)')" \
-        || { echo "not the installed wheel's fastattn"; exit 1; }
-    FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" qemu "$cpu" "$APY" "$REPO/.ci/aarch64_smoke.py"
+    grep -q "ISA path in use : $isa " <<< "$info" || { echo "info does not name $isa in use"; exit 1; }
+    FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" qemu "$cpu" "$APY" -c \
+        'import fastattn, sys; assert fastattn.__file__.startswith(sys.argv[1]), fastattn.__file__' "$WORK/inst"
+    FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" qemu "$cpu" "$APY" "$REPO/.ci/aarch64_smoke.py" "$isa"
 done
 if [ -n "${KEEP_WHEELHOUSE:-}" ]; then mkdir -p "$KEEP_WHEELHOUSE" && cp "$REPAIRED" "$KEEP_WHEELHOUSE/"; fi
 step "build_wheel_aarch64.sh: all good ($(basename "$REPAIRED"))"
