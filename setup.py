@@ -26,8 +26,8 @@
   amx.flags and avx512_bf16.flags), and offers the amx and avx512_bf16 paths
   wherever AVX2 runs too.  Slow, and never for a wheel: show_config() says so.
 * FASTATTN_NEON_EMULATION=simde makes the ARM test build on x86-64: the lines
-  of arch aarch64 (neon) are compiled too, with the `simde:` line of their
-  flags file and SIMDe's <simde/arm/neon.h> (0.8.2 or later: Debian's 0.7.4
+  of arch aarch64 that have a `simde:` line in their flags file (neon; not
+  sve: SIMDe implements too little of SVE) are compiled too, with that line and SIMDe's <simde/arm/neon.h> (0.8.2 or later: Debian's 0.7.4
   lacks vdivq, vcvtnq and all bfloat16) from FASTATTN_SIMDE_INCLUDE, else from the
   simde-py package (`pip install simde-py`; its get_include()); with
   FA_NEON_EMULATED defined, runtime/arch.h keeps their table slots and
@@ -227,7 +227,10 @@ class BuildExt(build_ext):
                 inc = ""
         with open(os.path.join(HERE, ISA_LIST)) as f:
             lines = [n for n, a in parse_isa_list(f.read()) if a == "aarch64"]
-        isas = [(n, read_flags(n).get("simde", []) + ["-I" + inc]) for n in lines]
+        # the lines with a `simde:` flags line (sve has none: SIMDe lacks most
+        # of SVE; kernels.h makes a left-out table NULL)
+        lines = [n for n in lines if "simde" in read_flags(n)]
+        isas = [(n, read_flags(n)["simde"] + ["-I" + inc]) for n in lines]
         code = ("#define SIMDE_ENABLE_NATIVE_ALIASES\n#include <simde/arm/neon.h>\n"
                 "float32x4_t f(float32x4_t a)"
                 "{return vfmaq_f32(vdivq_f32(a, a), vnegq_f32(a), vrndnq_f32(a));}\n"

@@ -58,10 +58,20 @@ struct fa_q8_item; /* kernels/decode_q8.h */
 #undef FA_KERNELS_TABLE
 
 /* fa_kernels_f32_<name>, fa_kernels_f64_<name> for every ISA of the list
- * (defined by kernels_isa.c where the ISA is built for the target) */
+ * (defined by kernels_isa.c where the ISA is built for the target).  In the
+ * SIMDe test build of the aarch64 lines (FA_NEON_EMULATED) only those with
+ * a `simde:` flags line are compiled: theirs are weak there, so a table
+ * left out is NULL (not built) in runtime/dispatch.c. */
+#if defined(FA_NEON_EMULATED)
+#define FA_WEAK_aarch64 __attribute__((weak))
+#else
+#define FA_WEAK_aarch64
+#endif
+#define FA_WEAK_any
+#define FA_WEAK_x86
 #define FA_ISA(name, NAME, arch, required)                                          \
-    extern const fa_kernels_f32 fa_kernels_f32_##name;                               \
-    extern const fa_kernels_f64 fa_kernels_f64_##name;
+    extern FA_WEAK_##arch const fa_kernels_f32 fa_kernels_f32_##name;                \
+    extern FA_WEAK_##arch const fa_kernels_f64 fa_kernels_f64_##name;
 #include "runtime/isa_list.h"
 #undef FA_ISA
 

@@ -49,6 +49,7 @@
 #define FA_CPU_ARM_SVE_BF16 (1ULL << 39)  /* the bfloat16 instructions on SVE */
 #define FA_CPU_ARM_SVE_I8MM (1ULL << 40)
 #define FA_CPU_ARM_SME (1ULL << 41)
+#define FA_CPU_ARM_SVE256 (1ULL << 42)   /* SVE, this thread's vector length exactly 256 bits */
 
 /* The bits above this CPU and OS have, of the target's architecture. */
 unsigned long long fa_cpu_features(void);

@@ -66,6 +66,18 @@ static unsigned long hwcap_word(int word)
 #endif
 }
 
+/* this thread's SVE vector length in bytes (threads made later inherit it),
+ * 0 where the OS does not say; only asked when the CPU has SVE */
+static int sve_vl_bytes(void)
+{
+#if defined(__linux__)
+    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+    return vl < 0 ? 0 : (vl & FA_PR_SVE_VL_LEN_MASK);
+#else
+    return 0;
+#endif
+}
+
 unsigned long long fa_cpu_features(void)
 {
     const unsigned long words[2] = {hwcap_word(0), hwcap_word(1)};
@@ -76,19 +88,13 @@ unsigned long long fa_cpu_features(void)
         else
             missing |= g_hwcap[i].feature;
     }
-    return baseline_features() | (have & ~missing);
+    have = baseline_features() | (have & ~missing);
+    /* the sve tier's code is for one vector length (simd/simd_sve.h) */
+    if ((have & FA_CPU_ARM_SVE) && sve_vl_bytes() == 32) have |= FA_CPU_ARM_SVE256;
+    return have;
 }
 
-int fa_cpu_sve_bytes(void)
-{
-    if (!(fa_cpu_features() & FA_CPU_ARM_SVE)) return 0;
-#if defined(__linux__)
-    const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
-    return vl < 0 ? 0 : (vl & FA_PR_SVE_VL_LEN_MASK);
-#else
-    return 0;
-#endif
-}
+int fa_cpu_sve_bytes(void) { return (fa_cpu_features() & FA_CPU_ARM_SVE) ? sve_vl_bytes() : 0; }
 
 #elif defined(__APPLE__)
 #include <sys/sysctl.h>

@@ -4,9 +4,11 @@
  * element type (FA_SFX f32, f64) for the operations: V(op) -> vf_op, vd_op
  * on the intrinsics NQ(op) -> vopq_f32, vopq_f64 (vaddq_f32, vfmaq_f64 ...).
  *
- * Register tile: 6 rows x 4 vectors (16 floats, 8 doubles of keys): 24
- * accumulators + 4 key vectors + 1 broadcast query element = 29 of the 32
- * registers; NR = 16 / 8 divides FA_KC (kernels_tmpl.h asserts it).
+ * Register tile: 5 rows x 4 vectors (16 floats, 8 doubles of keys): 20
+ * accumulators + 4 key vectors + the 5 query elements of a k step (GCC loads
+ * them all first, for FMLA by element) = 29 of the 32 registers; with 6 rows
+ * (34) GCC keeps accumulators on the stack across k steps (bench/arm_mca.sh).
+ * NR = 16 / 8 divides FA_KC (kernels_tmpl.h asserts it).
  * float16 is widened by FCVTL (vcvt_f32_f16) and narrowed by FCVTN (the
  * FPCR's rounding: nearest even, as Linux and macOS leave it); bfloat16 by
  * shifts (its bits are the upper half of a float32) and an integer
@@ -29,12 +31,12 @@ typedef float32x4_t vf;
 typedef float64x2_t vd;
 #define VF_W 4
 #define VD_W 2
-#define VF_MR 6
+#define VF_MR 5
 #define VF_NRV 4
-#define VD_MR 6
+#define VD_MR 5
 #define VD_NRV 4
-#define VF_PV_MR 6
-#define VD_PV_MR 6
+#define VF_PV_MR 5
+#define VD_PV_MR 5
 #define VF_TB 4
 #define VD_TB 2
 /* In the per-type pass (FA_SFX f32 or f64):
