@@ -106,8 +106,8 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 /* Q.K^T step j: S^T rows (keys) FA_DP16_ROWS j .. of the block, from 0 */
 static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
 {
-    vf acc[FA_DP16_ROWS][2];
-    for (int i = 0; i < FA_DP16_ROWS; i++) acc[i][0] = acc[i][1] = vf_zero();
+    m16_vf acc[FA_DP16_ROWS][2];
+    for (int i = 0; i < FA_DP16_ROWS; i++) acc[i][0] = acc[i][1] = m16f_zero();
     /* A: K rows (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
     const uint16_t *kr = w->kp + j * FA_DP16_ROWS * w->ep, *qt = w->qt;
     FL_ACC_LOOP(w->e_tiles * FT_ROWS, kr, w->ep,
@@ -115,27 +115,27 @@ static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
                 qt + (k / FT_ROWS * 2 + 1) * TILE + k % FT_ROWS * EPAIR)
     float *s = w->st + j * FA_DP16_ROWS * MQ;
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        vf_store(s + i * MQ, acc[i][0]);
-        vf_store(s + i * MQ + HALF, acc[i][1]);
+        m16f_store(s + i * MQ, acc[i][0]);
+        m16f_store(s + i * MQ + HALF, acc[i][1]);
     }
 }
 
 /* P.V step j: O^T rows (Ev) FA_DP16_ROWS j .. += V^T . P^T over the block's keys */
 static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 {
-    vf acc[FA_DP16_ROWS][2];
+    m16_vf acc[FA_DP16_ROWS][2];
     float *o = w->ot + j * FA_DP16_ROWS * MQ;
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        acc[i][0] = vf_load(o + i * MQ);
-        acc[i][1] = vf_load(o + i * MQ + HALF);
+        acc[i][0] = m16f_load(o + i * MQ);
+        acc[i][1] = m16f_load(o + i * MQ + HALF);
     }
     /* A: V^T rows (key pairs); B: P^T pair rows of each half */
     const uint16_t *vr = w->vt + j * FA_DP16_ROWS * w->vt_rs;
     const uint32_t *pt = w->pt;
     FL_ACC_LOOP(w->key_chunks * FT_ROWS, vr, w->vt_rs, pt + k * HALF, pt + PT_HALF + k * HALF)
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        vf_store(o + i * MQ, acc[i][0]);
-        vf_store(o + i * MQ + HALF, acc[i][1]);
+        m16f_store(o + i * MQ, acc[i][0]);
+        m16f_store(o + i * MQ + HALF, acc[i][1]);
     }
 }
 #undef FL_ACC_LOOP
