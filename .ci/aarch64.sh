@@ -16,10 +16,13 @@
 #      =generic (every dtype, masks, GQA, decoding, the int8 cache against
 #      fastattn.reference), then a numerics subset of the suite (the isa
 #      fixture runs it on generic and neon; the larger part on the first CPU);
+#      where the model has FEAT_BF16 (max) neon_bf16 is the default path and
+#      the smoke test runs on it too (neoverse-n1 has none: neon is chosen);
 #   5. bench/bitwise_corpus.py on the neon path, under qemu (the first CPU)
 #      and in the SIMDe build of the neon kernels on x86-64
 #      (FASTATTN_NEON_EMULATION=simde), compared bitwise by .ci/neon_bitwise.py
-#      (which says where the two builds do not run the same instructions).
+#      (which says where the two builds do not run the same instructions);
+#      likewise neon_bf16 on the first CPU model that has it.
 # Needs root for apt-get and network for the Debian and PyPI downloads the
 # first time (then the cache).  Nothing here has run on ARM hardware.
 #
@@ -155,13 +158,20 @@ PYEOF
 # determinism across threads; on the others the instructions' own part of it
 # (exp/tanh, 16-bit, int8), to stay within a few minutes of CI
 SUBSET=(tests/kernels/test_exp_accuracy.py tests/kernels/test_tanh_accuracy.py
-        tests/numerics/test_half_attention.py tests/numerics/test_kvcache_int8.py)
+        tests/numerics/test_half_attention.py tests/numerics/test_kvcache_int8.py
+        tests/kernels/test_neon_bf16.py)
 FIRST=(tests/numerics/test_attention_masks.py tests/numerics/test_attention_shapes.py
        tests/numerics/test_softmax.py tests/threads/test_determinism.py)
 cd "$WORK"
 n=0
+BF16_CPU=""   # the first CPU model with FEAT_BF16: neon_bf16 is its default path
 for cpu in $CPUS; do
-    for isa in neon generic; do
+    isas=(neon generic)
+    if [ "$(PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -c 'import fastattn; print(fastattn.get_isa())')" = neon_bf16 ]; then
+        isas=(neon_bf16 "${isas[@]}")
+        BF16_CPU=${BF16_CPU:-$cpu}
+    fi
+    for isa in "${isas[@]}"; do
         step "qemu -cpu $cpu, FASTATTN_ISA=$isa: smoke test"
         FASTATTN_ISA=$isa PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" "$WORK/smoke.py"
     done
@@ -177,4 +187,11 @@ FASTATTN_ISA=neon PYTHONPATH="$A64:$SITE" qemu "${CPUS%% *}" "$APY" "$REPO/bench
     save "$WORK/qemu.npz" neon
 FASTATTN_ISA=neon PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde.npz" neon
 "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu.npz" "$WORK/simde.npz"
+if [ -n "$BF16_CPU" ]; then
+    step "bitwise: neon_bf16 under qemu (-cpu $BF16_CPU) vs the SIMDe build on x86-64"
+    FASTATTN_ISA=neon_bf16 PYTHONPATH="$A64:$SITE" qemu "$BF16_CPU" "$APY" "$REPO/bench/bitwise_corpus.py" \
+        save "$WORK/qemu_bf16.npz" neon_bf16
+    FASTATTN_ISA=neon_bf16 PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_bf16.npz" neon_bf16
+    "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu_bf16.npz" "$WORK/simde_bf16.npz"
+fi
 step "aarch64.sh: all good"
