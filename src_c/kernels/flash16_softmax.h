@@ -103,6 +103,7 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
             m16_store(p + k * HALF, m16_pairs(f16, zero, p0));
         }
         m16f_store(l + HALF * h, m16f_add(m16f_load(l + HALF * h), m16f_add(sum0, sum1)));
+        m16_dot_rows(pt + h * (FA_FLASH16_KB / 2) * HALF, npair); /* the dot product's layout */
     }
     FL(drain)(w);
 }

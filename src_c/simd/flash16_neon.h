@@ -8,11 +8,12 @@
  * The kernels' 16-lane vectors are four NEON registers each: m16_vf four
  * float32x4_t (lanes 4j .. 4j+3 in v[j]), m16_vi four uint32x4_t (dwords
  * likewise, each a pair of halves).  No tile registers: FT_CONFIG and
- * FT_RELEASE do nothing and the steps accumulate on registers by
- * fa_dpbf16(acc, a, b) = one BFDOT per register (lane i: acc + the pair dot
- * product, round to odd and flush to zero: simd/bf16_emulate_arm.h); under
- * FA_NEON_SIMDE that instruction is bf16_emulate_arm.h's C, since SIMDe's
- * rounds as plain float32 arithmetic.  Rounding to bfloat16 (the weights
+ * FT_RELEASE do nothing and the steps accumulate 2 x 2 tiles of C on
+ * registers by BFMMLA (below: per element, pair after pair, round to odd and
+ * flush to zero, simd/bf16_emulate_arm.h; so each C element is the chain of
+ * BFDOT pair steps x86's VDPBF16PS steps make, rounded as Arm rounds);
+ * under FA_NEON_SIMDE that instruction is bf16_emulate_arm.h's C, since
+ * SIMDe's rounds as plain float32 arithmetic.  Rounding to bfloat16 (the weights
  * P, the output) is the integer round-to-nearest-even of simd_neon.h's
  * vf_store_bf16 (subnormals rounded, not flushed as VCVTNE2PS2BF16 does;
  * P has none: m16_exp2w is 0 below 2^-125).  The weights' 2^x is x86's
@@ -36,28 +37,78 @@ typedef struct { int unused; } fa_tilefile;
 typedef struct { float32x4_t v[4]; } m16_vf;
 typedef struct { uint32x4_t v[4]; } m16_vi;
 
-/* lane i of acc += a.half[2i] b.half[2i] + a.half[2i+1] b.half[2i+1] */
+/* The dot-product steps' registers (kernels/flash16_steps.h): m4_vi, 8
+ * bfloat16 as a 2 x 4 matrix (row-major: 2 rows of 4), m4_vf its 2 x 2
+ * float32 product, as BFMMLA takes them:
+ *   m4_load(p)                 8 halves at p
+ *   m4f_zero()                 0
+ *   fa_bfmmla(acc, a, b)       acc + a b^T (BFMMLA: per element two BFDOT
+ *                              pair steps, elements 0-1 first)
+ *   m4_load_c(r0, r1, hi)      (r0[0], r0[1], r1[0], r1[1]), or (hi) the
+ *                              same of columns 2, 3: 4 columns of two C
+ *                              rows as two 2 x 2 tiles
+ *   m4_store_c(r0, r1, c0, c1) the reverse
+ * and the operands rearranged in place into BFMMLA's layout, after packing
+ * (x86: no-ops):
+ *   m16_dot_pairs(p, stride, nrows, nh)  rows r, r+1 (r even, nrows even, row
+ *          r at p + r stride, nh halves, a multiple of 8): group g = columns
+ *          4g .. 4g+3 of both rows as one m4_vi, at row r + (g & 1), column
+ *          8 (g >> 1) (K rows, V^T rows: the A operands)
+ *   m16_dot_rows(p, nrows)               rows of M16_W dwords (a pair of
+ *          halves per query): rows 2i, 2i+1 of queries n, n+1 (n even) as
+ *          one m4_vi, at row 2i + (n / 2 & 1), dword 4 (n / 4) (Q^T, P^T:
+ *          the B operands) */
+typedef float32x4_t m4_vf;
+typedef uint32x4_t m4_vi;
+static inline m4_vi m4_load(const uint16_t *p) { return vreinterpretq_u32_u16(vld1q_u16(p)); }
+static inline m4_vf m4f_zero(void) { return vdupq_n_f32(0.0f); }
 #if defined(FA_NEON_SIMDE)
-static inline float32x4_t fa_bfdot_q(float32x4_t acc, uint32x4_t a, uint32x4_t b)
+static inline m4_vf fa_bfmmla(m4_vf acc, m4_vi a, m4_vi b)
 {
     float f[4];
     uint16_t x[8], y[8];
     vst1q_f32(f, acc);
     vst1q_u16(x, vreinterpretq_u16_u32(a));
     vst1q_u16(y, vreinterpretq_u16_u32(b));
-    fa_emu_bfdot(f, x, y);
+    fa_emu_bfmmla(f, x, y);
     return vld1q_f32(f);
 }
 #else
-static inline float32x4_t fa_bfdot_q(float32x4_t acc, uint32x4_t a, uint32x4_t b)
+static inline m4_vf fa_bfmmla(m4_vf acc, m4_vi a, m4_vi b)
 {
-    return vbfdotq_f32(acc, vreinterpretq_bf16_u32(a), vreinterpretq_bf16_u32(b));
+    return vbfmmlaq_f32(acc, vreinterpretq_bf16_u32(a), vreinterpretq_bf16_u32(b));
 }
 #endif
-static inline m16_vf fa_dpbf16(m16_vf acc, m16_vi a, m16_vi b)
+static inline m4_vf m4_load_c(const float *r0, const float *r1, int hi)
 {
-    for (int j = 0; j < 4; j++) acc.v[j] = fa_bfdot_q(acc.v[j], a.v[j], b.v[j]);
-    return acc;
+    const float64x2_t x = vreinterpretq_f64_f32(vld1q_f32(r0)), y = vreinterpretq_f64_f32(vld1q_f32(r1));
+    return vreinterpretq_f32_f64(hi ? vzip2q_f64(x, y) : vzip1q_f64(x, y));
+}
+static inline void m4_store_c(float *r0, float *r1, m4_vf c0, m4_vf c1)
+{
+    const float64x2_t x = vreinterpretq_f64_f32(c0), y = vreinterpretq_f64_f32(c1);
+    vst1q_f32(r0, vreinterpretq_f32_f64(vzip1q_f64(x, y)));
+    vst1q_f32(r1, vreinterpretq_f32_f64(vzip2q_f64(x, y)));
+}
+static inline void m16_dot_pairs(uint16_t *p, int64_t stride, int64_t nrows, int64_t nh)
+{
+    for (int64_t r = 0; r + 1 < nrows; r += 2)
+        for (int64_t c = 0; c < nh; c += 8) {
+            uint16_t *x = p + r * stride + c, *y = x + stride;
+            const uint64x2_t a = vreinterpretq_u64_u16(vld1q_u16(x)), b = vreinterpretq_u64_u16(vld1q_u16(y));
+            vst1q_u16(x, vreinterpretq_u16_u64(vzip1q_u64(a, b)));
+            vst1q_u16(y, vreinterpretq_u16_u64(vzip2q_u64(a, b)));
+        }
+}
+static inline void m16_dot_rows(uint32_t *p, int64_t nrows)
+{
+    for (int64_t r = 0; r + 1 < nrows; r += 2)
+        for (int c = 0; c < M16_W; c += 4) {
+            uint32_t *x = p + r * M16_W + c, *y = x + M16_W;
+            const uint32x4_t a = vld1q_u32(x), b = vld1q_u32(y);
+            vst1q_u32(x, vzip1q_u32(a, b));
+            vst1q_u32(y, vzip2q_u32(a, b));
+        }
 }
 
 /* the float vectors (simd_neon.h's vf_* per register) */

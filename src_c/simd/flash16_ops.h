@@ -25,7 +25,8 @@
  *   m16_alpha(mold, mnew)                     2^(mold - mnew), 1 where mnew = -inf
  *   m16_keep_lanes(s, lmin, lmax)             lanes outside [lmin, lmax] -inf
  *   m16_recip_or_zero(l)                      1 / l, 0 where l = 0
- *   m16_store_halves(o, cs, ne, x, tmp)       ne halves at stride cs */
+ *   m16_store_halves(o, cs, ne, x, tmp)       ne halves at stride cs
+ *   m16_dot_pairs, m16_dot_rows               no-ops (simd/flash16_neon.h) */
 #ifndef FASTATTN_FLASH16_OPS_H
 #define FASTATTN_FLASH16_OPS_H
 
@@ -46,6 +47,13 @@ typedef vf m16_vf;
 #define m16f_mul vf_mul
 #define m16f_max vf_max
 #define m16f_max_acc vf_max_acc
+/* the operands in the dot products' own layout after packing (simd/flash16_neon.h:
+ * BFMMLA's); VDPBF16PS and the tiles take them as packed */
+static inline void m16_dot_pairs(uint16_t *p, int64_t stride, int64_t nrows, int64_t nh)
+{
+    (void)p, (void)stride, (void)nrows, (void)nh;
+}
+static inline void m16_dot_rows(uint32_t *p, int64_t nrows) { (void)p, (void)nrows; }
 
 static inline m16_vi m16_load(const void *p) { return _mm512_loadu_si512(p); }
 static inline void m16_store(void *p, m16_vi x) { _mm512_storeu_si512(p, x); }
