@@ -3,14 +3,12 @@
  * (simd_neon.h: same kernels, same results); FA_SIMD_BF16 tells
  * kernels/kernels_isa.c to add the 16-bit matrix kernels
  * (kernels/flash16_*.h) for bfloat16, and FA_SIMD_NEON_BF16 that their
- * vocabulary is simd/flash16_neon.h (BFDOT steps on registers, as
- * avx512_bf16's VDPBF16PS steps). */
+ * vocabulary is simd/flash16_neon.h (BFMMLA steps on registers).  A
+ * compiler without the bfloat16 intrinsics (no
+ * __ARM_FEATURE_BF16_VECTOR_ARITHMETIC for the flags of neon_bf16.flags)
+ * builds the tier without them: bfloat16 then runs the neon kernels. */
 #include "simd/simd_neon.h"
-#ifndef FA_SFX
+#if !defined(FA_SFX) && (defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC) || defined(FA_NEON_SIMDE))
 #define FA_SIMD_BF16 1
 #define FA_SIMD_NEON_BF16 1
-/* The register tile of those steps: FA_DP16_ROWS rows of C x 32 query
- * lanes, 16 accumulators + 2 B rows (8 registers) + 2 broadcasts, 26 of the
- * 32 registers (a divisor of 16, the rows of a key tile). */
-#define FA_DP16_ROWS 2
 #endif
