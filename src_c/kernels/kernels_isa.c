@@ -20,7 +20,7 @@
 #ifdef FA_SIMD_BF16
 #include "fastattn.h"
 #if defined(FA_SIMD_NEON_BF16)
-#include "simd/flash16_neon.h" /* the same vocabulary on Advanced SIMD + BFDOT */
+#include "simd/flash16_neon.h" /* the same vocabulary on Advanced SIMD + BFMMLA */
 #else
 #include "simd/bf16_tiles.h"
 #include "simd/flash16_ops.h"

@@ -28,7 +28,7 @@
  * tiles) and the test hook's native instructions.  neon (Armv8 Advanced
  * SIMD) runs every element type on the same kernels as x86; neon_bf16 runs
  * the neon kernels for float32/float64/float16 and adds the 16-bit matrix
- * kernels for bfloat16 over BFDOT (simd/flash16_neon.h). */
+ * kernels for bfloat16 over BFMMLA (simd/flash16_neon.h). */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM)

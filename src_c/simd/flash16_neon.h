@@ -9,16 +9,17 @@
  * float32x4_t (lanes 4j .. 4j+3 in v[j]), m16_vi four uint32x4_t (dwords
  * likewise, each a pair of halves).  No tile registers: FT_CONFIG and
  * FT_RELEASE do nothing and the steps accumulate 2 x 2 tiles of C on
- * registers by BFMMLA (below: per element, pair after pair, round to odd and
- * flush to zero, simd/bf16_emulate_arm.h; so each C element is the chain of
- * BFDOT pair steps x86's VDPBF16PS steps make, rounded as Arm rounds);
+ * registers by BFMMLA (below: per element two pair steps, the first pair
+ * first, each rounded to odd with flush to zero, simd/bf16_emulate_arm.h;
+ * so each C element is one chain over its pairs in order, as on x86);
  * under FA_NEON_SIMDE that instruction is bf16_emulate_arm.h's C, since
- * SIMDe's rounds as plain float32 arithmetic.  Rounding to bfloat16 (the weights
- * P, the output) is the integer round-to-nearest-even of simd_neon.h's
- * vf_store_bf16 (subnormals rounded, not flushed as VCVTNE2PS2BF16 does;
- * P has none: m16_exp2w is 0 below 2^-125).  The weights' 2^x is x86's
- * polynomial and scaling, so the weights are bitwise those of avx512_bf16.
- * No float16 path (m16_cvt2 ignores f16; the table's fp16 is 0). */
+ * SIMDe's rounds as plain float32 arithmetic.  Rounding to bfloat16 (the
+ * weights P, the output) is the integer round-to-nearest-even of
+ * simd_neon.h's vf_store_bf16 (subnormals rounded, not flushed as
+ * VCVTNE2PS2BF16 does; P has none: m16_exp2w is 0 below 2^-125).  The
+ * weights' 2^x is x86's polynomial and scaling: for the same S^T, the same
+ * weights as avx512_bf16.  No float16 path (m16_cvt2 ignores f16; the
+ * table's fp16 is 0). */
 #ifndef FASTATTN_FLASH16_NEON_H
 #define FASTATTN_FLASH16_NEON_H
 
