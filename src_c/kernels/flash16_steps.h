@@ -127,8 +127,10 @@ static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
     m4_vf acc[4][4];
     for (int p = 0; p < 4; p++)
         for (int c = 0; c < 4; c++) acc[p][c] = m4f_zero();
-    /* group g = 2 q + u: A quad q of row u of each pair; B in tile (q / 4,
-     * h), rows 2 (2 (q % 4) + u) + (c & 1) */
+    /* group 8 kk + g: A quad 4 kk + g / 2 of row g % 2 of each pair; B in
+     * tile (kk, h), rows 2g + (c & 1).  One group per iteration (unroll 1):
+     * unrolled, gcc moves accumulators between registers, a MOV more on
+     * each chain of BFMMLA (bench/README.md, "neon_bf16 by llvm-mca") */
     for (int64_t kk = 0; kk < w->e_tiles; kk++) {
         const uint16_t *a = k + 32 * kk, *b = qt + kk * 2 * TILE;
 #pragma GCC unroll 1
@@ -150,8 +152,8 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
     m4_vf acc[4][4];
     float *o = w->ot + e0 * MQ;
     for (int p = 0; p < 4; p++) FL_MM_LOAD(o, q0, p);
-    /* group g = 2 q + u (keys 4g ..): A quad q of row u of each pair; B rows
-     * 2 g + (c & 1) of P^T */
+    /* group g (keys 4g ..): A quad g / 2 of row g % 2 of each pair; B rows
+     * 2g + (c & 1) of P^T; one group per iteration, as in qk_step */
     const uint16_t *b = (const uint16_t *)pt;
 #pragma GCC unroll 1
     for (int64_t g = 0; g < w->key_chunks * (FA_FLASH16_KGRID / 4); g++)
