@@ -7,7 +7,8 @@
 # loop with the most BFMMLA (or BFDOT) is given to llvm-mca.  The peak: the
 # model's cycles for independent BFMMLA (32 FLOP each: a 2 x 2 x 4 product).
 #
-#   bash bench/arm_mca_bf16.sh        (CC, MCA: aarch64-linux-gnu-gcc, llvm-mca-19)
+#   bash bench/arm_mca_bf16.sh   (CC, MCA: aarch64-linux-gnu-gcc, llvm-mca-19;
+#                                  OPT: the optimisation level, setup.py's -O3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CC=${CC:-aarch64-linux-gnu-gcc}
