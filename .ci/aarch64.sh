@@ -19,6 +19,8 @@
 #      (FASTATTN_NEON_EMULATION=simde), compared bitwise by .ci/neon_bitwise.py
 #      (which says where the two builds do not run the same instructions).
 #      SIMDe has no SVE worth the name: the sve tier runs under qemu only.
+#      Likewise neon_bf16 (BFMMLA) on the first CPU model that offers it
+#      (max: FEAT_BF16; neoverse-n1 has none), after its own subset.
 # Needs root for apt-get and network for the Debian and PyPI downloads the
 # first time (then the cache).  Nothing here has run on ARM hardware.
 #
@@ -56,6 +58,7 @@ EMU=$(echo "$WORK"/simde/lib.*)
 expected_default() {
     case "$1" in
         *sve256=on*) echo sve ;;
+        max*) echo neon_bf16 ;;      # FEAT_BF16, and no 256-bit SVE
         *) echo neon ;;
     esac
 }
@@ -71,13 +74,16 @@ SVE_TESTS=(tests/kernels/test_exp_accuracy.py tests/kernels/test_tanh_accuracy.p
 NEON_TESTS=(tests/kernels/test_exp_accuracy.py tests/kernels/test_tanh_accuracy.py
             tests/numerics/test_half_attention.py tests/numerics/test_kvcache_int8.py
             tests/numerics/test_backward.py)
+# neon_bf16: its bfloat16 instructions (pinned to the C emulation) and the
+# 16-bit matrix path they run
+BF16_TESTS=(tests/kernels/test_neon_bf16.py tests/numerics/test_half_attention.py)
 subset() {  # CPU PYTEST-ARGS...
     local cpu=$1; shift
     PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -m pytest -q -p no:cacheprovider \
         --rootdir="$REPO" -c "$REPO/pyproject.toml" "$@"
 }
 cd "$WORK"
-neon_done=0 sve_done=0
+neon_done=0 sve_done=0 BF16_CPU=""
 for cpu in $CPUS; do
     want=$(expected_default "$cpu")
     isas=$(PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -c \
@@ -102,6 +108,11 @@ for cpu in $CPUS; do
         step "qemu -cpu $cpu: numerics subset on neon (-k neon): ${NEON_TESTS[*]##*/}"
         subset "$cpu" -k neon "${NEON_TESTS[@]/#/$REPO/}"
     fi
+    if [ -z "$BF16_CPU" ] && [[ " $isas " == *" neon_bf16 "* ]]; then
+        BF16_CPU=$cpu
+        step "qemu -cpu $cpu: numerics subset on neon_bf16 (-k neon_bf16): ${BF16_TESTS[*]##*/}"
+        subset "$cpu" -k neon_bf16 "${BF16_TESTS[@]/#/$REPO/}"
+    fi
     if [ $sve_done = 0 ] && [[ " $isas " == *" sve "* ]]; then
         sve_done=1
         step "qemu -cpu $cpu: numerics subset on sve (-k sve), test_sve.py: ${SVE_TESTS[*]##*/}"
@@ -115,4 +126,11 @@ FASTATTN_ISA=neon PYTHONPATH="$A64:$SITE" qemu "${CPUS%% *}" "$APY" "$REPO/bench
     save "$WORK/qemu.npz" neon
 FASTATTN_ISA=neon PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde.npz" neon
 "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu.npz" "$WORK/simde.npz"
+if [ -n "$BF16_CPU" ]; then
+    step "bitwise: neon_bf16 under qemu (-cpu $BF16_CPU) vs the SIMDe build on x86-64"
+    FASTATTN_ISA=neon_bf16 PYTHONPATH="$A64:$SITE" qemu "$BF16_CPU" "$APY" "$REPO/bench/bitwise_corpus.py" \
+        save "$WORK/qemu_bf16.npz" neon_bf16
+    FASTATTN_ISA=neon_bf16 PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_bf16.npz" neon_bf16
+    "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu_bf16.npz" "$WORK/simde_bf16.npz"
+fi
 step "aarch64.sh: all good"

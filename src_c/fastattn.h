@@ -128,7 +128,8 @@ int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y);
 int fa_tanh(int dtype, int64_t n, const void *x, void *y);
 
 /* Test hook (testing/bf16_hooks.c): one instruction of the bfloat16 tiers on
- * small arrays.  native 0: its plain-C emulation (simd/bf16_emulate.h);
+ * small arrays.  native 0: its plain-C emulation (simd/bf16_emulate.h,
+ * simd/bf16_emulate_arm.h);
  * 1: the instruction itself, FA_EINVAL where the CPU, the OS or the build
  * lacks it.  Operands (row-major, 64-byte rows):
  *   TDPBF16PS / TDPFP16PS  c (16 x 16 float32) += a (16 x 32 halves) . b
@@ -138,10 +139,14 @@ int fa_tanh(int dtype, int64_t n, const void *x, void *y);
  *                          issues TDPFP16PS (the tests pin the encoding);
  *   VDPBF16PS              c (16 float32) += a . b (32 bfloat16 each);
  *   VCVTNE2PS2BF16         c (32 bfloat16) = b (16 float32), then a (16);
- *   VCVTNEPS2BF16          c (16 bfloat16) = a (16 float32); b unused. */
+ *   VCVTNEPS2BF16          c (16 bfloat16) = a (16 float32); b unused;
+ *   BFDOT                  c (4 float32) += a . b per lane (8 bfloat16 each:
+ *                          Arm BFDOT Vd.4S, Vn.8H, Vm.8H);
+ *   BFMMLA                 c (2 x 2 float32) += a (2 x 4) . b^T (2 x 4). */
 enum { FA_BF16_OP_TDPBF16PS = 0, FA_BF16_OP_TDPFP16PS = 1, FA_BF16_OP_VDPBF16PS = 2,
        FA_BF16_OP_VCVTNE2PS2BF16 = 3, FA_BF16_OP_VCVTNEPS2BF16 = 4,
-       FA_BF16_OP_TDPBF16PS_BYTES = 5 /* TDPBF16PS by the bytes the float16 tiles use */ };
+       FA_BF16_OP_TDPBF16PS_BYTES = 5, /* TDPBF16PS by the bytes the float16 tiles use */
+       FA_BF16_OP_BFDOT = 6, FA_BF16_OP_BFMMLA = 7 /* Arm: one 128-bit register each */ };
 int fa_bf16_op(int op, int native, const void *a, const void *b, void *c);
 /* Attention of float32 queries over an int8 KV cache (fastattn/kvcache.py),
  * read in place: key j of kv head h in batch b is k_scale[b,h,j] *

@@ -87,11 +87,12 @@ FLOAT_DTYPES = (np.float32, np.float64)
 
 
 # float32 and float64 on the bfloat16 tiers run exactly the avx512 kernels
-# (tests/kernels/test_isa.py checks it bitwise), so a test parametrized over
+# (tests/kernels/test_isa.py checks it bitwise; neon_bf16: the neon kernels,
+# tests/kernels/test_neon_bf16.py), so a test parametrized over
 # the isa fixture runs on those tiers only when it has a 16-bit dtype among its
 # parameters (or is one of the tiers' own test files): the same float tests
 # twice more would only lengthen CI.  Deselected, not skipped.
-_BF16_TIERS = ("amx", "avx512_bf16")
+_BF16_TIERS = ("amx", "avx512_bf16", "neon_bf16")
 
 
 def _has_16_bit_param(params: dict) -> bool:
@@ -112,7 +113,7 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         # (the file's name, not the node id: every node id of the amx tier holds "amx")
         redundant = (params.get("isa") in _BF16_TIERS and not _has_16_bit_param(params)
-                     and not item.path.name.startswith(("test_amx", "test_isa")))
+                     and not item.path.name.startswith(("test_amx", "test_isa", "test_neon_bf16")))
         (drop if redundant else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

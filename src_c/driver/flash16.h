@@ -1,7 +1,7 @@
 /* flash16.h -- the 16-bit matrix driver (flash16.c): attention with q, k, v
  * and out in bfloat16 (storage FA_BFLOAT16, arithmetic float32; lse, if
  * any, float32) on the ISAs whose f32 table has the 16-bit matrix kernels
- * (kernels/flash16.h: amx, avx512_bf16), and in float16 (FA_FLOAT16) on amx
+ * (kernels/flash16.h: amx, avx512_bf16, neon_bf16), and in float16 (FA_FLOAT16) on amx
  * where fa_amx_fp16() (the CPU has AMX-FP16, or the emulation build).
  *
  * It takes at least FA_FLASH16_MIN_ROWS query rows, no weights, no boolean

@@ -1,6 +1,6 @@
 /* flash16.h -- the contract of the 16-bit matrix path's kernels: bfloat16
- * on the amx and avx512_bf16 tiers, float16 on amx where the CPU has
- * AMX-FP16.  driver/flash16.c runs the loops (work items, key panels, key
+ * on the amx, avx512_bf16 and neon_bf16 tiers, float16 on amx where the CPU
+ * has AMX-FP16.  driver/flash16.c runs the loops (work items, key panels, key
  * blocks); these kernels do the arithmetic, one set per ISA, an entry of
  * that ISA's f32 table (kernels.h): packing (kernels/flash16_pack.h), the
  * tile or VDPBF16PS steps (kernels/flash16_steps.h), the softmax step and
@@ -15,7 +15,8 @@
  *   O^T (Ev x queries) += V^T . P^T  A = V^T, B = P^T rounded to 16 bits,
  *                                    key pairs interleaved per lane.
  * Every C element is one chain of dot-product instructions over its pairs
- * in order (TDPBF16PS / TDPFP16PS on amx, VDPBF16PS on avx512_bf16), from 0
+ * in order (TDPBF16PS / TDPFP16PS on amx, VDPBF16PS on avx512_bf16, BFMMLA
+ * on neon_bf16), from 0
  * for S^T and from O^T for P.V, however the work is blocked or queued.
  *
  * Layouts (sizes in halves unless said; all buffers 64-byte aligned):
@@ -33,7 +34,12 @@
  *   pt   P^T of a key block: two halves (queries 16h ..) of FA_FLASH16_KB/2
  *        pair rows x 16 dwords (uint32_t);
  *   ot   O^T: evp rows x FA_FLASH16_MQ float32; m, l, alpha: FA_FLASH16_MQ
- *        float32 (running max in log2 units, sum, rescaling factor). */
+ *        float32 (running max in log2 units, sum, rescaling factor).
+ * On neon_bf16 kp, vt, qt and pt, once written, are rearranged in place
+ * into BFMMLA's operand layout (simd/flash16_neon.h: m16_dot_pairs,
+ * m16_dot_rows), which keeps a row pair's columns in blocks of 8 at their
+ * place: the driver's offsets (a key block's first key, a multiple of
+ * FA_FLASH16_KGRID) point to the same data. */
 #ifndef FASTATTN_FLASH16_H
 #define FASTATTN_FLASH16_H
 

@@ -1,6 +1,8 @@
 /* flash16_pack.h -- the 16-bit matrix path's packing (layouts and
  * contract: kernels/flash16.h): a key panel's K rows and V^T, a query
- * block's Q^T, over simd/flash16_ops.h.  Included by kernels_isa.c where
+ * block's Q^T, over simd/flash16_ops.h (flash16_neon.h), each then put in
+ * the dot product's own layout (m16_dot_pairs, m16_dot_rows: in place; on
+ * neon_bf16 BFMMLA's, elsewhere as packed).  Included by kernels_isa.c where
  * the mapping defines FA_SIMD_BF16; FL(name) -> flash16_<name>_<isa>
  * (flash16_pack_kv_amx, flash16_pack_qt_avx512_bf16, ...). */
 
@@ -19,6 +21,7 @@ static void FL(pack_k)(const fa_flash16_pack *p)
         memset(d + p->E, 0, (size_t)(p->ep - p->E) * 2);
     }
     memset(p->kp + p->nk * p->ep, 0, (size_t)((p->npk - p->nk) * p->ep) * 2);
+    m16_dot_pairs(p->kp, p->ep, p->npk, p->ep);
 }
 
 /* The pair row of keys j, j + 1 (< jend) and columns e0 .. e0+ne-1 as
@@ -65,6 +68,7 @@ static unsigned FL(pack_vt)(const fa_flash16_pack *p)
         }
     }
     for (int64_t e = p->Ev; e < p->evp; e++) memset(p->vt + e * p->vt_rs, 0, (size_t)p->npk * 2);
+    m16_dot_pairs(p->vt, p->vt_rs, p->evp, p->npk);
     return nonfinite;
 }
 
@@ -100,4 +104,5 @@ static void FL(pack_qt)(const uint16_t *q, int64_t rs, int64_t cs, int64_t E, in
             for (int rr = 0; rr < M16_W; rr++)
                 m16_store(qt + (kk * 2 + h) * FA_FLASH16_TILE + rr * FA_FLASH16_EPAIR, r[rr]);
         }
+    m16_dot_rows((uint32_t *)qt, e_tiles * 2 * M16_W);
 }

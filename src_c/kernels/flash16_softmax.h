@@ -1,8 +1,8 @@
 /* flash16_softmax.h -- the 16-bit matrix path's softmax step over a key
  * block of S^T (masks, the lazily raised running max, the weights P^T with
  * the queued dot-product steps issued between them, the rescaling of O^T)
- * and writing out O / l; contract: kernels/flash16.h.  Over
- * simd/flash16_ops.h and the avx512 mapping's vf_*; included by
+ * and writing out O / l; contract: kernels/flash16.h.  Over the 16-lane
+ * vocabulary m16_* / m16f_* (simd/flash16_ops.h, simd/flash16_neon.h); included by
  * kernels_isa.c after flash16_steps.h where the mapping defines
  * FA_SIMD_BF16.  FL(name) -> flash16_<name>_<isa> (flash16_weights_amx, ...). */
 
@@ -13,12 +13,12 @@
  * window or the key padding hides from query lanes q0 + 16h + lane. */
 static void FL(mask)(const fa_flash16_rows *rows, int64_t k0, int64_t n, float *st)
 {
-    const vf ninf = vf_set1(-INFINITY);
+    const m16_vf ninf = m16f_set1(-INFINITY);
     for (int64_t r = 0; r < n; r++) {
         const int64_t j = k0 + r;
         for (int h = 0; h < 2; h++) {
             float *s = st + r * MQ + HALF * h;
-            if (rows->pad && rows->pad[j * rows->pad_cs]) { vf_store(s, ninf); continue; }
+            if (rows->pad && rows->pad[j * rows->pad_cs]) { m16f_store(s, ninf); continue; }
             /* visible lanes: i + lo <= j <= i + hi, i = q0 + 16h + lane: in
              * lane units  j - hi - base <= lane <= j - lo - base */
             const int64_t base = rows->q0 + HALF * h;
@@ -28,7 +28,7 @@ static void FL(mask)(const fa_flash16_rows *rows, int64_t k0, int64_t n, float *
             if (lmin <= 0 && lmax >= HALF - 1) continue;
             lmin = lmin < -1 ? -1 : (lmin > HALF ? HALF : lmin);
             lmax = lmax < -1 ? -1 : (lmax > HALF ? HALF : lmax);
-            vf_store(s, m16_keep_lanes(vf_load(s), lmin, lmax));
+            m16f_store(s, m16_keep_lanes(m16f_load(s), lmin, lmax));
         }
     }
 }
@@ -43,29 +43,29 @@ static void FL(mask)(const fa_flash16_rows *rows, int64_t k0, int64_t n, float *
  * most blocks after the first few skip the pass over O^T. */
 static int FL(newmax)(const float *st, int64_t n, float c, float *m, float *l, float *alpha)
 {
-    const vf vc = vf_set1(c), ninf = vf_set1(-INFINITY);
-    vf mb[2];
+    const m16_vf vc = m16f_set1(c), ninf = m16f_set1(-INFINITY);
+    m16_vf mb[2];
     unsigned up = 0;
     for (int h = 0; h < 2; h++) {
         const float *s = st + HALF * h;
-        vf mx0 = ninf, mx1 = ninf;
+        m16_vf mx0 = ninf, mx1 = ninf;
         int64_t r = 0;
         for (; r + 2 <= n; r += 2) { /* NaN: ignored */
-            mx0 = vf_max_acc(mx0, vf_load(s + r * MQ));
-            mx1 = vf_max_acc(mx1, vf_load(s + (r + 1) * MQ));
+            mx0 = m16f_max_acc(mx0, m16f_load(s + r * MQ));
+            mx1 = m16f_max_acc(mx1, m16f_load(s + (r + 1) * MQ));
         }
-        if (r < n) mx0 = vf_max_acc(mx0, vf_load(s + r * MQ));
-        mb[h] = vf_mul(vf_max(mx0, mx1), vc);
-        up |= m16_above(mb[h], vf_add(vf_load(m + HALF * h), vf_set1(FA_FLASH16_LAZY)));
+        if (r < n) mx0 = m16f_max_acc(mx0, m16f_load(s + r * MQ));
+        mb[h] = m16f_mul(m16f_max(mx0, mx1), vc);
+        up |= m16_above(mb[h], m16f_add(m16f_load(m + HALF * h), m16f_set1(FA_FLASH16_LAZY)));
     }
     if (!up) return 0;
     for (int h = 0; h < 2; h++) {
-        const vf mold = vf_load(m + HALF * h);
-        const vf mnew = vf_max(mb[h], mold);
-        const vf al = m16_alpha(mold, mnew); /* 1 where nothing is visible yet */
-        vf_store(l + HALF * h, vf_mul(vf_load(l + HALF * h), al));
-        vf_store(m + HALF * h, mnew);
-        vf_store(alpha + HALF * h, al);
+        const m16_vf mold = m16f_load(m + HALF * h);
+        const m16_vf mnew = m16f_max(mb[h], mold);
+        const m16_vf al = m16_alpha(mold, mnew); /* 1 where nothing is visible yet */
+        m16f_store(l + HALF * h, m16f_mul(m16f_load(l + HALF * h), al));
+        m16f_store(m + HALF * h, mnew);
+        m16f_store(alpha + HALF * h, al);
     }
     return 1;
 }
@@ -79,30 +79,31 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
      * (Bresenham: one each time acc passes the iteration count) */
     const int64_t nit = 2 * npair, nst = w->npv - w->ip + w->nqk - w->iq;
     int64_t acc = 0;
-    const vf vc = vf_set1(c), zero = vf_zero();
+    const m16_vf vc = m16f_set1(c), zero = m16f_zero();
     const int f16 = w->f16;
     for (int h = 0; h < 2; h++) {
         const float *s = st + HALF * h;
-        const vf msafe = m16_zero_ninf(vf_load(m + HALF * h));
-        vf sum0 = zero, sum1 = zero;
+        const m16_vf msafe = m16_zero_ninf(m16f_load(m + HALF * h));
+        m16_vf sum0 = zero, sum1 = zero;
         uint32_t *p = pt + h * (FA_FLASH16_KB / 2) * HALF;
         int64_t k = 0;
         for (; 2 * k + 1 < n; k++) {
             if ((acc += nst) >= nit) { acc -= nit; FL(step)(w); }
-            const vf p0 = m16_exp2w(m16_fmsub(vf_load(s + 2 * k * MQ), vc, msafe));
-            const vf p1 = m16_exp2w(m16_fmsub(vf_load(s + (2 * k + 1) * MQ), vc, msafe));
-            sum0 = vf_add(sum0, p0);
-            sum1 = vf_add(sum1, p1);
+            const m16_vf p0 = m16_exp2w(m16_fmsub(m16f_load(s + 2 * k * MQ), vc, msafe));
+            const m16_vf p1 = m16_exp2w(m16_fmsub(m16f_load(s + (2 * k + 1) * MQ), vc, msafe));
+            sum0 = m16f_add(sum0, p0);
+            sum1 = m16f_add(sum1, p1);
             m16_store(p + k * HALF, m16_pairs(f16, p1, p0));
         }
         for (; k < npair; k++) { /* the last odd row, then zeros up to the grid */
             if ((acc += nst) >= nit) { acc -= nit; FL(step)(w); }
-            vf p0 = zero;
-            if (2 * k < n) p0 = m16_exp2w(m16_fmsub(vf_load(s + 2 * k * MQ), vc, msafe));
-            sum0 = vf_add(sum0, p0);
+            m16_vf p0 = zero;
+            if (2 * k < n) p0 = m16_exp2w(m16_fmsub(m16f_load(s + 2 * k * MQ), vc, msafe));
+            sum0 = m16f_add(sum0, p0);
             m16_store(p + k * HALF, m16_pairs(f16, zero, p0));
         }
-        vf_store(l + HALF * h, vf_add(vf_load(l + HALF * h), vf_add(sum0, sum1)));
+        m16f_store(l + HALF * h, m16f_add(m16f_load(l + HALF * h), m16f_add(sum0, sum1)));
+        m16_dot_rows(pt + h * (FA_FLASH16_KB / 2) * HALF, npair); /* the dot product's layout */
     }
     FL(drain)(w);
 }
@@ -110,11 +111,11 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
 /* O^T rows scaled by alpha (per query lane) */
 static void FL(rescale)(float *ot, int64_t evp, const float *alpha)
 {
-    const vf a0 = vf_load(alpha), a1 = vf_load(alpha + HALF);
+    const m16_vf a0 = m16f_load(alpha), a1 = m16f_load(alpha + HALF);
     for (int64_t e = 0; e < evp; e++) {
         float *o = ot + e * MQ;
-        vf_store(o, vf_mul(vf_load(o), a0));
-        vf_store(o + HALF, vf_mul(vf_load(o + HALF), a1));
+        m16f_store(o, m16f_mul(m16f_load(o), a0));
+        m16f_store(o + HALF, m16f_mul(m16f_load(o + HALF), a1));
     }
 }
 
@@ -123,17 +124,17 @@ static void FL(rescale)(float *ot, int64_t evp, const float *alpha)
 static void FL(finish)(const float *ot, const float *l, int64_t nq, int64_t Ev, int f16,
                        uint16_t *out, int64_t rs, int64_t cs, uint16_t *tmp)
 {
-    const vf inv[2] = {m16_recip_or_zero(vf_load(l)), m16_recip_or_zero(vf_load(l + HALF))};
+    const m16_vf inv[2] = {m16_recip_or_zero(m16f_load(l)), m16_recip_or_zero(m16f_load(l + HALF))};
     for (int h = 0; h < 2 && HALF * h < nq; h++)
         for (int64_t e0 = 0; e0 < Ev; e0 += HALF) {
             m16_vi r[HALF];
             for (int e = 0; e < HALF; e++)
-                r[e] = m16_as_vi(vf_mul(vf_load(ot + (e0 + e) * MQ + HALF * h), inv[h]));
+                r[e] = m16_as_vi(m16f_mul(m16f_load(ot + (e0 + e) * MQ + HALF * h), inv[h]));
             m16_transpose(r);
             const int64_t ne = Ev - e0 < HALF ? Ev - e0 : HALF;
             for (int n = 0; n < HALF && HALF * h + n < nq; n++)
                 m16_store_halves(out + (HALF * h + n) * rs + e0 * cs, cs, ne,
-                                 m16_cvt2(f16, vf_zero(), m16_as_vf(r[n])), tmp);
+                                 m16_cvt2(f16, m16f_zero(), m16_as_vf(r[n])), tmp);
         }
 }
 

@@ -81,6 +81,88 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 /* steps: one per key tile pair and E tile; one per Ev tile pair and 32 keys */
 #define FL_QK_STEPS(key_tiles, e_tiles) (((key_tiles) + 1) / 2 * (e_tiles))
 #define FL_PV_STEPS(evp, key_chunks) (((evp) / FT_ROWS + 1) / 2 * (key_chunks))
+#elif defined(FA_SIMD_NEON_BF16)
+/* neon_bf16: a step is 8 rows of C (keys of S^T, or Ev rows of O^T) x 8
+ * query lanes, 4 x 4 BFMMLA accumulators of 2 x 2 (C rows 2p, 2p+1 x
+ * queries 2c, 2c+1), summed over the whole reduction (E, or the block's
+ * keys) in groups of 4 in order: per group 4 A and 4 B registers loaded for
+ * 16 BFMMLA.  A and B in BFMMLA's layout (simd/flash16_neon.h): A, rows
+ * r, r+1 of K or V^T at group g, row r + (g & 1), column 8 (g >> 1); B, of
+ * Q^T or P^T (rows of M16_W dwords: tile or half h = the 16 queries of the
+ * step), the step's query pair c at row 2g + (c & 1), quad c / 2 from the
+ * step's first. */
+#define FL_MM_ROWS 8
+#define FL_MM_COLS 8
+#define FL_MM_NQ (FA_FLASH16_MQ / FL_MM_COLS) /* steps across the 32 query lanes */
+#define FL_QK_STEPS(key_tiles, e_tiles) ((key_tiles) * (FT_ROWS / FL_MM_ROWS) * FL_MM_NQ)
+#define FL_PV_STEPS(evp, key_chunks) ((evp) / FL_MM_ROWS * FL_MM_NQ)
+/* one group: acc[p][c] += A_p B_c, A_p at a + p as2 (the row pairs), B_c at
+ * b + (c & 1) bs + 8 (c >> 1) (the query pairs) */
+#define FL_MM_GROUP(a, as2, b, bs)                                                             \
+    do {                                                                                       \
+        m4_vi a_[4], b_[4];                                                                    \
+        for (int p = 0; p < 4; p++) a_[p] = m4_load((a) + p * (as2));                          \
+        for (int c = 0; c < 4; c++) b_[c] = m4_load((b) + (c & 1) * (bs) + (c >> 1) * 8);      \
+        for (int p = 0; p < 4; p++)                                                            \
+            for (int c = 0; c < 4; c++) acc[p][c] = fa_bfmmla(acc[p][c], a_[p], b_[c]);        \
+    } while (0)
+/* C rows 2p, 2p + 1 of c0 (row stride MQ) at the step's query lanes q0 ..
+ * q0 + 7 into acc[p], or from it */
+#define FL_MM_LOAD(c0, q0, p)                                                                  \
+    for (int c = 0; c < 4; c++)                                                                \
+        acc[p][c] = m4_load_c((c0) + (2 * (p)) * MQ + (q0) + 4 * (c >> 1),                     \
+                              (c0) + (2 * (p) + 1) * MQ + (q0) + 4 * (c >> 1), c & 1)
+#define FL_MM_STORE(c0, q0, p)                                                                 \
+    for (int c = 0; c < 4; c += 2)                                                             \
+        m4_store_c((c0) + (2 * (p)) * MQ + (q0) + 2 * c, (c0) + (2 * (p) + 1) * MQ + (q0) + 2 * c, \
+                   acc[p][c], acc[p][c + 1])
+
+/* Q.K^T step j: S^T rows (keys) 8 (j / FL_MM_NQ) .. x query lanes
+ * 8 (j % FL_MM_NQ) .., from 0 over E */
+static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
+{
+    const int64_t r0 = j / FL_MM_NQ * FL_MM_ROWS, q0 = j % FL_MM_NQ * FL_MM_COLS;
+    const int64_t ep = w->ep, dq = 8 * (q0 % HALF / 4); /* halves to the step's first quad */
+    const uint16_t *k = w->kp + r0 * ep, *qt = w->qt + q0 / HALF * TILE + dq;
+    m4_vf acc[4][4];
+    for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 4; c++) acc[p][c] = m4f_zero();
+    /* group 8 kk + g: A quad 4 kk + g / 2 of row g % 2 of each pair; B in
+     * tile (kk, h), rows 2g + (c & 1).  One group per iteration (unroll 1):
+     * unrolled, gcc moves accumulators between registers, a MOV more on
+     * each chain of BFMMLA (bench/README.md, "neon_bf16 by llvm-mca") */
+    for (int64_t kk = 0; kk < w->e_tiles; kk++) {
+        const uint16_t *a = k + 32 * kk, *b = qt + kk * 2 * TILE;
+#pragma GCC unroll 1
+        for (int g = 0; g < 8; g++)
+            FL_MM_GROUP(a + (g & 1) * ep + 8 * (g >> 1), 2 * ep, b + 2 * g * EPAIR, EPAIR);
+    }
+    float *s = w->st + r0 * MQ;
+    for (int p = 0; p < 4; p++) FL_MM_STORE(s, q0, p);
+}
+
+/* P.V step j: O^T rows (Ev) 8 (j / FL_MM_NQ) .. x query lanes 8 (j % FL_MM_NQ)
+ * .. += V^T . P^T over the block's keys */
+static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
+{
+    const int64_t e0 = j / FL_MM_NQ * FL_MM_ROWS, q0 = j % FL_MM_NQ * FL_MM_COLS;
+    const int64_t rs = w->vt_rs, dq = 4 * (q0 % HALF / 4); /* dwords to the step's first quad */
+    const uint16_t *v = w->vt + e0 * rs;
+    const uint32_t *pt = w->pt + q0 / HALF * PT_HALF + dq;
+    m4_vf acc[4][4];
+    float *o = w->ot + e0 * MQ;
+    for (int p = 0; p < 4; p++) FL_MM_LOAD(o, q0, p);
+    /* group g (keys 4g ..): A quad g / 2 of row g % 2 of each pair; B rows
+     * 2g + (c & 1) of P^T; one group per iteration, as in qk_step */
+    const uint16_t *b = (const uint16_t *)pt;
+#pragma GCC unroll 1
+    for (int64_t g = 0; g < w->key_chunks * (FA_FLASH16_KGRID / 4); g++)
+        FL_MM_GROUP(v + (g & 1) * rs + 8 * (g >> 1), 2 * rs, b + 2 * g * 2 * HALF, 2 * HALF);
+    for (int p = 0; p < 4; p++) FL_MM_STORE(o, q0, p);
+}
+#undef FL_MM_GROUP
+#undef FL_MM_LOAD
+#undef FL_MM_STORE
 #else
 /* avx512_bf16: a step is FA_DP16_ROWS rows of C (keys of S^T, or Ev rows of
  * O^T) x the 32 query lanes (two vectors per row) summed over the whole
@@ -106,8 +188,8 @@ static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 /* Q.K^T step j: S^T rows (keys) FA_DP16_ROWS j .. of the block, from 0 */
 static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
 {
-    vf acc[FA_DP16_ROWS][2];
-    for (int i = 0; i < FA_DP16_ROWS; i++) acc[i][0] = acc[i][1] = vf_zero();
+    m16_vf acc[FA_DP16_ROWS][2];
+    for (int i = 0; i < FA_DP16_ROWS; i++) acc[i][0] = acc[i][1] = m16f_zero();
     /* A: K rows (E pairs); B: Q^T tile (k / 16, h), row k % 16 */
     const uint16_t *kr = w->kp + j * FA_DP16_ROWS * w->ep, *qt = w->qt;
     FL_ACC_LOOP(w->e_tiles * FT_ROWS, kr, w->ep,
@@ -115,27 +197,27 @@ static inline void FL(qk_step)(fa_flash16_queue *w, int64_t j)
                 qt + (k / FT_ROWS * 2 + 1) * TILE + k % FT_ROWS * EPAIR)
     float *s = w->st + j * FA_DP16_ROWS * MQ;
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        vf_store(s + i * MQ, acc[i][0]);
-        vf_store(s + i * MQ + HALF, acc[i][1]);
+        m16f_store(s + i * MQ, acc[i][0]);
+        m16f_store(s + i * MQ + HALF, acc[i][1]);
     }
 }
 
 /* P.V step j: O^T rows (Ev) FA_DP16_ROWS j .. += V^T . P^T over the block's keys */
 static inline void FL(pv_step)(fa_flash16_queue *w, int64_t j)
 {
-    vf acc[FA_DP16_ROWS][2];
+    m16_vf acc[FA_DP16_ROWS][2];
     float *o = w->ot + j * FA_DP16_ROWS * MQ;
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        acc[i][0] = vf_load(o + i * MQ);
-        acc[i][1] = vf_load(o + i * MQ + HALF);
+        acc[i][0] = m16f_load(o + i * MQ);
+        acc[i][1] = m16f_load(o + i * MQ + HALF);
     }
     /* A: V^T rows (key pairs); B: P^T pair rows of each half */
     const uint16_t *vr = w->vt + j * FA_DP16_ROWS * w->vt_rs;
     const uint32_t *pt = w->pt;
     FL_ACC_LOOP(w->key_chunks * FT_ROWS, vr, w->vt_rs, pt + k * HALF, pt + PT_HALF + k * HALF)
     for (int i = 0; i < FA_DP16_ROWS; i++) {
-        vf_store(o + i * MQ, acc[i][0]);
-        vf_store(o + i * MQ + HALF, acc[i][1]);
+        m16f_store(o + i * MQ, acc[i][0]);
+        m16f_store(o + i * MQ + HALF, acc[i][1]);
     }
 }
 #undef FL_ACC_LOOP

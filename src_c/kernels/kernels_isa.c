@@ -19,8 +19,12 @@
 
 #ifdef FA_SIMD_BF16
 #include "fastattn.h"
+#if defined(FA_SIMD_NEON_BF16)
+#include "simd/flash16_neon.h" /* the same vocabulary on Advanced SIMD + BFMMLA */
+#else
 #include "simd/bf16_tiles.h"
 #include "simd/flash16_ops.h"
+#endif
 #define FL(name) FA_CAT3(flash16, name, FA_ISA_NAME) /* FL(pack_kv) -> flash16_pack_kv_amx, ... */
 #include "kernels/flash16_pack.h"
 #include "kernels/flash16_steps.h"
@@ -39,7 +43,9 @@
 #define FA_FLASH16_ENTRIES {0}
 #endif
 
-#if defined(FA_SIMD_BF16) && !defined(FA_BF16_EMULATED)
+#if defined(FA_SIMD_NEON_BF16) && !defined(FA_NEON_SIMDE)
+#define FA_NATIVE_OP16 FA_CAT(bf16_native_op, FA_ISA_NAME) /* in simd/flash16_neon.h */
+#elif defined(FA_SIMD_BF16) && !defined(FA_SIMD_NEON_BF16) && !defined(FA_BF16_EMULATED)
 #include "simd/bf16_native.h"
 #define FA_NATIVE_OP16 FA_CAT(bf16_native_op, FA_ISA_NAME)
 #else

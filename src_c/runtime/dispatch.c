@@ -64,6 +64,8 @@ static void detect(void)
 #ifdef FA_NEON_EMULATED
     /* test build: the neon kernels were compiled for AVX2 + FMA through SIMDe */
     g_supported[FA_ISA_NEON] = g_supported[FA_ISA_AVX2];
+    /* and neon_bf16's BFDOT by simd/bf16_emulate_arm.h */
+    g_supported[FA_ISA_NEON_BF16] = g_supported[FA_ISA_AVX2];
 #endif
 }
 
@@ -109,8 +111,8 @@ int fa_amx_fp16(void)
 }
 fa_bf16_op_fn fa_bf16_native_op(void)
 {
-    const int order[2] = {FA_ISA_AMX, FA_ISA_AVX512_BF16};
-    for (int i = 0; i < 2; i++)
+    const int order[3] = {FA_ISA_AMX, FA_ISA_AVX512_BF16, FA_ISA_NEON_BF16};
+    for (int i = 0; i < 3; i++)
         if (g_supported[order[i]] && g_f32[order[i]]->native_op16) return g_f32[order[i]]->native_op16;
     return NULL;
 }

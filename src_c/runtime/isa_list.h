@@ -26,12 +26,17 @@
  * kernels (their mappings include simd_avx512.h); they add the 16-bit
  * matrix kernels (kernels/flash16.h: VDPBF16PS on zmm registers, or AMX
  * tiles) and the test hook's native instructions.  neon (Armv8 Advanced
- * SIMD) runs every element type on the same kernels as x86; so does sve, at
- * a vector length of exactly 256 bits (simd/simd_sve.h says why). */
+ * SIMD) runs every element type on the same kernels as x86; neon_bf16 runs
+ * the neon kernels for float32/float64/float16 and adds the 16-bit matrix
+ * kernels for bfloat16 over BFMMLA (simd/flash16_neon.h); sve runs every
+ * element type at a vector length of exactly 256 bits (simd/simd_sve.h
+ * says why), above neon_bf16: on a CPU with both (Neoverse V1) the 256-bit
+ * float kernels win, and bfloat16 there is widened as on neon. */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM)
 FA_ISA(avx512_bf16, AVX512_BF16, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM | FA_CPU_X86_AVX512BW | FA_CPU_X86_AVX512BF16)
 FA_ISA(amx, AMX, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM | FA_CPU_X86_AVX512BW | FA_CPU_X86_AVX512BF16 | FA_CPU_X86_AMX_BF16 | FA_OS_X86_AMX)
 FA_ISA(neon, NEON, aarch64, FA_CPU_ARM_ASIMD)
+FA_ISA(neon_bf16, NEON_BF16, aarch64, FA_CPU_ARM_ASIMD | FA_CPU_ARM_BF16)
 FA_ISA(sve, SVE, aarch64, FA_CPU_ARM_ASIMD | FA_CPU_ARM_SVE | FA_CPU_ARM_SVE256)

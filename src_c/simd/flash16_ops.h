@@ -3,9 +3,10 @@
  * avx512_bf16 mappings.  Included by kernels/kernels_isa.c after simd.h and
  * bf16_tiles.h where the mapping defines FA_SIMD_BF16.
  *
- * A query block's 32 query lanes are two float vectors vf of M16_W lanes
- * (simd_avx512.h's vf_load, vf_add, vf_mul, vf_max, vf_exp2 ... act on
- * them); 16-bit data moves as m16_vi, M16_W dwords = 2 M16_W halves, one
+ * A query block's 32 query lanes are two float vectors m16_vf of M16_W
+ * lanes, acted on by m16f_load, m16f_store, m16f_set1, m16f_zero, m16f_add,
+ * m16f_mul, m16f_max, m16f_max_acc (here simd_avx512.h's vf_* of the same
+ * names); 16-bit data moves as m16_vi, M16_W dwords = 2 M16_W halves, one
  * pair (two keys, or two E columns) per dword:
  *   m16_load, m16_store, m16_zero, m16_or     unaligned 64 bytes, 0, a | b
  *   m16_as_vi, m16_as_vf                      the same bits as the other type
@@ -24,7 +25,8 @@
  *   m16_alpha(mold, mnew)                     2^(mold - mnew), 1 where mnew = -inf
  *   m16_keep_lanes(s, lmin, lmax)             lanes outside [lmin, lmax] -inf
  *   m16_recip_or_zero(l)                      1 / l, 0 where l = 0
- *   m16_store_halves(o, cs, ne, x, tmp)       ne halves at stride cs */
+ *   m16_store_halves(o, cs, ne, x, tmp)       ne halves at stride cs
+ *   m16_dot_pairs, m16_dot_rows               no-ops (simd/flash16_neon.h) */
 #ifndef FASTATTN_FLASH16_OPS_H
 #define FASTATTN_FLASH16_OPS_H
 
@@ -32,8 +34,26 @@
 #include <stdint.h>
 #include <string.h>
 
-#define M16_W 16 /* float32 lanes of vf, dwords of m16_vi, rows of a tile */
+#define M16_W 16 /* float32 lanes of m16_vf, dwords of m16_vi, rows of a tile */
 typedef __m512i m16_vi;
+/* the 32 query lanes' float vectors: here the avx512 mapping's vf, one zmm
+ * register (simd/flash16_neon.h: four NEON registers) */
+typedef vf m16_vf;
+#define m16f_load vf_load
+#define m16f_store vf_store
+#define m16f_set1 vf_set1
+#define m16f_zero vf_zero
+#define m16f_add vf_add
+#define m16f_mul vf_mul
+#define m16f_max vf_max
+#define m16f_max_acc vf_max_acc
+/* the operands in the dot products' own layout after packing (simd/flash16_neon.h:
+ * BFMMLA's); VDPBF16PS and the tiles take them as packed */
+static inline void m16_dot_pairs(uint16_t *p, int64_t stride, int64_t nrows, int64_t nh)
+{
+    (void)p, (void)stride, (void)nrows, (void)nh;
+}
+static inline void m16_dot_rows(uint32_t *p, int64_t nrows) { (void)p, (void)nrows; }
 
 static inline m16_vi m16_load(const void *p) { return _mm512_loadu_si512(p); }
 static inline void m16_store(void *p, m16_vi x) { _mm512_storeu_si512(p, x); }

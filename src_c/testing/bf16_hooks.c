@@ -1,6 +1,7 @@
 /* bf16_hooks.c -- the test hook fa_bf16_op (fastattn.h): one tile or
  * bfloat16 instruction on small arrays, by the plain-C emulation of
- * simd/bf16_emulate.h or (native) by the instruction itself, through
+ * simd/bf16_emulate.h (x86) and simd/bf16_emulate_arm.h (Arm: BFDOT,
+ * BFMMLA) or (native) by the instruction itself, through
  * fa_bf16_native_op (the native_op16 entries of the f32 tables), so the
  * tests can pin the emulation to hand-computed cases and to the hardware. */
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "fastattn.h"
 #include "kernels/kernels.h"
 #include "simd/bf16_emulate.h"
+#include "simd/bf16_emulate_arm.h"
 
 static int emulated_op(int op, const void *a, const void *b, void *c)
 {
@@ -38,6 +40,12 @@ static int emulated_op(int op, const void *a, const void *b, void *c)
         return FA_OK;
     case FA_BF16_OP_VCVTNEPS2BF16:
         fa_emu_cvtneps_pbh((uint16_t *)c, (const float *)a);
+        return FA_OK;
+    case FA_BF16_OP_BFDOT:
+        fa_emu_bfdot((float *)c, (const uint16_t *)a, (const uint16_t *)b);
+        return FA_OK;
+    case FA_BF16_OP_BFMMLA:
+        fa_emu_bfmmla((float *)c, (const uint16_t *)a, (const uint16_t *)b);
         return FA_OK;
     default:
         return FA_EINVAL;

@@ -102,7 +102,7 @@ def test_set_isa_refuses_paths_the_cpu_lacks():
 # Vector lanes per ISA path of the list: float32, float64 (the bfloat16
 # tiers run the avx512 kernels for these).
 LANES = {"generic": (1, 1), "avx2": (8, 4), "avx512": (16, 8), "avx512_bf16": (16, 8), "amx": (16, 8),
-         "neon": (4, 2), "sve": (8, 4)}
+         "neon": (4, 2), "neon_bf16": (4, 2), "sve": (8, 4)}
 
 
 def test_lanes_name_every_isa_path():

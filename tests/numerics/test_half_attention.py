@@ -54,7 +54,7 @@ def _inputs(rng, case, dt):
     return q, k, v, opts
 
 
-# The bfloat16 driver of the amx / avx512_bf16 tiers (tests/kernels/test_amx_flash.py)
+# The bfloat16 driver of the amx / avx512_bf16 / neon_bf16 tiers (tests/kernels/test_amx_flash.py)
 # rounds P to bfloat16 for P.V and flushes bfloat16 subnormals (the matrix
 # instructions' DAZ): not the float32 computation rounded once, but within one
 # more bfloat16 rounding of the values (2^-8 sum_j w_j |v_j|) of the reference.
@@ -68,11 +68,11 @@ BF16_MIN_ROWS = 16
 
 def _bf16_tiles(dt, L, mask=None, **opts):
     """Whether the 16-bit tile driver runs this call (L query rows): bfloat16
-    on amx / avx512_bf16, float16 on amx with AMX-FP16 tiles (or emulated;
+    on amx / avx512_bf16 / neon_bf16, float16 on amx with AMX-FP16 tiles (or emulated;
     tests/kernels/test_amx_fp16.py), P then rounded to float16 (2^-11: within
     the bfloat16 bound below)."""
     isa, dt = fastattn.get_isa(), np.dtype(dt)
-    typed = ((dt == BF16 and isa in ("amx", "avx512_bf16"))
+    typed = ((dt == BF16 and isa in ("amx", "avx512_bf16", "neon_bf16"))
              or (dt == np.float16 and isa == "amx" and _core.amx_fp16()))
     return (typed and L >= BF16_MIN_ROWS and mask is None
             and not any(opts.get(o) for o in _BF16_DECLINED))
