@@ -316,7 +316,7 @@ int fa_flash16(const fa_attention_args *a)
     fa_flash16_plan pl;
     memset(&pl, 0, sizeof pl);
     pl.a = a;
-    pl.K = &fa_kernels_f32_current()->flash16;
+    pl.K = fa_flash16_current();
     if (!fa_flash16_takes(a, pl.K, &pl.f16)) return FA_FLASH16_DECLINED;
     pl.nb = 1;
     for (int d = 0; d < a->nbatch_dims; d++) pl.nb *= a->batch_shape[d];

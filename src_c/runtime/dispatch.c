@@ -100,6 +100,12 @@ int fa_set_isa(int isa)
 }
 
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
+const fa_flash16_kernels *fa_flash16_current(void)
+{
+    for (int i = g_isa; i > 0; i--)
+        if (g_supported[i] && g_f32[i]->flash16.pack_kv) return &g_f32[i]->flash16;
+    return &g_f32[g_isa]->flash16;
+}
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
 int fa_amx_fp16(void)
 {

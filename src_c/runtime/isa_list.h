@@ -31,7 +31,9 @@
  * kernels for bfloat16 over BFMMLA (simd/flash16_neon.h); sve runs every
  * element type at a vector length of exactly 256 bits (simd/simd_sve.h
  * says why), above neon_bf16: on a CPU with both (Neoverse V1) the 256-bit
- * float kernels win, and bfloat16 there is widened as on neon. */
+ * float kernels run, and bfloat16 on neon_bf16's matrix kernels (dispatch.c's
+ * fa_flash16_current: a path without them takes those of the best path below
+ * it that has them). */
 FA_ISA(generic, GENERIC, any, 0)
 FA_ISA(avx2, AVX2, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM)
 FA_ISA(avx512, AVX512, x86, FA_CPU_X86_AVX | FA_CPU_X86_FMA | FA_CPU_X86_AVX2 | FA_CPU_X86_F16C | FA_OS_X86_YMM | FA_CPU_X86_AVX512F | FA_OS_X86_ZMM)

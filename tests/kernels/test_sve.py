@@ -85,7 +85,8 @@ def test_sve_exp_exp2_tanh_are_bitwise_neons_odd_length(dtype):
 @pytest.mark.parametrize("L", [3, 40], ids=["direct_decode", "packed"])
 def test_sve_16_bit_storage_widened_exactly_and_rounded_once(dt, L):
     """16-bit Q, K, V give bitwise the float32 result of their widened values,
-    rounded once to the 16-bit type (subnormals among the inputs)."""
+    rounded once to the 16-bit type (subnormals among the inputs); bfloat16
+    where the CPU also offers neon_bf16: that tier's matrix path, bitwise."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
     t = np.float16 if dt == "float16" else ml_dtypes.bfloat16
     rng = np.random.default_rng(5)
@@ -102,6 +103,12 @@ def test_sve_16_bit_storage_widened_exactly_and_rounded_once(dt, L):
         wide = fastattn.attention(q.astype(np.float32), k.astype(np.float32),
                                   v.astype(np.float32))
     assert got.dtype == np.dtype(t)
+    if dt == "bfloat16" and L >= 16 and "neon_bf16" in fastattn.available_isas():
+        # a CPU with FEAT_BF16: sve runs bfloat16 on neon_bf16's BFMMLA kernels
+        # (the matrix path, P rounded to bfloat16), the very same functions
+        with using_isa("neon_bf16"):
+            assert got.tobytes() == fastattn.attention(q, k, v).tobytes()
+        return
     assert got.tobytes() == wide.astype(t).tobytes()
 
 

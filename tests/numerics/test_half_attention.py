@@ -72,7 +72,10 @@ def _bf16_tiles(dt, L, mask=None, **opts):
     tests/kernels/test_amx_fp16.py), P then rounded to float16 (2^-11: within
     the bfloat16 bound below)."""
     isa, dt = fastattn.get_isa(), np.dtype(dt)
-    typed = ((dt == BF16 and isa in ("amx", "avx512_bf16", "neon_bf16"))
+    matrix = ("amx", "avx512_bf16", "neon_bf16")
+    # sve has no matrix kernels of its own: it runs neon_bf16's where offered
+    typed = ((dt == BF16 and (isa in matrix or (isa == "sve" and "neon_bf16" in
+                                                fastattn.available_isas())))
              or (dt == np.float16 and isa == "amx" and _core.amx_fp16()))
     return (typed and L >= BF16_MIN_ROWS and mask is None
             and not any(opts.get(o) for o in _BF16_DECLINED))
