@@ -7,7 +7,8 @@
  * thread's scratch and runs the forward's streaming loop (stream_tmpl.h:
  * packing, masks, score options, online softmax) for the group's query
  * heads over the copy; a split key range leaves partials that the forward's
- * merge (merge_tmpl.h) combines in split order.  Names: FN(paged) ->
+ * merge (merge_tmpl.h) combines in split order, after a barrier in the same
+ * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
  * pplan_free, pplan_gather_at, pstream, page_runs, pstream_pages, prun_item,
  * pmerge_item, and those of the forward's parts included below. */
@@ -254,9 +255,10 @@ static int FN(paged)(const fa_paged_args *a)
         return status;
     }
     status = FN(pplan_alloc)(&pl);
-    if (status == FA_OK) {
-        fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nitems, FN(prun_item), &pl);
-        if (pl.part) fa_parallel_for(pl.nt, FA_SCHED_STATIC, a->B * a->Hq, FN(pmerge_item), &pl);
+    if (status == FA_OK) { /* the items, then the split merge: one parallel region */
+        const fa_phase ph[2] = {{FA_SCHED_DYNAMIC, pl.nitems, FN(prun_item), &pl},
+                                {FA_SCHED_STATIC, a->B * a->Hq, FN(pmerge_item), &pl}};
+        fa_parallel_phases(pl.nt, pl.part ? 2 : 1, ph);
     }
     FN(pplan_free)(&pl);
     return status;
