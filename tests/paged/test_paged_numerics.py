@@ -126,6 +126,33 @@ def test_int8_caches_match_the_dequantised_reference(isa, rng, layout):
     assert_close(lse, ref_lse, np.float32, factor=10)
 
 
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_int8_decoding_steps_with_score_options_and_long_contexts_split(isa, rng, name):
+    # 3000 keys: split and merged; 1..8 queries per sequence (the int8
+    # kernel's rows), a prefill chunk of 30 (the copy) with them
+    args, ks, vs = _int8_pools(make_batch(rng, [3000, 90, 33, 200], [1, 30, 8, 3],
+                                          block_size=16))
+    opts = dict(OPTIONS[name], key_scales=ks, value_scales=vs)
+    out, lse = _call(args, return_lse=True, **opts)
+    ref, ref_lse = reference_paged(args, **opts)
+    assert_close(out, ref, np.float32, finite_absmax(ref))
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("block_size", [1, 5, 64])
+@pytest.mark.parametrize("hq,hkv", [(1, 1), (4, 2), (16, 1)])
+def test_int8_decoding_steps_for_block_sizes_layouts_and_groups(isa, rng, layout, block_size,
+                                                               hq, hkv):
+    # a group of 16 query heads: two passes of the int8 kernel's 8 rows
+    args, ks, vs = _int8_pools(make_batch(rng, [700, 129, 1], [1, 2, 1], block_size=block_size,
+                                          hq=hq, hkv=hkv, e=24, ev=40, layout=layout))
+    out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
+    ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
+    assert_close(out, ref, np.float32, finite_absmax(ref))
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
 def test_lse_merges_two_halves_of_the_keys_exactly(rng):
     args = make_batch(rng, [256, 160], block_size=16)
     full = _call(args, is_causal=False)
