@@ -28,6 +28,7 @@ static void fa_q8_run_item(void *ctx, int64_t w, int tid)
     const fa_decode_q8_args *a = job->a;
     const int64_t b = w / a->Hkv, h = w % a->Hkv, G = a->Hq / a->Hkv, hq = h * G;
     fa_q8_item it;
+    memset(&it, 0, sizeof it); /* no block table, no key split */
     it.rows = G * a->L;
     it.L = a->L;
     it.S = a->S;
@@ -42,10 +43,12 @@ static void fa_q8_run_item(void *ctx, int64_t w, int tid)
     it.v_rs = a->v_rs;
     it.k_scale = a->k_scale + b * a->ks_bs + h * a->ks_hs;
     it.v_scale = a->v_scale + b * a->vs_bs + h * a->vs_hs;
+    it.ks_rs = it.vs_rs = 1;
     it.out = a->out + b * a->o_bs + hq * a->o_hs;
     it.o_hs = a->o_hs;
     it.o_rs = a->o_rs;
     it.lse = a->lse ? a->lse + (b * a->Hq + hq) * a->L : NULL;
+    it.lse_hs = a->L;
     it.pad = a->pad ? a->pad + b * a->S : NULL;
     it.scale = (float)a->scale;
     it.softcap = (float)a->softcap;

@@ -14,6 +14,7 @@
 #include "driver/window.h"
 #include "fastattn.h"
 #include "kernels/blocking.h"
+#include "kernels/decode_q8.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
 #include "runtime/half.h"
@@ -205,6 +206,49 @@ static int fa_paged_in_place(const fa_paged_args *a, const fa_paged_entry *e)
 {
     return fa_paged_grouped(a, e) && a->Hq / a->Hkv <= FA_DIRECT_MAX_ROWS &&
            a->kv_storage != FA_INT8 && (a->k_cs == 1 || a->E == 1) && (a->v_cs == 1 || a->Ev == 1);
+}
+
+/* Does the entry run on the int8 kernel (decode_q8.h), its keys and values
+ * read in place through the block table and dequantised in registers?  A
+ * decoding entry (all its sequence's queries, at most FA_DIRECT_MAX_ROWS)
+ * on an int8 pool, every row of unit column stride; the kernel takes the
+ * query heads of the kv head group with all their score options. */
+static int fa_paged_q8(const fa_paged_args *a, const fa_paged_entry *e)
+{
+    const int64_t nq = fa_paged_nq(a, e->b);
+    return a->kv_storage == FA_INT8 && e->r0 == 0 && e->r1 == nq && nq <= FA_DIRECT_MAX_ROWS &&
+           (a->k_cs == 1 || a->E == 1) && (a->v_cs == 1 || a->Ev == 1) &&
+           (a->q_cs == 1 || a->E == 1) && (a->o_cs == 1 || a->Ev == 1);
+}
+
+/* The int8 kernel's item for kv head g of entry e (fa_paged_q8): the G
+ * query heads of the group times the sequence's nq queries as rows, keys
+ * [e->k0, e->k1) counted from the sequence's first; a split entry leaves
+ * its partials at part (rows ns (ldv + 2) apart) for the merge. */
+static void fa_paged_q8_item(const fa_paged_args *a, const fa_paged_entry *e, int64_t g,
+                             float *part, int64_t ldv, float *scratch, fa_q8_item *it)
+{
+    const int64_t G = a->Hq / a->Hkv, h0 = g * G, nq = e->r1, cu = a->cu_q[e->b];
+    memset(it, 0, sizeof *it);
+    it->rows = G * nq, it->L = nq, it->S = e->k1, it->E = a->E, it->Ev = a->Ev;
+    it->q = (const float *)a->q + cu * a->q_rs + h0 * a->q_hs;
+    it->q_hs = a->q_hs, it->q_rs = a->q_rs;
+    it->k = (const int8_t *)a->k + g * a->k_hs, it->k_rs = a->k_ps, it->k_bs = a->k_bs;
+    it->v = (const int8_t *)a->v + g * a->v_hs, it->v_rs = a->v_ps, it->v_bs = a->v_bs;
+    it->k_scale = a->k_scale + g * a->ks_hs, it->ks_rs = a->ks_ps, it->ks_bs = a->ks_bs;
+    it->v_scale = a->v_scale + g * a->vs_hs, it->vs_rs = a->vs_ps, it->vs_bs = a->vs_bs;
+    it->blocks = a->block_table + e->b * a->max_blocks, it->block_size = a->block_size;
+    it->key_lo = e->k0;
+    it->out = (float *)a->out + cu * a->o_rs + h0 * a->o_hs;
+    it->o_hs = a->o_hs, it->o_rs = a->o_rs;
+    it->lse = a->lse ? (float *)a->lse + h0 * a->total_q + cu : NULL, it->lse_hs = a->total_q;
+    if (e->ns > 1) it->part = part, it->part_rs = e->ns * (ldv + 2), it->part_ld = ldv;
+    it->scale = (float)a->scale, it->softcap = (float)a->softcap;
+    it->alibi = a->alibi ? a->alibi + h0 : NULL;
+    it->sinks = a->sinks ? a->sinks + h0 : NULL;
+    it->causal = a->causal, it->causal_offset = a->seq_lens[e->b] - nq;
+    it->win_left = a->win_left, it->win_right = a->win_right;
+    it->scratch = scratch;
 }
 
 /* fa_paged_local for the G query heads from h0 of sequence b as rows (see

@@ -7,9 +7,10 @@
  * thread's scratch and runs the forward's streaming loop (stream_tmpl.h:
  * packing, masks, score options, online softmax) for the group's query
  * heads over the copy; a split key range leaves partials that the forward's
- * merge (merge_tmpl.h) combines in split order.  Names: FN(paged) ->
+ * merge (merge_tmpl.h) combines in split order, after a barrier in the same
+ * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
- * pplan_free, pplan_gather_at, pstream, page_runs, pstream_pages, prun_item,
+ * pplan_free, pplan_q8, pplan_gather_at, pstream, page_runs, pstream_pages, prun_item,
  * pmerge_item, and those of the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
@@ -34,8 +35,19 @@ typedef struct FN(fa_pplan) {
     FA_T *part, **bufs;         /* key-split partials; per-thread scratch */
     fa_scratch_layout lay;      /* the streaming part of each bufs[t] */
     int64_t gather_keys, ldv, kv_bytes, v_at; /* the gathered rows: keys, bytes each, V's offset */
-    int nt, base2;
+    int nt, base2, q8;          /* q8: some entry runs on the int8 kernel */
 } FN(fa_pplan);
+
+/* Does entry e run on the int8 kernel (fa_paged_q8; float32 only)? */
+static int FN(pplan_q8)(const FN(fa_pplan) *pl, const fa_paged_entry *e)
+{
+#if FA_IS_F64(FA_SFX)
+    (void)pl, (void)e;
+    return 0;
+#else
+    return pl->K->decode_q8 && fa_paged_q8(pl->a, e);
+#endif
+}
 
 /* The entries, the key splits, the partials' places and the scratch sizes
  * of call a; 0 if there is nothing to compute or an array could not be
@@ -61,7 +73,8 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     for (int64_t i = 0; i < pl->nent; i++) {
         const fa_paged_entry *e = pl->ent + i;
         rows = fa_paged_max(rows, fa_paged_grouped(a, e) ? a->Hq / a->Hkv : e->r1 - e->r0);
-        if (!fa_paged_in_place(a, e)) /* the copy's rows */
+        pl->q8 |= FN(pplan_q8)(pl, e);
+        if (!fa_paged_in_place(a, e) && !FN(pplan_q8)(pl, e)) /* the copy's rows */
             pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
         work += (double)(e->r1 - e->r0) * (double)(e->k1 - e->k0);
     }
@@ -78,7 +91,8 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     pl->lay = fa_scratch_layout_of(rows, mcp, a->E, pl->ldv, K->vw, 0);
     pl->kv_bytes = a->kv_storage == FA_INT8 ? 4 : fa_elem_size(a->kv_storage);
     pl->v_at = fa_round_up(pl->gather_keys * a->E * pl->kv_bytes, 64);
-    pl->base2 = fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX) &&
+    /* int8: natural-log units throughout, the int8 kernel's partials' */
+    pl->base2 = a->kv_storage != FA_INT8 && fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX) &&
                 a->softcap * FA_LOG2E <= (double)FA_TYPE_MAX(FA_SFX);
     return 1;
 }
@@ -105,7 +119,9 @@ static char *FN(pplan_gather_at)(const FN(fa_pplan) *pl, FA_T *buf)
 static int FN(pplan_alloc)(FN(fa_pplan) *pl)
 {
     const int64_t gather = pl->v_at + pl->gather_keys * pl->a->Ev * pl->kv_bytes + 64;
-    const size_t bytes = (size_t)fa_round_up(pl->lay.total, 64) * sizeof(FA_T) + (size_t)gather;
+    size_t bytes = (size_t)fa_round_up(pl->lay.total, 64) * sizeof(FA_T) + (size_t)gather;
+    const size_t q8 = (size_t)fa_q8_scratch_floats(pl->a->Ev) * sizeof(float);
+    if (pl->q8 && bytes < q8) bytes = q8;
     pl->bufs = (FA_T **)fa_calloc((size_t)pl->nt, sizeof(FA_T *));
     if (!pl->bufs) return FA_ENOMEM;
     for (int t = 0; t < pl->nt; t++) {
@@ -212,6 +228,17 @@ static void FN(prun_item)(void *ctx, int64_t it, int tid)
     char *kbuf = FN(pplan_gather_at)(pl, pl->bufs[tid]), *vbuf = kbuf + pl->v_at;
     fa_attention_args la;
     const int64_t at = pl->part_off[e->b] + g * G * e->ns * (pl->ldv + 2);
+#if !FA_IS_F64(FA_SFX)
+    if (FN(pplan_q8)(pl, e)) {
+        fa_q8_item q8;
+        float *part = e->ns == 1 ? NULL
+                                 : pl->part + pl->part_off[e->b] +
+                                       (g * G * nq * e->ns + e->s) * (pl->ldv + 2);
+        fa_paged_q8_item(a, e, g, part, pl->ldv, pl->bufs[tid], &q8);
+        pl->K->decode_q8(&q8);
+        return;
+    }
+#endif
     if (fa_paged_in_place(a, e)) {
         fa_paged_group_local(a, e->b, g * G, G, e->k0, NULL, NULL, &la);
         FN(pstream_pages)(pl, e, g, &la, at, &sc);
@@ -254,9 +281,10 @@ static int FN(paged)(const fa_paged_args *a)
         return status;
     }
     status = FN(pplan_alloc)(&pl);
-    if (status == FA_OK) {
-        fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nitems, FN(prun_item), &pl);
-        if (pl.part) fa_parallel_for(pl.nt, FA_SCHED_STATIC, a->B * a->Hq, FN(pmerge_item), &pl);
+    if (status == FA_OK) { /* the items, then the split merge: one parallel region */
+        const fa_phase ph[2] = {{FA_SCHED_DYNAMIC, pl.nitems, FN(prun_item), &pl},
+                                {FA_SCHED_STATIC, a->B * a->Hq, FN(pmerge_item), &pl}};
+        fa_parallel_phases(pl.nt, pl.part ? 2 : 1, ph);
     }
     FN(pplan_free)(&pl);
     return status;

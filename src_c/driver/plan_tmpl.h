@@ -156,11 +156,14 @@ static int FN(attention)(const fa_attention_args *a)
     if (!FN(plan_make)(&pl, a, KCUR())) return FA_OK;
     const int status = FN(plan_alloc)(&pl);
     if (status != FA_OK) return status;
-    if (pl.ms.state) /* the mask summary, before the work items read it */
-        fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.ms.nslices * pl.ms.ntiles,
-                        fa_mask_summary_fill, &pl.ms);
-    fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nitems, FN(run_item), &pl);
-    if (pl.nsplit > 1) fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, FN(merge_item), &pl);
+    /* one parallel region: the mask summary (before the work items read
+     * it), the work items, the key-split merge, barriers between */
+    const fa_phase ph[3] = {
+        {FA_SCHED_STATIC, pl.ms.state ? pl.ms.nslices * pl.ms.ntiles : 0, fa_mask_summary_fill,
+         &pl.ms},
+        {FA_SCHED_DYNAMIC, pl.nitems, FN(run_item), &pl},
+        {FA_SCHED_STATIC, pl.nsplit > 1 ? pl.nbatch : 0, FN(merge_item), &pl}};
+    fa_parallel_phases(pl.nt, pl.nsplit > 1 ? 3 : 2, ph);
     FN(plan_free)(&pl);
     return FA_OK;
 }

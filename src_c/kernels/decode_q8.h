@@ -12,7 +12,14 @@
 
 /* Row r < rows of an item is query i = r % L of its head g = r / L (the
  * item's G = rows / L query heads share its kv head).  Key j (< S) is
- * k_scale[j] * k[j*k_rs + 0..E), value j v_scale[j] * v[j*v_rs + 0..Ev). */
+ * k_scale[j*ks_rs] * k[j*k_rs + 0..E), value j v_scale[j*vs_rs] *
+ * v[j*v_rs + 0..Ev); with a block table (blocks not NULL: a paged cache),
+ * key j is row j % block_size of block c = blocks[j / block_size], its
+ * levels at k + c*k_bs + (j % block_size)*k_rs and its scale at k_scale +
+ * c*ks_bs + (j % block_size)*ks_rs, values likewise.  Keys below key_lo
+ * are hidden (a split's start).  part not NULL: no output, the rows'
+ * unnormalised state {m, l, o[0 .. part_ld)} (natural-log units, before
+ * any sink) stored at part + r*part_rs for the key-split merge. */
 typedef struct fa_q8_item {
     int64_t rows, L, S, E, Ev;
     const float *q;          /* row (g, i) at q + g*q_hs + i*q_rs */
@@ -20,9 +27,15 @@ typedef struct fa_q8_item {
     const int8_t *k, *v;
     int64_t k_rs, v_rs;
     const float *k_scale, *v_scale;
+    int64_t ks_rs, vs_rs;
+    const int64_t *blocks;   /* NULL: the rows are those of block 0 */
+    int64_t block_size, k_bs, v_bs, ks_bs, vs_bs, key_lo;
     float *out;              /* row (g, i) at out + g*o_hs + i*o_rs */
     int64_t o_hs, o_rs;
-    float *lse;              /* NULL, or lse[g*L + i] */
+    float *lse;              /* NULL, or lse[g*lse_hs + i] */
+    int64_t lse_hs;
+    float *part;
+    int64_t part_rs, part_ld;
     const uint8_t *pad;      /* NULL, or pad[j] = 1: key j hidden */
     float scale, softcap;    /* softcap <= 0: none */
     const double *alibi;     /* NULL, or alibi[g]: the slope of head g */

@@ -10,6 +10,10 @@
  * decode_q8 entry of the ISA's f32 table, declared by kernels_isa.c); its
  * helpers are Q8(name) -> name_q8_<FA_ISA_NAME> (scores_q8_avx2, ...).
  *
+ * Each key block's rows are located once (Q8(locate): through the block
+ * table of a paged cache, or at fixed strides) into a table of row
+ * pointers and scales that the loops read.
+ *
  * The int8 levels are converted to float in registers (vf_load_i8) and the
  * row scales applied to scalars: score j = (scale k_scale[j]) (q . k8[j]),
  * and value j enters P.V with the weight p[j] v_scale[j].  Nothing is
@@ -35,27 +39,56 @@
     case 7: call(7); break; default: call(8); break;                             \
     }
 
-/* Ask for key j's value row (P.V reads it next) and the key row a block
- * ahead, while key j's scores are computed: the rows of a block span several
- * 4 KiB pages, past which the hardware prefetchers do not run; spread over
- * the keys, the requests never pile up behind the line-fill buffers. */
-static inline void Q8(prefetch)(const fa_q8_item *it, int64_t j)
+/* A key block's rows: key j0 + jj's levels k[jj], v[jj] and scales ks[jj],
+ * vs[jj], for jj < n; nx: the next block's (its key rows prefetched). */
+typedef struct Q8(blk) {
+    const int8_t *k[NB], *v[NB];
+    float ks[NB], vs[NB];
+    int64_t n;
+    const struct Q8(blk) *nx;
+} Q8(blk);
+
+/* The rows of keys j0 .. j0+n into t, run by run of a block. */
+static void Q8(locate)(const fa_q8_item *it, int64_t j0, int64_t n, Q8(blk) *t)
 {
-    for (int64_t c = 0; c < it->Ev; c += 64) FA_PREFETCH(it->v + j * it->v_rs + c);
-    if (j + NB < it->S)
-        for (int64_t c = 0; c < it->E; c += 64) FA_PREFETCH(it->k + (j + NB) * it->k_rs + c);
+    t->n = n;
+    for (int64_t jj = 0; jj < n;) {
+        const int64_t j = j0 + jj, bs = it->block_size;
+        const int64_t c = it->blocks ? it->blocks[j / bs] : 0, off = it->blocks ? j % bs : j;
+        const int64_t run = it->blocks && bs - off < n - jj ? bs - off : n - jj;
+        const int8_t *k = it->k + c * it->k_bs + off * it->k_rs;
+        const int8_t *v = it->v + c * it->v_bs + off * it->v_rs;
+        const float *ks = it->k_scale + c * it->ks_bs + off * it->ks_rs;
+        const float *vs = it->v_scale + c * it->vs_bs + off * it->vs_rs;
+        for (int64_t u = 0; u < run; u++, jj++) {
+            t->k[jj] = k + u * it->k_rs, t->v[jj] = v + u * it->v_rs;
+            t->ks[jj] = ks[u * it->ks_rs], t->vs[jj] = vs[u * it->vs_rs];
+        }
+    }
 }
 
-/* s[r*NB + jj] = scale k_scale[j] (q_r . k8[j]) for the R (<= RB) rows at
- * qr[r] and the keys j = j0 + jj, jj < n.  Each key is converted once, in
- * registers, for all R rows. */
+/* Ask for key jj's value row (P.V reads it next) and the next block's key
+ * row jj, while key jj's scores are computed: the rows of a block span
+ * several 4 KiB pages, past which the hardware prefetchers do not run;
+ * spread over the keys, the requests never pile up behind the line-fill
+ * buffers. */
+static inline void Q8(prefetch)(const fa_q8_item *it, const Q8(blk) *t, int64_t jj)
+{
+    for (int64_t c = 0; c < it->Ev; c += 64) FA_PREFETCH(t->v[jj] + c);
+    if (t->nx && jj < t->nx->n)
+        for (int64_t c = 0; c < it->E; c += 64) FA_PREFETCH(t->nx->k[jj] + c);
+}
+
+/* s[r*NB + jj] = scale ks[jj] (q_r . k8[jj]) for the R (<= RB) rows at
+ * qr[r] and the keys j0 <= jj < t->n of block t.  Each key is converted
+ * once, in registers, for all R rows. */
 static FA_ALWAYS_INLINE void Q8(scores_r)(int R, const fa_q8_item *it, const float *const *qr,
-                                          int64_t j0, int64_t n, float *restrict s)
+                                          const Q8(blk) *t, int64_t j0, float *restrict s)
 {
     const int64_t E = it->E, Evec = E / VW * VW;
-    for (int64_t jj = 0; jj < n; jj++) {
-        const int8_t *kj = it->k + (j0 + jj) * it->k_rs;
-        Q8(prefetch)(it, j0 + jj);
+    for (int64_t jj = j0; jj < t->n; jj++) {
+        const int8_t *kj = t->k[jj];
+        Q8(prefetch)(it, t, jj);
         vf acc[RB];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) acc[r] = vf_zero();
@@ -64,7 +97,7 @@ static FA_ALWAYS_INLINE void Q8(scores_r)(int R, const fa_q8_item *it, const flo
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) acc[r] = vf_fma(vf_load(qr[r] + d), kv, acc[r]);
         }
-        const float ks = it->scale * it->k_scale[j0 + jj];
+        const float ks = it->scale * t->ks[jj];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             float t = vf_hsum(acc[r]);
@@ -77,52 +110,52 @@ static FA_ALWAYS_INLINE void Q8(scores_r)(int R, const fa_q8_item *it, const flo
 /* One row (plain decode): keys VW at a time, each with its own accumulator,
  * the VW dot products finished by one vf_hsum_lanes and scaled as a vector
  * (the same roundings as scores_r); the last n % VW keys by scores_r. */
-static void Q8(scores1)(const fa_q8_item *it, const float *q, int64_t j0, int64_t n,
+static void Q8(scores1)(const fa_q8_item *it, const float *q, const Q8(blk) *t,
                         float *restrict s)
 {
-    const int64_t E = it->E, Evec = E / VW * VW, krs = it->k_rs;
+    const int64_t E = it->E, Evec = E / VW * VW, n = t->n;
     const vf vsc = vf_set1(it->scale);
     int64_t jj = 0;
     for (; jj + VW <= n; jj += VW) {
-        const int8_t *kb = it->k + (j0 + jj) * krs;
+        const int8_t *const *kb = t->k + jj;
         vf acc[VW];
         float tail[VW];
-        for (int l = 0; l < VW; l++) Q8(prefetch)(it, j0 + jj + l);
+        for (int l = 0; l < VW; l++) Q8(prefetch)(it, t, jj + l);
 #pragma GCC unroll 16
         for (int l = 0; l < VW; l++) acc[l] = vf_zero();
         for (int64_t d = 0; d < Evec; d += VW) {
             const vf qv = vf_load(q + d);
 #pragma GCC unroll 16
-            for (int l = 0; l < VW; l++) acc[l] = vf_fma(qv, vf_load_i8(kb + l * krs + d), acc[l]);
+            for (int l = 0; l < VW; l++) acc[l] = vf_fma(qv, vf_load_i8(kb[l] + d), acc[l]);
         }
         for (int l = 0; l < VW; l++) {
             tail[l] = 0;
-            for (int64_t d = Evec; d < E; d++) tail[l] += q[d] * (float)kb[l * krs + d];
+            for (int64_t d = Evec; d < E; d++) tail[l] += q[d] * (float)kb[l][d];
         }
         const vf dot = Evec < E ? vf_add(vf_hsum_lanes(acc), vf_load(tail)) : vf_hsum_lanes(acc);
-        vf_store(s + jj, vf_mul(vf_mul(vsc, vf_load(it->k_scale + j0 + jj)), dot));
+        vf_store(s + jj, vf_mul(vf_mul(vsc, vf_load(t->ks + jj)), dot));
     }
-    if (jj < n) Q8(scores_r)(1, it, &q, j0 + jj, n - jj, s + jj);
+    if (jj < n) Q8(scores_r)(1, it, &q, t, jj, s);
 }
 
-static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, int64_t j0,
-                       int64_t n, float *s)
+static void Q8(scores)(int R, const fa_q8_item *it, const float *const *qr, const Q8(blk) *t,
+                       float *s)
 {
     if (R == 1) {
-        Q8(scores1)(it, qr[0], j0, n, s);
+        Q8(scores1)(it, qr[0], t, s);
         return;
     }
-#define Q8_SCORES(c) Q8(scores_r)(c, it, qr, j0, n, s)
+#define Q8_SCORES(c) Q8(scores_r)(c, it, qr, t, 0, s)
     Q8_ROW_CASES(Q8_SCORES)
 #undef Q8_SCORES
 }
 
-/* o[r*ldo + c0 + 0..NV*VW) += sum_jj p[r*NB + jj] v_scale[j] v8[j][c0 ..]
- * for the PR rows and the keys j = j0 + jj, jj < n: a PR x NV register tile
+/* o[r*ldo + c0 + 0..NV*VW) += sum_jj p[r*NB + jj] vs[jj] v8[jj][c0 ..]
+ * for the PR rows and the keys jj < n of block t: a PR x NV register tile
  * held over the whole block, each value vector converted once for PR rows. */
-static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const fa_q8_item *it, int64_t j0,
-                                         int64_t n, const float *restrict p,
-                                         float *restrict o, int64_t ldo, int64_t c0)
+static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const Q8(blk) *t, int64_t n,
+                                         const float *restrict p, float *restrict o,
+                                         int64_t ldo, int64_t c0)
 {
     vf acc[4][8];
 #pragma GCC unroll 4
@@ -130,8 +163,8 @@ static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const fa_q8_item *it, i
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++) acc[r][u] = vf_load(o + r * ldo + c0 + u * VW);
     for (int64_t jj = 0; jj < n; jj++) {
-        const int8_t *vj = it->v + (j0 + jj) * it->v_rs + c0;
-        const float vs = it->v_scale[j0 + jj];
+        const int8_t *vj = t->v[jj] + c0;
+        const float vs = t->vs[jj];
         vf w[4];
 #pragma GCC unroll 4
         for (int r = 0; r < PR; r++) w[r] = vf_set1(p[r * NB + jj] * vs);
@@ -150,30 +183,30 @@ static FA_ALWAYS_INLINE void Q8(pv_tile)(int PR, int NV, const fa_q8_item *it, i
 
 /* Rows r < PR of P.V over the block: whole NV-vector tiles, single vectors,
  * then the last Ev % VW columns one by one. */
-static FA_ALWAYS_INLINE void Q8(pv_rows)(int PR, int NV, const fa_q8_item *it, int64_t j0,
-                                         int64_t n, const float *p, float *o, int64_t ldo)
+static FA_ALWAYS_INLINE void Q8(pv_rows)(int PR, int NV, const fa_q8_item *it,
+                                         const Q8(blk) *t, const float *p, float *o, int64_t ldo)
 {
-    const int64_t Ev = it->Ev;
+    const int64_t Ev = it->Ev, n = t->n;
     int64_t c = 0;
-    for (; c + NV * VW <= Ev; c += NV * VW) Q8(pv_tile)(PR, NV, it, j0, n, p, o, ldo, c);
-    for (; c + VW <= Ev; c += VW) Q8(pv_tile)(PR, 1, it, j0, n, p, o, ldo, c);
+    for (; c + NV * VW <= Ev; c += NV * VW) Q8(pv_tile)(PR, NV, t, n, p, o, ldo, c);
+    for (; c + VW <= Ev; c += VW) Q8(pv_tile)(PR, 1, t, n, p, o, ldo, c);
     for (; c < Ev; c++)
         for (int64_t jj = 0; jj < n; jj++) {
-            const float x = it->v_scale[j0 + jj] * (float)it->v[(j0 + jj) * it->v_rs + c];
+            const float x = t->vs[jj] * (float)t->v[jj][c];
             for (int r = 0; r < PR; r++) o[r * ldo + c] += p[r * NB + jj] * x;
         }
 }
 
-/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] v_scale[j] v8[j] for the R rows
- * and the keys j = j0 + jj, jj < n: rows by fours (2-vector tiles), then a
- * pair (4 vectors), then one (8 vectors): 8 accumulators each time. */
-static void Q8(pv)(int R, const fa_q8_item *it, int64_t j0, int64_t n, const float *p, float *o,
+/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] vs[jj] v8[jj] for the R rows
+ * and the keys of block t: rows by fours (2-vector tiles), then a pair (4
+ * vectors), then one (8 vectors): 8 accumulators each time. */
+static void Q8(pv)(int R, const fa_q8_item *it, const Q8(blk) *t, const float *p, float *o,
                    int64_t ldo)
 {
     int r = 0;
-    for (; r + 4 <= R; r += 4) Q8(pv_rows)(4, 2, it, j0, n, p + r * NB, o + r * ldo, ldo);
-    for (; r + 2 <= R; r += 2) Q8(pv_rows)(2, 4, it, j0, n, p + r * NB, o + r * ldo, ldo);
-    for (; r < R; r++) Q8(pv_rows)(1, 8, it, j0, n, p + r * NB, o + r * ldo, ldo);
+    for (; r + 4 <= R; r += 4) Q8(pv_rows)(4, 2, it, t, p + r * NB, o + r * ldo, ldo);
+    for (; r + 2 <= R; r += 2) Q8(pv_rows)(2, 4, it, t, p + r * NB, o + r * ldo, ldo);
+    for (; r < R; r++) Q8(pv_rows)(1, 8, it, t, p + r * NB, o + r * ldo, ldo);
 }
 
 /* a + b, b >= 0, saturating at INT64_MAX; a - b likewise at INT64_MIN */
@@ -181,13 +214,13 @@ static inline int64_t Q8(sat_add)(int64_t a, int64_t b) { return a > INT64_MAX -
 static inline int64_t Q8(sat_sub)(int64_t a, int64_t b) { return a < INT64_MIN + b ? INT64_MIN : a - b; }
 
 /* The keys query i may see: [*lo, *hi] (empty when *lo > *hi), before the
- * padding. */
+ * padding; none below key_lo. */
 static void Q8(visible)(const fa_q8_item *it, int64_t i, int64_t *lo, int64_t *hi)
 {
     const int64_t p = i + it->causal_offset;
     int64_t a = Q8(sat_sub)(p, it->win_left), b = Q8(sat_add)(p, it->win_right);
     if (it->causal && p < b) b = p;
-    *lo = a < 0 ? 0 : a;
+    *lo = a < it->key_lo ? it->key_lo : a;
     *hi = b > it->S - 1 ? it->S - 1 : b;
 }
 
@@ -272,7 +305,16 @@ static void Q8(finish_row)(const fa_q8_item *it, const Q8(row) *rw, const float 
         for (int64_t c = 0; c < it->Ev; c++) out[c] = o[c] * f;
         lse = (float)(top + log(tot));
     }
-    if (it->lse) it->lse[rw->g * it->L + rw->i] = lse;
+    if (it->lse) it->lse[rw->g * it->lse_hs + rw->i] = lse;
+}
+
+/* A row of a key split: p = {m, l, o[0 .. part_ld)} as the driver's merge
+ * reads them (zeros past Ev; all NaN for a bad row). */
+static void Q8(store_row)(const fa_q8_item *it, const Q8(row) *rw, const float *o, float *p)
+{
+    p[0] = rw->bad ? NAN : rw->m;
+    p[1] = rw->bad ? NAN : rw->l;
+    for (int64_t c = 0; c < it->part_ld; c++) p[2 + c] = rw->bad ? NAN : c < it->Ev ? o[c] : 0;
 }
 
 /* Rows r0 .. r0+R of the item, one pass over their visible keys. */
@@ -297,13 +339,22 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
         qr[r] = it->q + rw[r].g * it->q_hs + rw[r].i * it->q_rs;
         memset(o + r * ldo, 0, (size_t)ldo * sizeof(float));
     }
-    for (int64_t j0 = jlo; j0 <= jhi; j0 += NB) {
-        const int64_t n = jhi - j0 + 1 < NB ? jhi - j0 + 1 : NB;
-        Q8(scores)(R, it, qr, j0, n, s);
+    Q8(blk) tab[2]; /* this key block's rows and the next's */
+    if (jlo <= jhi) Q8(locate)(it, jlo, jhi - jlo + 1 < NB ? jhi - jlo + 1 : NB, &tab[0]);
+    for (int64_t j0 = jlo, c = 0; j0 <= jhi; j0 += NB, c ^= 1) {
+        const int64_t n = tab[c].n, j1 = j0 + NB;
+        tab[c].nx = j1 <= jhi ? &tab[c ^ 1] : NULL;
+        if (tab[c].nx) Q8(locate)(it, j1, jhi - j1 + 1 < NB ? jhi - j1 + 1 : NB, &tab[c ^ 1]);
+        Q8(scores)(R, it, qr, &tab[c], s);
         for (int r = 0; r < R; r++) Q8(softmax_row)(it, &rw[r], j0, n, s + r * NB, o + r * ldo);
-        Q8(pv)(R, it, j0, n, s, o, ldo);
+        Q8(pv)(R, it, &tab[c], s, o, ldo);
     }
-    for (int r = 0; r < R; r++) Q8(finish_row)(it, &rw[r], o + r * ldo);
+    for (int r = 0; r < R; r++) {
+        if (it->part)
+            Q8(store_row)(it, &rw[r], o + r * ldo, it->part + (r0 + r) * it->part_rs);
+        else
+            Q8(finish_row)(it, &rw[r], o + r * ldo);
+    }
 }
 
 /* The item, FA_Q8_ROWS rows at a time:

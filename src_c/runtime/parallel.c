@@ -28,6 +28,12 @@ void fa_init_threads(void)
 #endif
 }
 
+static void fa_phases_serial(int np, const fa_phase *ph)
+{
+    for (int p = 0; p < np; p++)
+        for (int64_t i = 0; i < ph[p].n; i++) ph[p].fn(ph[p].ctx, i, 0);
+}
+
 #ifdef _OPENMP
 int fa_openmp_enabled(void) { return 1; }
 int fa_max_threads(void) { return omp_get_max_threads(); }
@@ -46,6 +52,30 @@ void fa_parallel_for(int nt, int sched, int64_t n, fa_item_fn fn, void *ctx)
     } else {
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t i = 0; i < n; i++) fn(ctx, i, omp_get_thread_num());
+    }
+}
+
+/* Every thread meets the same worksharing loops in the same order (np and
+ * the schedules are shared), each ending in its implicit barrier. */
+void fa_parallel_phases(int nt, int np, const fa_phase *ph)
+{
+    if (nt <= 1) {
+        fa_phases_serial(np, ph);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        for (int p = 0; p < np; p++) {
+            const fa_phase *f = ph + p;
+            if (f->sched == FA_SCHED_DYNAMIC) {
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t i = 0; i < f->n; i++) f->fn(f->ctx, i, tid);
+            } else {
+#pragma omp for schedule(static)
+                for (int64_t i = 0; i < f->n; i++) f->fn(f->ctx, i, tid);
+            }
+        }
     }
 }
 
@@ -69,6 +99,12 @@ void fa_parallel_for(int nt, int sched, int64_t n, fa_item_fn fn, void *ctx)
     (void)nt;
     (void)sched;
     for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
+}
+
+void fa_parallel_phases(int nt, int np, const fa_phase *ph)
+{
+    (void)nt;
+    fa_phases_serial(np, ph);
 }
 
 int fa_parallel_team(int nt, void (*fn)(void *ctx), void *ctx)

@@ -100,21 +100,53 @@ def test_16_bit_caches(isa, rng, dtype, query_16_bit):
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4)
 
 
-def _int8_batch(rng, layout="NHD"):
-    args = make_batch(rng, [1300, 64, 5], [1, 10, 1], dtype=np.float32, layout=layout)
-    ks, vs = [], []
-    for name, store in (("key_cache", ks), ("value_cache", vs)):
+def _int8_pools(args):
+    """args with its pools quantised to int8 per row; (args, key_scales, value_scales)."""
+    layout, scales = args["layout"], []
+    for name in ("key_cache", "value_cache"):
         pool = args[name] if layout == "NHD" else args[name].swapaxes(1, 2)
-        scales = np.abs(pool).max(-1) / 127
-        levels = np.rint(pool / np.maximum(scales, 1e-30)[..., None]).astype(np.int8)
-        store.append(scales.astype(np.float32))
+        sc = np.abs(pool).max(-1) / 127
+        levels = np.rint(pool / np.maximum(sc, 1e-30)[..., None]).astype(np.int8)
+        scales.append(sc.astype(np.float32))
         args[name] = levels if layout == "NHD" else levels.swapaxes(1, 2)
-    return args, ks[0], vs[0]
+    return args, scales[0], scales[1]
+
+
+def _int8_batch(rng, layout="NHD"):
+    return _int8_pools(make_batch(rng, [1300, 64, 5], [1, 10, 1], dtype=np.float32,
+                                  layout=layout))
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_int8_caches_match_the_dequantised_reference(isa, rng, layout):
     args, ks, vs = _int8_batch(rng, layout)
+    out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
+    ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
+    assert_close(out, ref, np.float32, finite_absmax(ref))
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_int8_decoding_steps_with_score_options_and_long_contexts_split(isa, rng, name):
+    # 3000 keys: split and merged; 1..8 queries per sequence (the int8
+    # kernel's rows), a prefill chunk of 30 (the copy) with them
+    args, ks, vs = _int8_pools(make_batch(rng, [3000, 90, 33, 200], [1, 30, 8, 3],
+                                          block_size=16))
+    opts = dict(OPTIONS[name], key_scales=ks, value_scales=vs)
+    out, lse = _call(args, return_lse=True, **opts)
+    ref, ref_lse = reference_paged(args, **opts)
+    assert_close(out, ref, np.float32, finite_absmax(ref))
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("block_size", [1, 5, 64])
+@pytest.mark.parametrize("hq,hkv", [(1, 1), (4, 2), (16, 1)])
+def test_int8_decoding_steps_for_block_sizes_layouts_and_groups(isa, rng, layout, block_size,
+                                                               hq, hkv):
+    # a group of 16 query heads: two passes of the int8 kernel's 8 rows
+    args, ks, vs = _int8_pools(make_batch(rng, [700, 129, 1], [1, 2, 1], block_size=block_size,
+                                          hq=hq, hkv=hkv, e=24, ev=40, layout=layout))
     out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
     ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
     assert_close(out, ref, np.float32, finite_absmax(ref))
@@ -165,6 +197,24 @@ def test_bitwise_identical_for_any_thread_count(isa, rng, opts):
     three = _call(args, num_threads=3, return_lse=True, **opts)
     for a, b, c in zip(one, two, three):
         assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+@pytest.mark.parametrize("cache", ["float32", "bfloat16", "int8"])
+def test_bitwise_identical_for_any_thread_count_with_long_contexts_split(isa, rng, cache):
+    # decoding steps of 3000..6000 keys: each split over several items and
+    # merged after the barrier; a prefill chunk and GQA groups of 4 with them
+    args = make_batch(rng, [6000, 3000, 4100, 300], [1, 1, 1, 30], hq=8, hkv=2, block_size=16,
+                      dtype=np.float32 if cache == "int8" else cache)
+    opts = {}
+    if cache == "int8":
+        args, ks, vs = _int8_pools(args)
+        opts = dict(key_scales=ks, value_scales=vs)
+    runs = [_call(args, num_threads=t, return_lse=True, **opts) for t in (1, 2, 3)]
+    for got in runs[1:]:
+        for a, b in zip(runs[0], got):
+            assert a.tobytes() == b.tobytes()
+    ref, ref_lse = reference_paged(args, **opts)
+    assert_close(runs[0][0], ref, np.float32, finite_absmax(ref))
 
 
 def test_empty_batch_and_sequences_without_queries(rng):
