@@ -8,7 +8,7 @@
 #      path checked (sve exactly where the vector length is 256 bits, else
 #      neon), FASTATTN_ISA forcing each path offered (and refused for sve
 #      elsewhere), and .ci/aarch64_smoke.py on every path offered (every
-#      dtype, masks, GQA, decoding, the backward pass, the int8 cache against
+#      dtype, masks, GQA, decoding, the backward pass, the int8 cache, paged caches against
 #      fastattn.reference);
 #   5. a numerics subset of the suite (the isa fixture's ids chosen by -k): on
 #      the first CPU for neon (the parts SIMDe stands in for: the SIMDe build

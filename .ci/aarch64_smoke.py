@@ -1,6 +1,6 @@
 """The aarch64 smoke test (.ci/aarch64.sh, .ci/build_wheel_aarch64.sh), run
 under qemu-aarch64: every dtype and the main features (masks, window, soft
-cap, GQA, decoding, the backward pass, the int8 cache) against
+cap, GQA, decoding, the backward pass, the int8 cache, paged caches) against
 fastattn.reference, on each path named in argv (default: every path this CPU
 offers), each forced in turn; the references are computed once.  With
 FASTATTN_ISA set, the path in use at import must be that one."""
@@ -65,7 +65,40 @@ def int8_case():
     yield ("int8 cache",), lambda: [cache.attend(qd)], [want], 1e-4, np.dtype(np.float32)
 
 
-cases = [*forward_cases(), *backward_cases(), *int8_case()]
+def paged_cases():
+    """attention_paged on a mixed batch (a 6-token prefill chunk, two decodes),
+    float32, bfloat16 and int8 pools, against each sequence's gathered keys."""
+    nb, bs, hk, hq, e = 12, 16, 2, 4, 32
+    lens, nq = np.array([37, 20, 50]), np.array([6, 1, 1])
+    table = rng.permutation(nb)[:12].reshape(3, 4).astype(np.int32)
+    cu = np.concatenate([[0], np.cumsum(nq)]).astype(np.int32)
+    q = rng.standard_normal((int(cu[-1]), hq, e)).astype(np.float32)
+    kc, vc = (rng.standard_normal((nb, bs, hk, e)).astype(np.float32) for _ in range(2))
+    for name in ("float32", "bfloat16", "int8"):
+        if name == "int8":
+            ksc, vsc = (np.abs(x).max(-1) / 127 for x in (kc, vc))
+            k8, v8 = (np.round(x / sc[..., None]).astype(np.int8) for x, sc in ((kc, ksc), (vc, vsc)))
+            args, kw = (k8, v8), {"key_scales": ksc.astype(np.float32),
+                                  "value_scales": vsc.astype(np.float32)}
+            kd, vd = k8 * ksc[..., None], v8 * vsc[..., None]
+        else:
+            dt = np.float32 if name == "float32" else ml_dtypes.bfloat16
+            args, kw = (kc.astype(dt), vc.astype(dt)), {}
+            kd, vd = (x.astype(np.float64) for x in args)
+        want = []
+        for b in range(3):
+            rows = np.concatenate([np.arange(bs) + blk * bs for blk in table[b]])[:lens[b]]
+            kb, vb = (x.reshape(nb * bs, hk, e)[rows].transpose(1, 0, 2) for x in (kd, vd))
+            qb = q[cu[b]:cu[b + 1]].astype(np.float64).transpose(1, 0, 2)
+            want.append(reference.attention(qb, kb, vb, is_causal="lower_right",
+                                            enable_gqa=True).transpose(1, 0, 2))
+        yield (("paged", name), lambda args=args, kw=kw: [fastattn.attention_paged(
+                   q, *args, table, lens, cu_seqlens_q=cu, **kw)],
+               [np.concatenate(want)], 1e-4 if name != "bfloat16" else 3e-2,
+               np.dtype(np.float32))
+
+
+cases = [*forward_cases(), *backward_cases(), *int8_case(), *paged_cases()]
 for isa in ISAS:
     fastattn.set_isa(isa)
     for what, call, want, tol, dtype in cases:
@@ -75,4 +108,4 @@ for isa in ISAS:
                 err /= max(1.0, np.max(np.abs(b)))
             assert a.dtype == dtype and err < tol, (isa, what, a.dtype, err)
     print(isa, "ok:", len(cases), "cases (4 dtypes x masks, window, soft cap, GQA, decoding;"
-          " the backward pass; the int8 cache)")
+          " the backward pass; the int8 cache; paged caches)")
