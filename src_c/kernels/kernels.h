@@ -78,7 +78,8 @@ struct fa_q8_item; /* kernels/decode_q8.h */
 /* The tables in use, chosen by runtime/dispatch.c. */
 const fa_kernels_f32 *fa_kernels_f32_current(void);
 /* The 16-bit matrix kernels the current path runs: its own, or, where it has
- * none, those of the best supported path below it in the list (so sve, whose
+ * none, those of the best supported path below it in the list and of its
+ * architecture (so sve, whose
  * tables are SVE float kernels, runs bfloat16 on neon_bf16's BFMMLA kernels on
  * a CPU that has both; on x86 no path below one without them has them). */
 const fa_flash16_kernels *fa_flash16_current(void);

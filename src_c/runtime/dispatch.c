@@ -28,6 +28,12 @@ static const char *const g_names[FA_ISA_COUNT] = {
 #include "runtime/isa_list.h"
 };
 #undef FA_ISA
+/* each line's architecture, by name: fa_flash16_current borrows within one */
+#define FA_ISA(name, NAME, arch, required) #arch,
+static const char *const g_arch[FA_ISA_COUNT] = {
+#include "runtime/isa_list.h"
+};
+#undef FA_ISA
 #define FA_ISA(name, NAME, arch, required) (unsigned long long)(required),
 static const unsigned long long g_required[FA_ISA_COUNT] = {
 #include "runtime/isa_list.h"
@@ -102,8 +108,11 @@ int fa_set_isa(int isa)
 const fa_kernels_f32 *fa_kernels_f32_current(void) { return g_f32[g_isa]; }
 const fa_flash16_kernels *fa_flash16_current(void)
 {
+    /* the same architecture only: the emulation builds offer x86 and aarch64
+     * lines side by side, and a neon line must not run avx512_bf16's kernels */
     for (int i = g_isa; i > 0; i--)
-        if (g_supported[i] && g_f32[i]->flash16.pack_kv) return &g_f32[i]->flash16;
+        if (g_supported[i] && g_f32[i]->flash16.pack_kv && strcmp(g_arch[i], g_arch[g_isa]) == 0)
+            return &g_f32[i]->flash16;
     return &g_f32[g_isa]->flash16;
 }
 const fa_kernels_f64 *fa_kernels_f64_current(void) { return g_f64[g_isa]; }
