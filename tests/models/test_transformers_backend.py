@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
                                    "transformers (pip install 'fastattn[torch]')")
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
+from models_common import tiny_model  # noqa: E402
 
 fa_tf.register()
 
@@ -23,30 +24,8 @@ PROMPT, NEW = 20, 32
 
 
 def _model(name):
-    t = transformers
-    if name == "llama":
-        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
-    elif name == "mistral":
-        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
-    elif name == "qwen2":
-        cfg = t.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=WINDOW,
-                            max_window_layers=1)
-        cls = t.Qwen2ForCausalLM
-    elif name == "gemma2":
-        cfg = t.Gemma2Config(**COMMON, head_dim=16, sliding_window=WINDOW,
-                             attn_logit_softcapping=5.0, query_pre_attn_scalar=16)
-        cls = t.Gemma2ForCausalLM
-    else:
-        cfg = t.GptOssConfig(**COMMON, head_dim=16, sliding_window=WINDOW, num_local_experts=4,
-                             num_experts_per_tok=2)
-        cls = t.GptOssForCausalLM
-    torch.manual_seed(0)
-    model = cls(cfg).eval()
-    if name == "gptoss":  # sinks start at zero: make them matter
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.sinks.normal_(0.0, 2.0)
-    return model
+    return tiny_model(name, COMMON, WINDOW, sinks_std=2.0,
+                      extra={"gemma2": {"head_dim": 16}, "gptoss": {"head_dim": 16}}).eval()
 
 
 def _inputs(batch=2, left_pad=5):

@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers", reason="continuous batching n
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from fastattn.integrations import transformers_cb  # noqa: E402
+from models_common import tiny_model  # noqa: E402
 
 fa_tf.register()
 if not transformers_cb.install(fa_tf.NAME):
@@ -30,21 +31,7 @@ NEW = 8
 
 
 def _model(name):
-    t = transformers
-    if name == "llama":
-        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
-    elif name == "mistral":
-        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
-    elif name == "qwen2":
-        cfg = t.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=WINDOW,
-                            max_window_layers=1)
-        cls = t.Qwen2ForCausalLM
-    else:
-        cfg = t.Gemma2Config(**COMMON, head_dim=16, sliding_window=WINDOW,
-                             attn_logit_softcapping=5.0, query_pre_attn_scalar=16)
-        cls = t.Gemma2ForCausalLM
-    torch.manual_seed(0)
-    return cls(cfg).eval()
+    return tiny_model(name, COMMON, WINDOW, extra={"gemma2": {"head_dim": 16}}).eval()
 
 
 def _prompts():

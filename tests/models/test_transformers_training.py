@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 
 import fastattn.torch as fat  # noqa: E402
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
+from models_common import tiny_model  # noqa: E402
 
 fa_tf.register()
 
@@ -34,28 +35,9 @@ MODELS = ["llama", "mistral", "gemma2", "gptoss"]
 
 
 def _model(name):
-    t = transformers
-    if name == "llama":
-        cfg, cls = t.LlamaConfig(**COMMON), t.LlamaForCausalLM
-    elif name == "mistral":
-        cfg, cls = t.MistralConfig(**COMMON, sliding_window=WINDOW), t.MistralForCausalLM
-    elif name == "gemma2":
-        cfg = t.Gemma2Config(**COMMON, sliding_window=WINDOW, attn_logit_softcapping=5.0,
-                             query_pre_attn_scalar=16,
-                             layer_types=["sliding_attention", "full_attention"])
-        cls = t.Gemma2ForCausalLM
-    else:
-        cfg = t.GptOssConfig(**COMMON, sliding_window=WINDOW, num_local_experts=4,
-                             num_experts_per_tok=2,
-                             layer_types=["sliding_attention", "full_attention"])
-        cls = t.GptOssForCausalLM
-    torch.manual_seed(0)
-    model = cls(cfg)
-    if name == "gptoss":  # sinks start at zero: make them matter
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.sinks.normal_(0.0, 1.0)
-    return model
+    layers = {"layer_types": ["sliding_attention", "full_attention"]}
+    return tiny_model(name, COMMON, WINDOW, sinks_std=1.0,
+                      extra={"gemma2": layers, "gptoss": layers})
 
 
 def _pair(name):
