@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 
+from . import procmem
 from .timing import ratio_stats
 
 MIB = 2 ** 20
@@ -43,35 +44,12 @@ TARGET_EXTRA_BYTES = 64 * MIB
 # (HEADS: those the eager formula runs on, 0 for none); prints one JSON line,
 # option -> its record, the options measured one after the other.
 _SCRIPT = r"""
-import gc, json, sys, time
+import json, sys, time
 import numpy as np
 jobs = [(o, int(h)) for o, h in (j.split(":") for j in sys.argv[1].split(","))]
 B, H, L, D, t, rounds = map(int, sys.argv[2:8])
 SOFTCAP, WINDOW = float(sys.argv[8]), int(sys.argv[9])
 import fastattn
-
-def status():
-    d = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmHWM:", "VmRSS:")):
-                k, v = line.split(":")
-                d[k] = int(v.split()[0]) * 1024
-    return d
-
-def settle():
-    gc.collect()
-    try:
-        import ctypes
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 def inputs(L):
     rng = np.random.default_rng(0)
@@ -124,7 +102,7 @@ def measure(opt, heads, full):
     if heads:         # its heads (all, or the first ones: a copy, made here)
         args["eager"] = [a if heads == H else np.ascontiguousarray(a[:, :heads]) for a in full]
     for name, f in impls.items():
-        reset = settle()
+        reset = reset_peak()
         before = status()
         out = f(opt, *args[name])
         after = status()
@@ -190,7 +168,7 @@ def _measure(jobs: list, shape, threads, rounds) -> dict:
     """One subprocess measuring the (option, eager heads) ``jobs`` -> option
     -> its record (or, for each, ``error``)."""
     B, H, L, S, D = shape
-    cmd = [sys.executable, "-c", _SCRIPT, ",".join(f"{o}:{h}" for o, h in jobs),
+    cmd = [sys.executable, "-c", procmem.source() + _SCRIPT, ",".join(f"{o}:{h}" for o, h in jobs),
            *map(str, (B, H, L, D, threads, rounds)), str(SOFTCAP), str(WINDOW)]
     fail = None
     try:

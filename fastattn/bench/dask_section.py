@@ -19,12 +19,13 @@ or distributed is not installed.
 
 from __future__ import annotations
 
-import gc
 import logging
 import statistics
 import time
 
 import numpy as np
+
+from .procmem import reset_peak
 
 SHAPE = (1, 8, 32768, 64)          # (B, H, L, D), L = S, float32, non-causal
 QUICK_SHAPE = (1, 8, 4096, 64)
@@ -68,27 +69,11 @@ def _peak() -> int:
     return _rss("VmHWM:")
 
 
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux); False if it cannot be."""
-    gc.collect()
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _warm():
     import fastattn
     x = np.ones((1, 2, 8, 4), np.float32)
     fastattn.attention(x, x, x)
-    return _reset_peak()
+    return reset_peak()
 
 
 def _held(dask_worker) -> int:
@@ -102,7 +87,7 @@ def _idle(client) -> dict:
         if not any(client.run(_held).values()):
             break
         time.sleep(0.1)
-    client.run(_reset_peak)
+    client.run(reset_peak)
     return client.run(_rss)
 
 
@@ -158,7 +143,7 @@ def _run_layout(env, splits, want=None) -> dict:
     distributed.wait(futures)
     share = _shares(client, futures, addrs)
     out = env["fdask"].attention(q, k, v)
-    client.run(_reset_peak)
+    client.run(reset_peak)
     t0 = time.perf_counter()
     done = client.persist(out)
     distributed.wait(done)

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from . import procmem
 from .progress import Progress
 
 # Run as ``python -c _MEM_SCRIPT impl H L S D dtype t use_threadpoolctl``.
@@ -18,15 +19,6 @@ import json, sys
 impl, H, L, S, D, dtype, t = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
 use_tpc = sys.argv[8] == "1"        # threadpoolctl: looked for once, by the parent
 import numpy as np
-
-def status():
-    d = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmHWM:", "VmRSS:")):
-                k, v = line.split(":")
-                d[k] = int(v.split()[0]) * 1024
-    return d
 
 rng = np.random.default_rng(0)
 q = rng.standard_normal((1, H, L, D), dtype=dtype)
@@ -55,19 +47,7 @@ else:
         return scipy.special.softmax(s, axis=-1) @ c
 run(*small)                         # load libraries, start thread pools
 del small
-import gc
-gc.collect()
-try:                                # hand freed heap pages back to the OS, so that
-    import ctypes                   # reusing them during the call counts as growth
-    ctypes.CDLL(None).malloc_trim(0)
-except (OSError, AttributeError):
-    pass
-reset = True
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")                # reset VmHWM to the current RSS
-except OSError:
-    reset = False
+reset = reset_peak()
 before = status()
 out = run(q, k, v)
 after = status()
@@ -91,7 +71,7 @@ def measure_memory(impl: str, H: int, L: int, S: int, D: int, dtype: str, t: int
     rec = {"impl": impl, "threads": t, "shape": {"B": 1, "H": H, "L": L, "S": S, "D": D},
            "dtype": dtype,
            "scores_bytes": H * L * S * np.dtype(dtype).itemsize}
-    cmd = [sys.executable, "-c", _MEM_SCRIPT, impl, str(H), str(L), str(S), str(D),
+    cmd = [sys.executable, "-c", procmem.source() + _MEM_SCRIPT, impl, str(H), str(L), str(S), str(D),
            dtype, str(t), "1" if threadpoolctl else "0"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
