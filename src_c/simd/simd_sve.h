@@ -87,27 +87,7 @@ static inline void vf_store_bf16(uint16_t *p, vf x)
     const svuint32_t b = svsel_u32(svcmpuo_f32(pg, x, x), svorr_n_u32_x(pg, u, 0x400000), r);
     svst1h_u32(pg, p, svlsr_n_u32_x(pg, b, 16));
 }
-/* 4 x 4 and 2 x 2 transposes for packing K: dst[i][r] = src[r][i] (row
- * strides srs, drs in elements): pairs of 32-bit lanes, then of 64-bit */
-static inline void vf_transpose_block(const float *src, int64_t srs, float *dst, int64_t drs)
-{
-    const float32x4_t r0 = vld1q_f32(src), r1 = vld1q_f32(src + srs);
-    const float32x4_t r2 = vld1q_f32(src + 2 * srs), r3 = vld1q_f32(src + 3 * srs);
-    const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
-    const float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
-    const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
-    const float64x2_t t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-    vst1q_f32(dst, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
-    vst1q_f32(dst + drs, vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
-    vst1q_f32(dst + 2 * drs, vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
-    vst1q_f32(dst + 3 * drs, vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
-}
-static inline void vd_transpose_block(const double *src, int64_t srs, double *dst, int64_t drs)
-{
-    const float64x2_t r0 = vld1q_f64(src), r1 = vld1q_f64(src + srs);
-    vst1q_f64(dst, vtrn1q_f64(r0, r1));
-    vst1q_f64(dst + drs, vtrn2q_f64(r0, r1));
-}
+#include "simd/transpose_neon.h" /* vf_transpose_block, vd_transpose_block */
 /* lane i = the sum of x[i]'s lanes (FADDV, as vf_hsum), for x[0..8) */
 static inline vf vf_hsum_lanes(const vf *x)
 {
