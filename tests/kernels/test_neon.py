@@ -15,6 +15,7 @@ import pytest
 import fastattn
 from conftest import using_isa
 from fastattn import _testing
+from vmath_common import assert_vector_math_bitwise_equal, edges
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -24,17 +25,6 @@ pytestmark = pytest.mark.skipif(
            "FASTATTN_NEON_EMULATION=simde on x86-64)")
 
 DTYPES = [pytest.param(np.float32, id="float32"), pytest.param(np.float64, id="float64")]
-
-
-def _edges(dtype):
-    """Random arguments of the softmax domain and the points where exp, exp2
-    and tanh change branch or flush to zero."""
-    rng = np.random.default_rng(11)
-    special = [0.0, -0.0, np.nan, -np.inf, np.inf, -0.5, 0.5, -1e-30, -126.5, -126.49,
-               -127.0, -87.3365478515625, -87.33, -1022.5, -1022.49, -708.39, -708.4, -1e30,
-               0.625, -0.625, 0.62499, 20.0, -20.0, 1e30]
-    return np.concatenate([-rng.random(20000) * 1100, rng.standard_normal(20000) * 4,
-                           special]).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -55,14 +45,7 @@ def test_neon_exp_exp2_tanh_edges(dtype):
                     reason="the avx2 tier is not available here (the comparison needs both)")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_neon_exp_exp2_tanh_are_bitwise_avx2s(dtype):
-    x = _edges(dtype)
-    got = {}
-    for isa in ("avx2", "neon"):
-        with using_isa(isa):
-            got[isa] = [_testing.exp(x, False), _testing.exp(x, True), _testing.tanh(x)]
-    for name, a, b in zip(("exp", "exp2", "tanh"), got["avx2"], got["neon"]):
-        differ = ~((a == b) & (np.signbit(a) == np.signbit(b)) | (np.isnan(a) & np.isnan(b)))
-        assert not differ.any(), (name, x[differ][:5], a[differ][:5], b[differ][:5])
+    assert_vector_math_bitwise_equal(edges(dtype, 20000), "avx2", "neon")
 
 
 def _sixteen_bit_values(dt, rng, shape):

@@ -18,8 +18,9 @@ import pytest
 
 import fastattn
 from conftest import using_isa
-from fastattn import _config, _core, _testing
+from fastattn import _config, _core
 from support import run_python
+from vmath_common import assert_vector_math_bitwise_equal, edges
 
 SVE_HERE = "sve" in fastattn.available_isas()
 needs_sve = pytest.mark.skipif(
@@ -55,29 +56,11 @@ def test_sve_is_the_default_where_offered():
     assert _core.cpu_supports("neon")
 
 
-def _edges(dtype):
-    """Random arguments of the softmax domain and the points where exp, exp2
-    and tanh change branch or flush to zero."""
-    rng = np.random.default_rng(11)
-    special = [0.0, -0.0, np.nan, -np.inf, np.inf, -0.5, 0.5, -1e-30, -126.5, -126.49,
-               -127.0, -87.3365478515625, -87.33, -1022.5, -1022.49, -708.39, -708.4, -1e30,
-               0.625, -0.625, 0.62499, 20.0, -20.0, 1e30]
-    return np.concatenate([-rng.random(5003) * 1100, rng.standard_normal(5003) * 4,
-                           special]).astype(dtype)
-
-
 @needs_sve
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sve_exp_exp2_tanh_are_bitwise_neons_odd_length(dtype):
     """An odd length: the kernels' padded tail vector too."""
-    x = _edges(dtype)
-    got = {}
-    for isa in ("neon", "sve"):
-        with using_isa(isa):
-            got[isa] = [_testing.exp(x, False), _testing.exp(x, True), _testing.tanh(x)]
-    for name, a, b in zip(("exp", "exp2", "tanh"), got["neon"], got["sve"]):
-        differ = ~((a == b) & (np.signbit(a) == np.signbit(b)) | (np.isnan(a) & np.isnan(b)))
-        assert not differ.any(), (name, x[differ][:5], a[differ][:5], b[differ][:5])
+    assert_vector_math_bitwise_equal(edges(dtype, 5003), "neon", "sve")
 
 
 @needs_sve
