@@ -371,7 +371,8 @@ def run_cache(env: Env, cfg: Serving, batch: Batch, dtype: str, run, read_bw, sk
     impls, errors = first_calls(decode_impls(env, c)[0], env)
     res = run(impls, f"serving decode {dtype} block {batch.block_size}")
     skip = dict(skipped, **errors)
-    rows = _rows_of(res, env, "fastattn", DECODE_PEERS, info, c.kv_bytes(), read_bw, skip)
+    peers = DECODE_PEERS if dense else ("vllm",)     # the dense peers at one block size
+    rows = _rows_of(res, env, "fastattn", peers, info, c.kv_bytes(), read_bw, skip)
     rows += _rows_of(res, env, "fastattn int8", ("fastattn",), dict(info, cache="int8"),
                      c.kv_bytes(int8=True), read_bw, skip)
     del res, impls
