@@ -11,7 +11,8 @@
 #      LD_LIBRARY_PATH in the bullseye tree) and `auditwheel show`;
 #   4. the repaired wheel pip-installed (--target, aarch64 tags) and run by the
 #      arm64 Python under qemu: .ci/aarch64_smoke.py with every ARM path forced
-#      (generic and neon on -cpu neoverse-n1, sve on -cpu max,sve256=on), and
+#      (generic and neon on -cpu neoverse-n1, neon_bf16 on -cpu max,sve=off, sve
+#      on -cpu max,sve256=on), and
 #      `python -m fastattn info` on each.
 # Nothing here has run on ARM hardware.  Needs what .ci/aarch64.sh needs.
 #
@@ -61,7 +62,7 @@ step "the wheel installed for the arm64 Python (pip --target)"
     --only-binary=:all: --platform "$PLAT" --python-version "$PYVER" --implementation cp \
     --abi "cp${PYVER/./}" "$REPAIRED"
 cd "$WORK"
-for pair in generic:neoverse-n1 neon:neoverse-n1 sve:max,sve256=on; do
+for pair in generic:neoverse-n1 neon:neoverse-n1 neon_bf16:max,sve=off sve:max,sve256=on; do
     isa=${pair%%:*} cpu=${pair#*:}
     step "qemu -cpu $cpu, FASTATTN_ISA=$isa: python -m fastattn info, smoke test of the installed wheel"
     info=$(FASTATTN_ISA=$isa PYTHONPATH="$WORK/inst:$SITE" qemu "$cpu" "$APY" -m fastattn info)
