@@ -486,7 +486,8 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     The caches (another engine's, for instance) are NumPy views of the
     tensors' memory, never copies; ``out``, if given, is written in place and
     returned.  ``options`` are :func:`fastattn.attention_paged`'s keyword
-    options (``layout``, ``scale``, ``is_causal``, ``window``, ...); with
+    options (``layout``, ``scale``, ``is_causal``, ``window``, ...; tensors among them,
+    ``alibi_slopes`` or ``sinks``, read in place too); with
     ``return_lse=True`` the result is ``(out, lse)``.  Inference only.
 
     Examples
@@ -503,8 +504,9 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
              "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
              "key_scales": key_scales, "value_scales": value_scales, "out": out}
     a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
+    opts = {name: _array(t, name) for name, t in options.items()}  # alibi_slopes, sinks
     res = _attention_paged(a.pop("query"), a.pop("key_cache"), a.pop("value_cache"),
-                           a.pop("block_table"), a.pop("seq_lens"), **a, **options)
+                           a.pop("block_table"), a.pop("seq_lens"), **a, **opts)
     if isinstance(res, tuple):
         return (out if out is not None else _tensor(res[0])), _tensor(res[1])
     return out if out is not None else _tensor(res)

@@ -174,7 +174,7 @@ def batching_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     if pages is not None:
         k_pages, v_pages, table, lens = pages
         _attention_paged(q, k_pages, v_pages, table, lens, cu_seqlens_q=cu_q, is_causal=causal,
-                         sinks=_view(sinks), out=out[0, :nq], **opts)
+                         sinks=sinks, out=out[0, :nq], **opts)
         return out
     cu_k = kwargs["cu_seq_lens_k"]
     k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)
