@@ -35,7 +35,7 @@ is no dropout (an ``attention_dropout`` > 0 in training is refused).
 with the name: see :mod:`fastattn.integrations.transformers_cb` for the
 mechanism and the releases it is installed on.  There the attention function
 reads full-attention layers' paged cache in place with
-:func:`fastattn.torch.attention_paged`.
+:func:`fastattn.attention_paged`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ sliding layer), Mistral (sliding window shorter than the prompts) and Gemma 2
 (softcap + window), with prefill chunks mixed with decodes in one step, and
 the paged cache read in place by fastattn.attention_paged."""
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
@@ -82,11 +83,18 @@ def test_generate_batch_greedy_tokens_match_with_prefill_chunks_mixed_with_decod
     model = _model(name)
     pages = _Calls(monkeypatch, "_attention_paged", None)
     packed = _Calls(monkeypatch, "_attention_varlen", 3)
+    tables = []
+    monkeypatch.setattr(transformers_cb, "_tables",
+                        lambda *a, f=transformers_cb._tables: tables.append(1) or f(*a))
     got = _generate_batch(model, "fastattn")
     assert len(got) == len(LENGTHS) and all(len(t) == NEW for t in got)
     # full-attention layers read the cache's pages; sliding ones (ring
     # buffers) the gathered window
     assert bool(pages.query_lengths) == paged
+    # a step's block tables are built once, by its first full-attention layer
+    full = [t for t in getattr(model.config, "layer_types", None)
+            or ["full_attention"] * model.config.num_hidden_layers if t == "full_attention"]
+    assert len(pages.query_lengths) == len(tables) * len(full)
     assert pages.mixed() or packed.mixed()
     if name != "llama":
         assert packed.query_lengths
@@ -94,6 +102,64 @@ def test_generate_batch_greedy_tokens_match_with_prefill_chunks_mixed_with_decod
     assert _generate_batch(model, reference) == got
     # the reference implementation ran without fastattn
     assert (len(pages.query_lengths), len(packed.query_lengths)) == (n_pages, n_packed)
+
+
+class _Allocator:
+    """The parts of a full-attention (or sliding) cache allocator the glue reads."""
+
+    def __init__(self, page, blocks=8, heads=2, dim=4, block_table=True):
+        self.index, self.supports_block_table = 0, block_table
+        self.pages = (torch.zeros(blocks, page, heads, dim), torch.zeros(blocks, page, heads, dim))
+
+    def get_cache_for_block_table(self, layer_idx):
+        return self.pages
+
+
+class _Cache:
+    pass
+
+
+def _batch(lens, blocks, page):
+    """A batch's read indices (each sequence's slots in order, over its
+    blocks), cu_seq_lens_k and cu_seq_lens_q (one query each)."""
+    read = torch.cat([torch.tensor(b)[torch.arange(n) // page] * page + torch.arange(n) % page
+                      for n, b in zip(lens, blocks)])
+    cu_k = torch.tensor([0] + list(lens)).cumsum(0).to(torch.int32)
+    return read, cu_k, torch.arange(len(lens) + 1, dtype=torch.int32)
+
+
+def test_step_block_tables_are_each_sequences_blocks_in_order():
+    page = 4
+    read, cu_k, cu_q = _batch([9, 3], [[5, 2, 7], [1]], page)
+    step = transformers_cb._step(_Cache(), _Allocator(page), 0, read, cu_k, cu_q)
+    assert step.lens.tolist() == [9, 3] and step.cu_q.tolist() == [0, 1, 2] and step.nq == 2
+    assert step.table[0].tolist() == [5, 2, 7] and step.table[1, 0] == 1
+    assert step.table.dtype == step.lens.dtype == step.cu_q.dtype == np.int64
+
+
+def test_step_metadata_is_kept_for_the_same_batch_and_rebuilt_when_it_changes():
+    page, cache, alloc = 4, _Cache(), _Allocator(4)
+    read, cu_k, cu_q = _batch([9, 3], [[5, 2, 7], [1]], page)
+    first = transformers_cb._step(cache, alloc, 0, read, cu_k, cu_q)
+    assert transformers_cb._step(cache, alloc, 1, read, cu_k, cu_q) is first  # the next layer
+    # the next step: one sequence grew by a token into a new block, the other finished
+    read2, cu_k2, cu_q2 = _batch([10], [[5, 2, 6]], page)
+    second = transformers_cb._step(cache, alloc, 0, read2, cu_k2, cu_q2)
+    assert second is not first
+    assert second.lens.tolist() == [10] and second.table.tolist() == [[5, 2, 6]]
+    # equal contents in new tensors are a new batch too: never a stale table
+    third = transformers_cb._step(cache, alloc, 0, read2.clone(), cu_k2, cu_q2)
+    assert third is not second and third.table.tolist() == [[5, 2, 6]]
+    assert first.table[0].tolist() == [5, 2, 7]            # an earlier step's left as it was
+
+
+def test_step_is_none_where_the_pages_cannot_be_read_in_place():
+    read, cu_k, cu_q = _batch([9, 3], [[5, 2, 7], [1]], 4)
+    sliding = _Allocator(4, block_table=False)
+    assert transformers_cb._step(_Cache(), sliding, 0, read, cu_k, cu_q) is None
+    nothing_cached = torch.zeros(0, dtype=torch.int64)
+    assert transformers_cb._step(_Cache(), _Allocator(4), 0, nothing_cached, cu_k, cu_q) is None
+    assert transformers_cb._step(_Cache(), _Allocator(4), 0, read[:-1], cu_k, cu_q) is None
 
 
 def test_register_again_wraps_the_cache_once():
