@@ -3,7 +3,8 @@ attn_implementation="fastattn": greedy tokens equal to sdpa's (paged|eager's
 for Gemma 2, which has no sdpa path) for tiny random Llama, Qwen2 (one
 sliding layer), Mistral (sliding window shorter than the prompts) and Gemma 2
 (softcap + window), with prefill chunks mixed with decodes in one step, and
-the paged cache read in place by fastattn.attention_paged."""
+the paged cache read in place by fastattn.attention_paged (never gathered), its
+block tables built once per step and rebuilt when the batch changes."""
 
 import numpy as np
 import pytest
@@ -75,6 +76,20 @@ class _Calls:
         return any(1 in n and max(n) > 1 for n in self.query_lengths)
 
 
+def _full_layer_reads(monkeypatch) -> list:
+    """The number of cached rows each full-attention layer's cache update
+    gathers (index_select), call by call."""
+    from transformers.generation.continuous_batching.cache_allocators import full_attention
+    cls = full_attention.FullAttentionCacheAllocator
+    reads, update = [], cls.update
+
+    def counted(self, key_states, value_states, layer_idx, read_index, write_index):
+        reads.append(read_index.numel())
+        return update(self, key_states, value_states, layer_idx, read_index, write_index)
+    monkeypatch.setattr(cls, "update", counted)
+    return reads
+
+
 @pytest.mark.parametrize("name, reference, paged", [
     ("llama", "sdpa", True), ("qwen2", "sdpa", True), ("mistral", "sdpa", False),
     ("gemma2", "paged|eager", True)])
@@ -86,7 +101,9 @@ def test_generate_batch_greedy_tokens_match_with_prefill_chunks_mixed_with_decod
     tables = []
     monkeypatch.setattr(transformers_cb, "_tables",
                         lambda *a, f=transformers_cb._tables: tables.append(1) or f(*a))
+    gathered = _full_layer_reads(monkeypatch)
     got = _generate_batch(model, "fastattn")
+    fastattn_gathered, gathered[:] = list(gathered), []
     assert len(got) == len(LENGTHS) and all(len(t) == NEW for t in got)
     # full-attention layers read the cache's pages; sliding ones (ring
     # buffers) the gathered window
@@ -100,6 +117,10 @@ def test_generate_batch_greedy_tokens_match_with_prefill_chunks_mixed_with_decod
         assert packed.query_lengths
     n_pages, n_packed = len(pages.query_lengths), len(packed.query_lengths)
     assert _generate_batch(model, reference) == got
+    # full-attention layers' caches are never gathered for fastattn (they are
+    # for the reference: the count sees gathers)
+    assert not any(fastattn_gathered)
+    assert bool(fastattn_gathered) == bool(any(gathered)) == paged   # mistral: no full layer
     # the reference implementation ran without fastattn
     assert (len(pages.query_lengths), len(packed.query_lengths)) == (n_pages, n_packed)
 
