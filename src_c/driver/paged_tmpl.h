@@ -164,21 +164,31 @@ static void FN(pstream_pages)(const FN(fa_pplan) *pl, const fa_paged_entry *e, i
     const fa_paged_args *a = pl->a;
     const int64_t G = la->L, ldv = pl->ldv;
     const int hx = a->kv_storage == FA_FLOAT16 ? 1 : a->kv_storage == FA_BFLOAT16 ? 2 : 0;
+    /* bfloat16 pools on VDPBF16PS where the tier has it: P.V always, Q.K^T
+     * for bfloat16 queries (exact in bfloat16 unscaled, the scale applied
+     * to the scores; float32 queries keep their bits on the widening path) */
+    const int dpv = hx == 2 && K->pv_rows_dp16 && a->E % 32 == 0 && a->E <= FA_FLASH16_MAX_E &&
+                    a->Ev % 32 == 0;
+    const int dpq = dpv && a->storage == FA_BFLOAT16;
+    const FA_T c = (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale);
     fa_krows t;
     fa_offsets off;
     memset(&off, 0, sizeof off);
-    FN(pack_q)(la, 0, 0, G, G, sc->qp, (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale));
+    FN(pack_q)(la, 0, 0, G, G, sc->qp, dpq ? (FA_T)1 : c);
     for (int64_t i = 0; i < G; i++) sc->m[i] = (FA_T)-INFINITY;
     memset(sc->lv, 0, (size_t)(G * K->vw) * sizeof(FA_T));
     memset(sc->o, 0, (size_t)(G * ldv) * sizeof(FA_T));
     for (int64_t kb = e->k0; kb < e->k1; kb += FA_KC) {
         const int64_t nk = fa_min64(FA_KC, e->k1 - kb);
         fa_paged_rows(a, e, g, kb, nk, &t);
-        K->qk_rows[hx](G, a->E, a->Ev, sc->qp, &t, sc->st, FA_KC);
+        if (dpq)
+            K->qk_rows_dp16(G, a->E, a->Ev, c, sc->qp, &t, sc->st, FA_KC);
+        else
+            K->qk_rows[hx](G, a->E, a->Ev, sc->qp, &t, sc->st, FA_KC);
         if (la->softcap > 0)
             FN(score_opts)(la, K, &off, sc->st, FA_KC, 0, G, kb - e->k0, nk, pl->base2, NULL);
         K->online_softmax(G, nk, sc->st, FA_KC, sc->m, sc->lv, sc->o, ldv, pl->base2, NULL);
-        K->pv_rows[hx](G, a->Ev, sc->st, FA_KC, &t, sc->o, ldv);
+        (dpv ? K->pv_rows_dp16 : K->pv_rows[hx])(G, a->Ev, sc->st, FA_KC, &t, sc->o, ldv);
     }
     K->lane_sums(G, sc->lv, sc->l);
     if (e->ns == 1)

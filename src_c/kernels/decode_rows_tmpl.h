@@ -8,7 +8,8 @@
  * score two accumulators, then the tail; each output element its weighted
  * values in key order, zero weights skipped), so a block gives the bits of
  * any split of it into runs.  Included with DR_SRC (the rows' element
- * type), DR_LOAD (a vector of them, widened), DR_TO (one, widened) and the
+ * type), DR_LOAD (a vector of them, widened), DR_TO (one, widened),
+ * DR_WIDEN (1 if loading widens) and the
  * names DR_QK, DR_PV, DR(name) set:
  *   kernels_tmpl.h:      DR_QK FN(qk_rows) (qk_rows_f32_avx2, ...)     DR_SRC FA_T
  *   kernels_half_tmpl.h: DR_QK HN(qk_rows) (qk_rows_bf16_avx512, ...)  DR_SRC uint16_t
@@ -122,20 +123,25 @@ static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int64_t Ev, const FA_T *
     }
 }
 
-/* o[i][:Ev] += sum_j p[i][j] v_j, i < rows, j < t->n: rows by fours, then
- * a pair, then one, each with DR_ACC accumulators (at most 8 vectors). */
+/* o[i][:Ev] += sum_j p[i][j] v_j, i < rows, j < t->n.  Widened rows
+ * (DR_WIDEN): rows by fours, then a pair, then one, each with DR_ACC
+ * accumulators (at most 8 vectors), one widening per value vector for the
+ * tile's rows.  Rows that need none: one row at a time, 8 vectors, each
+ * value vector an operand of its FMA (a shared load would save no
+ * instruction but add a weight test and broadcast per row and key). */
 static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
                   FA_T *o, int64_t ldo)
 {
     int64_t i = 0;
-    for (; i + 4 <= rows; i += 4) DR(pv_part)(4, DR_ACC / 4, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
-    for (; i + 2 <= rows; i += 2) DR(pv_part)(2, DR_ACC / 2, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; DR_WIDEN && i + 4 <= rows; i += 4) DR(pv_part)(4, DR_ACC / 4, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; DR_WIDEN && i + 2 <= rows; i += 2) DR(pv_part)(2, DR_ACC / 2, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
     for (; i < rows; i++) DR(pv_part)(1, 8, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
 }
 
 #undef DR_QR
 #undef DR_ACC
 #undef DR_SRC
+#undef DR_WIDEN
 #undef DR_LOAD
 #undef DR_TO
 #undef DR_QK

@@ -83,6 +83,7 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
 #define DR_SRC uint16_t
 #define DR_LOAD HLOAD
 #define DR_TO HTOF
+#define DR_WIDEN 1
 #include "kernels/decode_rows_tmpl.h"
 
 /* One score: q . k (E floats against E 16-bit values), two accumulators,
