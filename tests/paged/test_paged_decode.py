@@ -11,7 +11,7 @@ import pytest
 import fastattn
 from fastattn import _half
 from conftest import assert_close, finite_absmax
-from paged_common import make_batch, reference_paged
+from paged_common import bf16_weights_bound, make_batch, reference_paged
 
 LENS = [1, 5, 130, 700, 257, 1300]
 CACHES = ["float32", "bfloat16", "float16"]
@@ -43,14 +43,6 @@ def _batch(lens, block_size, cache, *, query_16_bit=False, hq=8, hkv=2, e=64, ev
     return args
 
 
-def _bf16_weights_bound(args, ref):
-    """|out - ref| bound of a bfloat16 pool: each weight p_j rounded to
-    bfloat16 nearest even is p_j (1 + d_j), |d_j| <= 2^-9, while the
-    softmax's sum l = sum_j p_j is kept in float32, so the output moves by
-    |sum_j p_j d_j v_j| / l <= 2^-9 max_j |v_j|; plus float32 arithmetic."""
-    return 2.0 ** -9 * finite_absmax(args["value_cache"]) + 1e-5 * finite_absmax(ref)
-
-
 def _check(args, cache, **opts):
     out, lse = _call(args, return_lse=True, **opts)
     ref, ref_lse = reference_paged(args, **opts)
@@ -61,7 +53,7 @@ def _check(args, cache, **opts):
         # read in float32 meet it too)
         ulp = 2.0 ** -(11 if cache == "float16" else 8) if out.dtype.itemsize == 2 else 0.0
         np.testing.assert_allclose(out.astype(np.float64), ref, rtol=ulp + 1e-5,
-                                   atol=_bf16_weights_bound(args, ref))
+                                   atol=bf16_weights_bound(args, ref))
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4)
 
 
