@@ -52,7 +52,9 @@ struct fa_q8_item; /* kernels/decode_q8.h */
  * column stride); k[n .. n + FA_DIRECT_PF_KEYS): the key rows that follow
  * (the next block's; NULL past the last), only prefetched.  The drivers
  * fill it from a block table, so a block is one call whatever the page
- * size. */
+ * size.  FA_KC keys: the value rows qk_rows prefetches (32-64 KiB at Ev =
+ * 128 in bfloat16 / float32) wait in the L2 for pv_rows, and the rows x
+ * FA_KC scores (4 KiB at 8 rows) stay in the L1 between them. */
 typedef struct fa_krows {
     const void *k[FA_KC + FA_DIRECT_PF_KEYS], *v[FA_KC];
     int64_t n;
