@@ -2,15 +2,15 @@
  * included twice by paged.c with FA_SFX (f32, f64) defined.  Each work item
  * (an entry of paged.c: a sequence's query rows and key range, and one kv
  * head) either streams a decoding step's group of query heads over the keys
- * and values where they lie in the pages (the forward's direct kernels, run
- * by run of each block), or copies them from their blocks once into its
+ * and values where they lie in the pages (the direct kernels over each key
+ * block's row pointers), or copies them from their blocks once into its
  * thread's scratch and runs the forward's streaming loop (stream_tmpl.h:
  * packing, masks, score options, online softmax) for the group's query
  * heads over the copy; a split key range leaves partials that the forward's
  * merge (merge_tmpl.h) combines in split order, after a barrier in the same
  * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
- * pplan_free, pplan_q8, pplan_gather_at, pstream, page_runs, pstream_pages, prun_item,
+ * pplan_free, pplan_q8, pplan_gather_at, pstream, pstream_pages, prun_item,
  * pmerge_item, and those of the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
@@ -150,64 +150,45 @@ static void FN(pstream)(const FN(fa_pplan) *pl, const fa_paged_entry *e,
                            sc->o);
 }
 
-/* Rows [0, G) of a grouped entry against its keys [kb, kb + nk) in place,
- * page run by page run: the scores into sc->st by the direct Q.K^T, or
- * (values) o += P.V by the direct P.V.  Each score is its own dot product
- * and P.V adds the keys in order, so the runs give the bits of one call. */
-static void FN(page_runs)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g, int64_t G,
-                          int64_t kb, int64_t nk, int values, FN(fa_scratch) *sc)
-{
-    const fa_paged_args *a = pl->a;
-    const KT *K = pl->K;
-    const int64_t bs = a->block_size, *row = a->block_table + e->b * a->max_blocks;
-    for (int64_t p = kb; p < kb + nk;) {
-        const int64_t blk = row[p / bs], off = p % bs, n = fa_min64(bs - off, kb + nk - p);
-        FA_T *s = sc->st + (p - kb);
-        const int64_t ko = blk * a->k_bs + off * a->k_ps + g * a->k_hs;
-        const int64_t vo = blk * a->v_bs + off * a->v_ps + g * a->v_hs;
-#if !FA_IS_F64(FA_SFX)
-        if (a->kv_storage == FA_FLOAT16 || a->kv_storage == FA_BFLOAT16) {
-            const int hx = a->kv_storage - FA_FLOAT16;
-            if (values)
-                K->pv_direct_h[hx](G, n, a->Ev, s, FA_KC, (const uint16_t *)a->v + vo, a->v_ps,
-                                   sc->o, pl->ldv);
-            else
-                K->qk_direct_h[hx](G, n, a->E, sc->qp, (const uint16_t *)a->k + ko, a->k_ps, s,
-                                   FA_KC);
-            p += n;
-            continue;
-        }
-#endif
-        if (values)
-            K->pv_direct(G, n, a->Ev, s, FA_KC, (const FA_T *)a->v + vo, a->v_ps, sc->o, pl->ldv);
-        else
-            K->qk_direct(G, n, a->E, sc->qp, (const FA_T *)a->k + ko, a->k_ps, s, FA_KC);
-        p += n;
-    }
-}
-
 /* A grouped entry (fa_paged_in_place) streamed over its keys in the pages:
- * the forward's direct decoding path (stream_start, then per key block
- * Q.K^T, the soft cap, the online softmax step, P.V), each block's rows
- * found run by run through the block table. */
+ * the forward's direct decoding path (per key block Q.K^T, the soft cap,
+ * the online softmax step, P.V), each block's rows found through the block
+ * table once (fa_paged_rows) and each product one kernel call over them,
+ * whatever the page size.  Each score is its own dot product and P.V adds
+ * the keys in order, so the bits depend on neither the page size nor the
+ * blocks' places. */
 static void FN(pstream_pages)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
                               const fa_attention_args *la, int64_t at, FN(fa_scratch) *sc)
 {
     const KT *K = pl->K;
+    const fa_paged_args *a = pl->a;
     const int64_t G = la->L, ldv = pl->ldv;
+    const int hx = a->kv_storage == FA_FLOAT16 ? 1 : a->kv_storage == FA_BFLOAT16 ? 2 : 0;
+    /* bfloat16 pools on VDPBF16PS where the tier has it: P.V always, Q.K^T
+     * for bfloat16 queries (exact in bfloat16 unscaled, the scale applied
+     * to the scores; float32 queries keep their bits on the widening path) */
+    const int dpv = hx == 2 && K->pv_rows_dp16 && a->E % 32 == 0 && a->E <= FA_FLASH16_MAX_E &&
+                    a->Ev % 32 == 0;
+    const int dpq = dpv && a->storage == FA_BFLOAT16;
+    const FA_T c = (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale);
+    fa_krows t;
     fa_offsets off;
     memset(&off, 0, sizeof off);
-    FN(pack_q)(la, 0, 0, G, G, sc->qp, (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale));
+    FN(pack_q)(la, 0, 0, G, G, sc->qp, dpq ? (FA_T)1 : c);
     for (int64_t i = 0; i < G; i++) sc->m[i] = (FA_T)-INFINITY;
     memset(sc->lv, 0, (size_t)(G * K->vw) * sizeof(FA_T));
     memset(sc->o, 0, (size_t)(G * ldv) * sizeof(FA_T));
     for (int64_t kb = e->k0; kb < e->k1; kb += FA_KC) {
         const int64_t nk = fa_min64(FA_KC, e->k1 - kb);
-        FN(page_runs)(pl, e, g, G, kb, nk, 0, sc);
+        fa_paged_rows(a, e, g, kb, nk, &t);
+        if (dpq)
+            K->qk_rows_dp16(G, a->E, a->Ev, c, sc->qp, &t, sc->st, FA_KC);
+        else
+            K->qk_rows[hx](G, a->E, a->Ev, sc->qp, &t, sc->st, FA_KC);
         if (la->softcap > 0)
             FN(score_opts)(la, K, &off, sc->st, FA_KC, 0, G, kb - e->k0, nk, pl->base2, NULL);
         K->online_softmax(G, nk, sc->st, FA_KC, sc->m, sc->lv, sc->o, ldv, pl->base2, NULL);
-        FN(page_runs)(pl, e, g, G, kb, nk, 1, sc);
+        (dpv ? K->pv_rows_dp16 : K->pv_rows[hx])(G, a->Ev, sc->st, FA_KC, &t, sc->o, ldv);
     }
     K->lane_sums(G, sc->lv, sc->l);
     if (e->ns == 1)

@@ -33,6 +33,7 @@
 
 #include <stdint.h>
 
+#include "kernels/blocking.h"
 #include "runtime/util.h"
 
 #include "kernels/flash16.h" /* fa_flash16_kernels: the 16-bit matrix kernels */
@@ -45,6 +46,19 @@
 typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
 fa_bf16_op_fn fa_bf16_native_op(void);
 struct fa_q8_item; /* kernels/decode_q8.h */
+
+/* One key block of a decoding step for qk_rows and pv_rows: key j's row
+ * at k[j], value j's at v[j], j < n <= FA_KC (any element type; unit
+ * column stride); k[n .. n + FA_DIRECT_PF_KEYS): the key rows that follow
+ * (the next block's; NULL past the last), only prefetched.  The drivers
+ * fill it from a block table, so a block is one call whatever the page
+ * size.  FA_KC keys: the value rows qk_rows prefetches (32-64 KiB at Ev =
+ * 128 in bfloat16 / float32) wait in the L2 for pv_rows, and the rows x
+ * FA_KC scores (4 KiB at 8 rows) stay in the L1 between them. */
+typedef struct fa_krows {
+    const void *k[FA_KC + FA_DIRECT_PF_KEYS], *v[FA_KC];
+    int64_t n;
+} fa_krows;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
  * struct at the end of this file, included here once per element type. */
@@ -166,6 +180,27 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* even (overflow to +-inf), for i < n */
     void (*widen_h[2])(const uint16_t *src, float *dst, int64_t n);
     void (*narrow_h[2])(const float *src, float a, uint16_t *dst, int64_t n);
+    /* decoding over one key block through row pointers (fa_krows t): */
+    /* s[rows x t->n] = qp . k^T (qp packed [rows x E]) and o[rows x Ev] += */
+    /* p . v, zero weights skipped: the sums of qk_direct and pv_direct; qk_rows */
+    /* prefetches the values' rows too.  [0]: rows of FA_T, [1] float16, [2] */
+    /* bfloat16 widened exactly (NULL in the f64 tables) */
+    void (*qk_rows[3])(int64_t rows, int64_t E, int64_t Ev, const FA_T *qp, const fa_krows *t,
+                       FA_T *s, int64_t lds);
+    void (*pv_rows[3])(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
+                       FA_T *o, int64_t ldo);
+    /* bfloat16 rows on VDPBF16PS (kernels/decode_dp16.h; NULL but on the */
+    /* x86 bfloat16 tiers, and in the f64 tables): qk_rows_dp16 s[i][j] = */
+    /* c (bf16(q_i) . k_j), q float [rows x E] rounded to bfloat16 nearest */
+    /* even (exact for bfloat16 queries passed unscaled); pv_rows_dp16 = */
+    /* pv_rows[2] with each weight rounded to bfloat16 nearest even (a key */
+    /* whose weight rounds to 0 skipped), p's rows readable up to FA_KC; */
+    /* for E % 32 == 0, E <= FA_FLASH16_MAX_E, Ev % 32 == 0, rows <= */
+    /* FA_DIRECT_MAX_ROWS */
+    void (*qk_rows_dp16)(int64_t rows, int64_t E, int64_t Ev, FA_T c, const FA_T *q,
+                         const fa_krows *t, FA_T *s, int64_t lds);
+    void (*pv_rows_dp16)(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
+                         FA_T *o, int64_t ldo);
 #if !FA_IS_F64(FA_SFX)
     /* the 16-bit matrix path (kernels/flash16.h; its .pack_kv NULL on an */
     /* ISA without bfloat16 dot products), the test hook's native */

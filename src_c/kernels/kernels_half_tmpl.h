@@ -75,6 +75,17 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
 #include "kernels/pv_direct_tmpl.h"
 #include "kernels/pack_v_tmpl.h"
 
+/* the direct decoding kernels over a block's row pointers, 16-bit rows
+ * widened as they are loaded */
+#define DR(name) HN(name) /* qk_tile_bf16_avx2, pv_tile_f16_avx512, ... */
+#define DR_QK HN(qk_rows) /* qk_rows_f16_avx2, qk_rows_bf16_avx512, ... */
+#define DR_PV HN(pv_rows) /* pv_rows_f16_avx2, pv_rows_bf16_avx512, ... */
+#define DR_SRC uint16_t
+#define DR_LOAD HLOAD
+#define DR_TO HTOF
+#define DR_WIDEN 1
+#include "kernels/decode_rows_tmpl.h"
+
 /* One score: q . k (E floats against E 16-bit values), two accumulators,
  * the same sums as qk_direct of kernels_tmpl.h. */
 static FA_ALWAYS_INLINE float HN(dot)(const float *q, const uint16_t *k, int64_t E)

@@ -7,8 +7,9 @@
  * (fa_kernels_f32_generic, fa_kernels_f32_avx2, fa_kernels_f64_avx512, ...);
  * the f32 table also holds the 16-bit matrix kernels (kernels/flash16_*.h,
  * where the mapping has bfloat16 dot products: FA_SIMD_BF16), the test
- * hook's native instructions (simd/bf16_native.h) and the int8 KV cache's
- * kernel (kernels/decode_q8_tmpl.h). */
+ * hook's native instructions (simd/bf16_native.h), the int8 KV cache's
+ * kernel (kernels/decode_q8_tmpl.h) and, on the x86 bfloat16 tiers, the
+ * bfloat16 decoding kernels on VDPBF16PS (kernels/decode_dp16.h). */
 #include <string.h>
 
 #include "kernels/blocking.h"
@@ -30,6 +31,11 @@
 #include "kernels/flash16_steps.h"
 #include "kernels/flash16_softmax.h"
 #include "kernels/flash16_blocks.h"
+#if !defined(FA_SIMD_NEON_BF16) /* the bfloat16 decoding kernels on VDPBF16PS */
+#include "simd/dp16_rows.h"
+#include "kernels/decode_dp16.h" /* qk_rows_dp16_avx512_bf16, pv_rows_dp16_amx, ... */
+#define FA_DECODE_DP16 1
+#endif
 #define FA_FLASH16_ENTRIES                                                                   \
     {sizeof(fa_tilefile), FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
      FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax), FL(rescale), FL(weights),  \

@@ -377,6 +377,16 @@ static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int6
 #include "kernels/pv_direct_tmpl.h"
 #include "kernels/pack_v_tmpl.h"
 
+/* the direct decoding kernels over a block's row pointers, FA_T rows */
+#define DR(name) FN(name)    /* qk_tile_f32_avx2, pv_tile_f64_generic, ... */
+#define DR_QK FN(qk_rows)    /* qk_rows_f32_avx2, qk_rows_f64_generic, ... */
+#define DR_PV FN(pv_rows)    /* pv_rows_f32_avx2, ... */
+#define DR_SRC FA_T
+#define DR_LOAD V(load)
+#define DR_TO(x) (x)
+#define DR_WIDEN 0
+#include "kernels/decode_rows_tmpl.h"
+
 /* acc[c] = acc[c] * x + y, n times per chain: a contraction towards
  * y / (1 - x), so the values stay finite for any n. */
 static FA_T FN(fma_probe)(int64_t n)
@@ -405,8 +415,15 @@ static FA_T FN(fma_probe)(int64_t n)
 #include "kernels/kernels_half_tmpl.h" /* pack_k_bf16_avx2, ... */
 #undef FA_HSFX
 #define FA_HALF_ENTRIES(name) {FA_CAT3(name, f16, FA_ISA_NAME), FA_CAT3(name, bf16, FA_ISA_NAME)}
+#define FA_ROWS_ENTRIES(name) {FN(name), FA_CAT3(name, f16, FA_ISA_NAME), FA_CAT3(name, bf16, FA_ISA_NAME)}
 #else
 #define FA_HALF_ENTRIES(name) {NULL, NULL}
+#define FA_ROWS_ENTRIES(name) {FN(name), NULL, NULL}
+#endif
+#if !FA_IS_F64(FA_SFX) && defined(FA_DECODE_DP16) /* (kernels_isa.c) */
+#define FA_DECODE_DP16_ENTRIES FA_CAT3(qk_rows, dp16, FA_ISA_NAME), FA_CAT3(pv_rows, dp16, FA_ISA_NAME)
+#else
+#define FA_DECODE_DP16_ENTRIES NULL, NULL
 #endif
 
 /* The table of this ISA and element type (kernels.h):
@@ -417,12 +434,15 @@ const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
     FN(scal), FN(online_softmax), FN(lane_sums), FN(pack_k), FN(pack_v), FN(fma_probe), FN(softcap),
     FN(score_row), FA_HALF_ENTRIES(pack_k), FA_HALF_ENTRIES(pack_v), FA_HALF_ENTRIES(qk_direct),
     FA_HALF_ENTRIES(pv_direct), FA_HALF_ENTRIES(widen), FA_HALF_ENTRIES(narrow),
+    FA_ROWS_ENTRIES(qk_rows), FA_ROWS_ENTRIES(pv_rows), FA_DECODE_DP16_ENTRIES,
 #if !FA_IS_F64(FA_SFX)
     FA_F32_ONLY_ENTRIES, /* (kernels_isa.c) */
 #endif
     FN(pvt),
 };
 #undef FA_HALF_ENTRIES
+#undef FA_ROWS_ENTRIES
+#undef FA_DECODE_DP16_ENTRIES
 
 #undef FN
 #undef FA_T

@@ -45,6 +45,17 @@ def make_batch(rng, lens, nq=None, *, block_size=16, hq=4, hkv=2, e=8, ev=None,
                 seq_lens=np.array(lens, np.int64), cu_seqlens_q=cu, layout=layout)
 
 
+def bf16_weights_bound(args, ref):
+    """|out - ref| bound of a 16-bit pool, whose P.V may take the weights
+    rounded to bfloat16 (the VDPBF16PS kernels): each weight p_j rounded to
+    nearest even is p_j (1 + d_j), |d_j| <= 2^-9, while the softmax's sum
+    l = sum_j p_j stays float32, so the output moves by |sum_j p_j d_j v_j|
+    / l <= 2^-9 max_j |v_j|; plus float32 arithmetic (1e-5 of the result)."""
+    v = np.asarray(args["value_cache"], np.float64)
+    return 2.0 ** -9 * float(np.abs(v[np.isfinite(v)]).max(initial=1.0)) + \
+        1e-5 * float(np.abs(ref[np.isfinite(ref)]).max(initial=1.0))
+
+
 def gather(cache, table, n, layout, scales=None):
     """A sequence's rows (n, Hkv, width) from the pages, float64 (int8
     dequantised as the kernel reads it: float32 scale x level)."""

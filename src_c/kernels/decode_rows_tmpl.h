@@ -1,0 +1,149 @@
+/* decode_rows_tmpl.h -- the direct (decoding) kernels over one key block
+ * whose rows are found through pointers (kernels.h: qk_rows, pv_rows; the
+ * rows in fa_krows), so a block of a paged cache is one call whatever its
+ * page size.  Up to DR_QR query rows share every key vector loaded (and
+ * widened) in Q.K^T; P.V holds a tile of rows x column vectors of the
+ * output in registers over the whole block, each value vector loaded once
+ * for the tile's rows.  The sums are those of qk_direct and pv_direct (each
+ * score two accumulators, then the tail; each output element its weighted
+ * values in key order, zero weights skipped), so a block gives the bits of
+ * any split of it into runs.  Included with DR_SRC (the rows' element
+ * type), DR_LOAD (a vector of them, widened), DR_TO (one, widened),
+ * DR_WIDEN (1 if loading widens) and the
+ * names DR_QK, DR_PV, DR(name) set:
+ *   kernels_tmpl.h:      DR_QK FN(qk_rows) (qk_rows_f32_avx2, ...)     DR_SRC FA_T
+ *   kernels_half_tmpl.h: DR_QK HN(qk_rows) (qk_rows_bf16_avx512, ...)  DR_SRC uint16_t
+ * and undefines all of them. */
+#define DR_QR 4 /* query rows per Q.K^T tile: 8 accumulators, 2 key vectors */
+/* P.V tiles: DR_ACC accumulators (16 where there are 32 vector registers,
+ * 8 in AVX2's 16), as 4 rows x DR_ACC/4 vectors, 2 x DR_ACC/2, 1 x 8 */
+#if VW == 8 && defined(__AVX2__) && !defined(__AVX512F__)
+#define DR_ACC 8
+#else
+#define DR_ACC 16
+#endif
+
+/* s[r*lds] = q_r . kj for the R rows at q (packed, E apart): each key
+ * vector loaded once for the R rows, each row's two accumulators. */
+static FA_ALWAYS_INLINE void DR(qk_tile)(int R, int64_t E, const FA_T *restrict q,
+                                         const DR_SRC *restrict kj, FA_T *restrict s,
+                                         int64_t lds)
+{
+    VT a0[DR_QR], a1[DR_QR];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = V(zero)();
+    int64_t d = 0;
+    for (; d + 2 * VW <= E; d += 2 * VW) {
+        const VT k0 = DR_LOAD(kj + d), k1 = DR_LOAD(kj + d + VW);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            a0[r] = V(fma)(V(load)(q + r * E + d), k0, a0[r]);
+            a1[r] = V(fma)(V(load)(q + r * E + d + VW), k1, a1[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        FA_T t = V(hsum)(V(add)(a0[r], a1[r]));
+        for (int64_t dd = d; dd < E; dd++) t += q[r * E + dd] * DR_TO(kj[dd]);
+        s[r * lds] = t;
+    }
+}
+
+/* s[i][j] = q[i] . k_j, i < rows, j < t->n; while key j is read, the key
+ * row FA_DIRECT_PF_KEYS ahead (past the block: t's prefetch-only rows) and
+ * value row j (P.V reads it after the softmax) are prefetched: the rows of
+ * a paged block lie anywhere, out of the hardware prefetchers' sight. */
+static void DR_QK(int64_t rows, int64_t E, int64_t Ev, const FA_T *q, const fa_krows *t,
+                  FA_T *s, int64_t lds)
+{
+    for (int64_t j = 0; j < t->n; j++) {
+        const DR_SRC *kj = (const DR_SRC *)t->k[j];
+        const char *kn = (const char *)t->k[j + FA_DIRECT_PF_KEYS], *vj = (const char *)t->v[j];
+        if (kn)
+            for (int64_t b = 0; b < E * (int64_t)sizeof(DR_SRC); b += 64) FA_PREFETCH(kn + b);
+        for (int64_t b = 0; b < Ev * (int64_t)sizeof(DR_SRC); b += 64) FA_PREFETCH(vj + b);
+        int64_t i = 0;
+        for (; i + DR_QR <= rows; i += DR_QR) DR(qk_tile)(DR_QR, E, q + i * E, kj, s + i * lds + j, lds);
+        switch (rows - i) {
+        case 3: DR(qk_tile)(3, E, q + i * E, kj, s + i * lds + j, lds); break;
+        case 2: DR(qk_tile)(2, E, q + i * E, kj, s + i * lds + j, lds); break;
+        case 1: DR(qk_tile)(1, E, q + i * E, kj, s + i * lds + j, lds); break;
+        default: break;
+        }
+    }
+}
+
+/* o[r][c0 + 0..NV*VW) += sum_j p[r][j] v_j[c0 ..] for the R rows at o (ld
+ * ldo) and p (ld ldp): the R x NV tile in registers over the block's keys,
+ * each value vector loaded once for the R rows; a zero weight skipped. */
+static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, const fa_krows *t, const FA_T *restrict p,
+                                         int64_t ldp, int64_t c0, FA_T *restrict o, int64_t ldo)
+{
+    VT acc[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) acc[r][u] = V(load)(o + r * ldo + c0 + u * VW);
+    for (int64_t j = 0; j < t->n; j++) {
+        const DR_SRC *vj = (const DR_SRC *)t->v[j] + c0;
+        VT vv[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) vv[u] = DR_LOAD(vj + u * VW);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const FA_T w = p[r * ldp + j];
+            if (w == 0) continue;
+            const VT vw = V(set1)(w);
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++) acc[r][u] = V(fma)(vw, vv[u], acc[r][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) V(store)(o + r * ldo + c0 + u * VW, acc[r][u]);
+}
+
+/* Rows r < R of P.V over the block: NV-vector tiles, single vectors, then
+ * the last Ev % VW columns one by one (the sums of pv_direct's tail). */
+static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int64_t Ev, const FA_T *p, int64_t ldp,
+                                         const fa_krows *t, FA_T *o, int64_t ldo)
+{
+    int64_t c = 0;
+    for (; c + NV * VW <= Ev; c += NV * VW) DR(pv_tile)(R, NV, t, p, ldp, c, o, ldo);
+    for (; c + VW <= Ev; c += VW) DR(pv_tile)(R, 1, t, p, ldp, c, o, ldo);
+    if (c == Ev) return;
+    for (int64_t j = 0; j < t->n; j++) {
+        const DR_SRC *vj = (const DR_SRC *)t->v[j];
+        for (int r = 0; r < R; r++) {
+            const FA_T w = p[r * ldp + j];
+            if (w == 0) continue;
+            for (int64_t cc = c; cc < Ev; cc++) o[r * ldo + cc] += w * DR_TO(vj[cc]);
+        }
+    }
+}
+
+/* o[i][:Ev] += sum_j p[i][j] v_j, i < rows, j < t->n.  Widened rows
+ * (DR_WIDEN): rows by fours, then a pair, then one, each with DR_ACC
+ * accumulators (at most 8 vectors), one widening per value vector for the
+ * tile's rows.  Rows that need none: one row at a time, 8 vectors, each
+ * value vector an operand of its FMA (a shared load would save no
+ * instruction but add a weight test and broadcast per row and key). */
+static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
+                  FA_T *o, int64_t ldo)
+{
+    int64_t i = 0;
+    for (; DR_WIDEN && i + 4 <= rows; i += 4) DR(pv_part)(4, DR_ACC / 4, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; DR_WIDEN && i + 2 <= rows; i += 2) DR(pv_part)(2, DR_ACC / 2, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; i < rows; i++) DR(pv_part)(1, 8, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+}
+
+#undef DR_QR
+#undef DR_ACC
+#undef DR_SRC
+#undef DR_WIDEN
+#undef DR_LOAD
+#undef DR_TO
+#undef DR_QK
+#undef DR_PV
+#undef DR
