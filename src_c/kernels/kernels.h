@@ -46,6 +46,34 @@ typedef int (*fa_bf16_op_fn)(int op, const void *a, const void *b, void *c);
 fa_bf16_op_fn fa_bf16_native_op(void);
 struct fa_q8_item; /* kernels/decode_q8.h */
 
+/* The 16-bit backward's kernels (driver/bw16.c; kernels/bw16.h), an entry
+ * of the f32 tables: on amx and avx512_bf16, NULL elsewhere (those tiers,
+ * and neon_bf16 for now, widen 16-bit operands into the float kernels).
+ * Halves are bfloat16, or float16 where f16 is 1 (amx with AMX-FP16 only).
+ *   gemm   c[m x n] (float32, row stride ldc) += a . b over k halves: a row
+ *          i at a + i*lda (k halves); b in pair rows, pair row p at b +
+ *          p*ldb (n dwords: column j's elements 2p, 2p + 1 side by side,
+ *          the VNNI layout); m and n multiples of 16, k of 32, zero padded.
+ *          TDPBF16PS / TDPFP16PS tiles (amx: tf the tile state of
+ *          flash16.tile_bytes, between flash16.tiles_on and tiles_off) or
+ *          VDPBF16PS lanes; each c element's sum depends on its a row, b
+ *          column and k alone, never on m, n or the thread.  A zero times
+ *          NaN or Inf is NaN: the caller keeps non-finite operands away.
+ *   pairs  y pair row p (at y + p*ldy) = rows 2p, 2p + 1 of x (float32, ld
+ *          ldx) rounded to nearest even, side by side per column: y[p*ldy +
+ *          2j + e] = x[(2p + e)*ldx + j], p < rows / 2, j < n; rows even, n
+ *          a multiple of 16 (b of a product over x's rows);
+ *   rows   y[i*ldy + j] = x[i*ldx + j] rounded, i < rows, j < n; n a
+ *          multiple of 32 (a of a product over x's columns). */
+typedef struct fa_bw16_kernels {
+    void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                 int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+    void (*pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                  int64_t ldy);
+    void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                 int64_t ldy);
+} fa_bw16_kernels;
+
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
  * struct at the end of this file, included here once per element type. */
 #define FA_KERNELS_TABLE 1
@@ -174,6 +202,7 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     fa_flash16_kernels flash16;
     fa_bf16_op_fn native_op16;
     void (*decode_q8)(const struct fa_q8_item *it);
+    fa_bw16_kernels bw16; /* the 16-bit backward's products (above) */
 #endif
     /* o[rows x ncols] += pt^T . vp: pv with the weights transposed, pt */
     /* [nkeys x rows] (ld ldp), bitwise pv of the transpose (the backward's */
