@@ -142,6 +142,17 @@ def test_head_dim_64_fused_pass_within_the_bound(isa, dt, causal):
 
 
 @pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L,S,E,Ev", [(1, 1, 3, 2), (1, 300, 8, 8), (300, 1, 4, 6),
+                                      (129, 257, 16, 3), (64, 128, 1, 1), (65, 129, 33, 17),
+                                      (40, 50, 130, 96)],
+                         ids=["L1_S1", "L1", "S1", "off_blocks_E_ne_Ev", "on_blocks_E1",
+                              "one_past_blocks", "E_past_four_tiles"])
+def test_odd_shapes_within_the_bound(isa, dt, L, S, E, Ev):
+    q, k, v = _inputs(np.random.default_rng(9), (2, L, E), (2, S, E), Ev, dt)
+    _check(q, k, v, grad_lse=True, is_causal="lower_right" if L <= S else False)
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
 def test_grouped_query_heads_within_the_bound(isa, dt):
     q, k, v = _inputs(np.random.default_rng(3), (2, 4, 90, 32), (2, 2, 140, 32), 16, dt)
     _check(q, k, v, enable_gqa=True, is_causal=True, grad_lse=True)
