@@ -22,6 +22,7 @@
  * besides the float micro-kernels, the f32 table carries the 16-bit matrix
  * path's kernels (kernels/flash16.h: packing, the tile or VDPBF16PS steps,
  * the softmax step, writing out; driver/flash16.c runs their loops), the
+ * 16-bit backward's products (fa_bw16_kernels below; driver/bw16.c), the
  * int8 KV cache's kernel (kernels/decode_q8_tmpl.h, on the f32 kernels of
  * its ISA) and the test hook's native instructions, so runtime/dispatch.c
  * keeps one selector array per element type and nothing else.  They sit in
