@@ -48,8 +48,9 @@ fa_bf16_op_fn fa_bf16_native_op(void);
 struct fa_q8_item; /* kernels/decode_q8.h */
 
 /* The 16-bit backward's kernels (driver/bw16.c; kernels/bw16.h), an entry
- * of the f32 tables: on amx and avx512_bf16, NULL elsewhere (those tiers,
- * and neon_bf16 for now, widen 16-bit operands into the float kernels).
+ * of the f32 tables: on amx and avx512_bf16, NULL elsewhere (there, BFMMLA's
+ * neon_bf16 included, the backward widens 16-bit operands into the float
+ * kernels).
  * Halves are bfloat16, or float16 where f16 is 1 (amx with AMX-FP16 only).
  *   gemm   c[m x n] (float32, row stride ldc) += a . b over k halves: a row
  *          i at a + i*lda (k halves); b in pair rows, pair row p at b +
