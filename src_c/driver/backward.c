@@ -1,14 +1,18 @@
 /* backward.c -- fa_attention_backward: the backward pass of fa_attention
  * (backward_tmpl.h, once per element type), its arguments checked here.
- * The arithmetic goes through the micro-kernel table of the ISA in use, its
- * float kernels on every tier (16-bit operands widened as they are packed),
- * and the scores are rebuilt by the forward's own packing, soft cap, ALiBi
- * and mask code (tiles_tmpl.h, scoreopts_tmpl.h). */
+ * The arithmetic goes through the micro-kernel table of the ISA in use, and
+ * the scores are rebuilt by the forward's own packing, soft cap, ALiBi and
+ * mask code (tiles_tmpl.h, scoreopts_tmpl.h).  16-bit storage runs bw16.c's
+ * pass on the matrix instructions where the table has its kernels
+ * (bfloat16 on amx and avx512_bf16, float16 on amx with AMX-FP16); on the
+ * other tiers, and for float16 without AMX-FP16, the float kernels run with
+ * the 16-bit operands widened as they are packed. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/bw16.h"
 #include "driver/offsets.h"
 #include "driver/window.h"
 #include "fastattn.h"
@@ -44,6 +48,7 @@ int fa_attention_backward(const fa_backward_args *g)
     if (!a->lse.data || !a->out.data || !g->dout.data || !g->dq.data || !g->dk.data ||
         !g->dv.data || (a->sinks.data && !g->dsinks.data))
         return FA_EINVAL;
+    if (a->dtype == FA_FLOAT32 && half && fa_backward16_runs(a)) return fa_backward16(g);
     if (a->dtype == FA_FLOAT32) return backward_f32(g);
     if (a->dtype == FA_FLOAT64) return backward_f64(g);
     return FA_EINVAL;

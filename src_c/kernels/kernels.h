@@ -22,6 +22,7 @@
  * besides the float micro-kernels, the f32 table carries the 16-bit matrix
  * path's kernels (kernels/flash16.h: packing, the tile or VDPBF16PS steps,
  * the softmax step, writing out; driver/flash16.c runs their loops), the
+ * 16-bit backward's products (fa_bw16_kernels below; driver/bw16.c), the
  * int8 KV cache's kernel (kernels/decode_q8_tmpl.h, on the f32 kernels of
  * its ISA) and the test hook's native instructions, so runtime/dispatch.c
  * keeps one selector array per element type and nothing else.  They sit in
@@ -59,6 +60,35 @@ typedef struct fa_krows {
     const void *k[FA_KC + FA_DIRECT_PF_KEYS], *v[FA_KC];
     int64_t n;
 } fa_krows;
+
+/* The 16-bit backward's kernels (driver/bw16.c; kernels/bw16.h), an entry
+ * of the f32 tables: on amx and avx512_bf16, NULL elsewhere (there, BFMMLA's
+ * neon_bf16 included, the backward widens 16-bit operands into the float
+ * kernels).
+ * Halves are bfloat16, or float16 where f16 is 1 (amx with AMX-FP16 only).
+ *   gemm   c[m x n] (float32, row stride ldc) += a . b over k halves: a row
+ *          i at a + i*lda (k halves); b in pair rows, pair row p at b +
+ *          p*ldb (n dwords: column j's elements 2p, 2p + 1 side by side,
+ *          the VNNI layout); m and n multiples of 16, k of 32, zero padded.
+ *          TDPBF16PS / TDPFP16PS tiles (amx: tf the tile state of
+ *          flash16.tile_bytes, between flash16.tiles_on and tiles_off) or
+ *          VDPBF16PS lanes; each c element's sum depends on its a row, b
+ *          column and k alone, never on m, n or the thread.  A zero times
+ *          NaN or Inf is NaN: the caller keeps non-finite operands away.
+ *   pairs  y pair row p (at y + p*ldy) = rows 2p, 2p + 1 of x (float32, ld
+ *          ldx) rounded to nearest even, side by side per column: y[p*ldy +
+ *          2j + e] = x[(2p + e)*ldx + j], p < rows / 2, j < n; rows even, n
+ *          a multiple of 16 (b of a product over x's rows);
+ *   rows   y[i*ldy + j] = x[i*ldx + j] rounded, i < rows, j < n; n a
+ *          multiple of 32 (a of a product over x's columns). */
+typedef struct fa_bw16_kernels {
+    void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                 int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+    void (*pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                  int64_t ldy);
+    void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                 int64_t ldy);
+} fa_bw16_kernels;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
  * struct at the end of this file, included here once per element type. */
@@ -209,6 +239,7 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     fa_flash16_kernels flash16;
     fa_bf16_op_fn native_op16;
     void (*decode_q8)(const struct fa_q8_item *it);
+    fa_bw16_kernels bw16; /* the 16-bit backward's products (above) */
 #endif
     /* o[rows x ncols] += pt^T . vp: pv with the weights transposed, pt */
     /* [nkeys x rows] (ld ldp), bitwise pv of the transpose (the backward's */

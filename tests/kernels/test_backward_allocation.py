@@ -6,24 +6,21 @@ unhooked result."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
+import pytest
 
 import fastattn
 import fastattn._testing as _testing
 
 
-def test_each_failed_allocation_raises_memory_error_or_changes_nothing():
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((2, 2, 90, 16)) for _ in "qkv")
-    opts = {"is_causal": True, "sinks": np.array([0.1, 0.2])}
-    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
-    d_o = rng.standard_normal(out.shape)
-    want = fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts)
+def _each_failure_raises_or_changes_nothing(call):
+    want = call()
     failed = 0
     for n in range(40):
         try:
             _testing.fail_alloc_after(n)
-            got = fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts)
+            got = call()
         except MemoryError:
             failed += 1
             continue
@@ -34,3 +31,27 @@ def test_each_failed_allocation_raises_memory_error_or_changes_nothing():
     else:
         raise AssertionError("the call never succeeded within 40 allocations")
     assert failed >= 1
+
+
+def test_each_failed_allocation_raises_memory_error_or_changes_nothing():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 90, 16)) for _ in "qkv")
+    opts = {"is_causal": True, "sinks": np.array([0.1, 0.2])}
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
+    d_o = rng.standard_normal(out.shape)
+    _each_failure_raises_or_changes_nothing(
+        lambda: fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts))
+
+
+@pytest.mark.parametrize("dt", [np.dtype(ml_dtypes.bfloat16)], ids=["bfloat16"])
+@pytest.mark.parametrize("heads", [1, 4], ids=["two_passes", "fused"])
+def test_each_failed_allocation_of_16_bit_inputs_raises_or_changes_nothing(isa, dt, heads):
+    """bfloat16 on each ISA path: the matrix tiers run their own 16-bit
+    driver (driver/bw16.c), with its own scratch."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, heads, 90, 16)).astype(dt) for _ in "qkv")
+    opts = {"is_causal": True, "sinks": np.linspace(0.1, 0.4, heads)}
+    out, lse = fastattn.attention(q, k, v, return_lse=True, **opts)
+    d_o = rng.standard_normal(out.shape).astype(dt)
+    _each_failure_raises_or_changes_nothing(
+        lambda: fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts))

@@ -1,0 +1,208 @@
+/* bw16_pair.h -- the 16-bit backward's operands and one (query block, key
+ * block) pair; part of bw16.c (after its plan and the forward's float32
+ * storage, tiles and scoreopts parts).  The packings move 16-bit elements
+ * as they are (no conversion) into the layouts of fa_bw16_kernels.gemm
+ * (kernels.h): a operands as rows, b operands as pair rows.
+ *
+ * Per key block (BW16_KB keys; nkp of them at a fixed stride):
+ *   kt  K^T in pair rows over E (b of S = Q.K^T), [ep/2][2 KB]
+ *   vt  V^T in pair rows over Ev (b of dP = dO.V^T), [evp/2][2 KB]
+ *   kk  K in pair rows over keys (b of dQ += dS.K), [KB/2][2 e16]
+ * Per query block (BW16_BQ rows):
+ *   qr, dor  Q and dO rows (a of S and dP), [BQ][ep], [BQ][evp]
+ *   qt, dot  Q^T and dO^T (a of dK^T += Q^T.dS, dV^T += dO^T.P), [e16][BQ]
+ * Per pair: the float32 tiles s (scores, then P), dp (dP, then dS), f (the
+ * soft cap's derivative), [BQ][KB]; P and dS rounded as pair rows over the
+ * queries (pp, dsp) and dS as rows (dsr).  dK and dV are accumulated
+ * transposed (dK^T, dV^T: E or Ev rows x the keys), so that no tile is ever
+ * transposed per pair. */
+
+/* Is the 16-bit h NaN or Inf (exponent bits eb all set)? */
+static inline int bw16_bad(uint16_t h, uint16_t eb) { return (h & eb) == eb; }
+
+/* dst row r (ld halves) = elements (r0 + r, 0 .. n) of operand y at yo, for
+ * r < nr, zero past n and for nr <= r < rpad: a operand rows. */
+static void bw16_rows_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
+                         int64_t rpad, uint16_t *dst, int64_t ld)
+{
+    const uint16_t *src = (const uint16_t *)y->data + yo;
+    for (int64_t r = 0; r < rpad; r++) {
+        uint16_t *d = dst + r * ld;
+        int64_t c = 0;
+        if (r < nr)
+            for (; c < n; c++) d[c] = src[(r0 + r) * y->rs + c * y->cs];
+        for (; c < ld; c++) d[c] = 0;
+    }
+}
+
+/* dst[c][r] (ld halves) = element (r0 + r, c) of y, c < n, r < nr; zero for
+ * nr <= r < rpad and n <= c < npad.  Returns 1 if an element is NaN/Inf. */
+static int bw16_cols_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
+                        int64_t rpad, int64_t npad, uint16_t eb, uint16_t *dst, int64_t ld)
+{
+    const uint16_t *src = (const uint16_t *)y->data + yo;
+    int bad = 0;
+    for (int64_t c = 0; c < npad; c++) memset(dst + c * ld, 0, (size_t)rpad * 2);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < n; c++) {
+            const uint16_t h = src[(r0 + r) * y->rs + c * y->cs];
+            bad |= bw16_bad(h, eb);
+            dst[c * ld + r] = h;
+        }
+    return bad;
+}
+
+/* Pair rows over the columns: dst[p][2r + e] = element (r0 + r, 2p + e) of
+ * y for r < nr, 2p + e < n; zero up to rpad rows and npad columns (even). */
+static void bw16_pairs_t(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
+                         int64_t rpad, int64_t npad, uint16_t *dst, int64_t ld)
+{
+    const uint16_t *src = (const uint16_t *)y->data + yo;
+    for (int64_t p = 0; p < npad / 2; p++) memset(dst + p * ld, 0, (size_t)rpad * 4);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < n; c++)
+            dst[(c / 2) * ld + 2 * r + (c & 1)] = src[(r0 + r) * y->rs + c * y->cs];
+}
+
+/* Pair rows over the rows: dst[p][2c + e] = element (r0 + 2p + e, c) of y
+ * for 2p + e < nr, c < n; zero up to rpad rows (even) and npad columns.
+ * Returns 1 if an element is NaN/Inf. */
+static int bw16_pairs_r(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
+                        int64_t rpad, int64_t npad, uint16_t eb, uint16_t *dst, int64_t ld)
+{
+    const uint16_t *src = (const uint16_t *)y->data + yo;
+    int bad = 0;
+    for (int64_t p = 0; p < rpad / 2; p++) memset(dst + p * ld, 0, (size_t)npad * 4);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < n; c++) {
+            const uint16_t h = src[(r0 + r) * y->rs + c * y->cs];
+            bad |= bw16_bad(h, eb);
+            dst[(r / 2) * ld + 2 * c + (r & 1)] = h;
+        }
+    return bad;
+}
+
+/* gemm's product where an operand holds NaN/Inf: every term with a zero
+ * factor left out (a hidden weight's 0 never meets them), the rest summed
+ * in float32 in pair order. */
+static void bw16_careful(int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                         int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = c[i * ldc + j];
+            for (int64_t p = 0; p < k; p++) {
+                const uint16_t x = a[i * lda + p], y = b[(p / 2) * ldb + 2 * j + (p & 1)];
+                if (!(x & 0x7fff) || !(y & 0x7fff)) continue;
+                s += f16 ? fa_f16_to_f32(x) * fa_f16_to_f32(y)
+                         : fa_bf16_to_f32(x) * fa_bf16_to_f32(y);
+            }
+            c[i * ldc + j] = s;
+        }
+}
+
+/* c += a . b: the table's product, or the careful one where bad */
+static void bw16_gemm(const bw16_plan *pl, void *tf, int bad, int64_t m, int64_t n, int64_t k,
+                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float *c,
+                      int64_t ldc)
+{
+    if (bad)
+        bw16_careful(pl->f16, m, n, k, a, lda, b, ldb, c, ldc);
+    else
+        pl->M->gemm(tf, pl->f16, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+/* The final logits of the pair: S = scale (Q.K^T) from 0, then the soft cap
+ * (f = 1 - tanh^2), ALiBi and the masks by the forward's code; hidden
+ * positions exactly -inf (rows < nq, keys < nk). */
+static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_pair *t,
+                        const bw16_ops *o)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    const fa_kernels_f32 *K = pl->K;
+    for (int64_t i = 0; i < t->qpad; i++) memset(o->s + i * BW16_KB, 0, (size_t)t->kpad * 4);
+    pl->M->gemm(o->tf, pl->f16, t->qpad, t->kpad, pl->ep, o->qr, pl->ep, o->kt, 2 * BW16_KB,
+                o->s, BW16_KB);
+    for (int64_t i = 0; i < t->nq; i++) K->scal(o->s + i * BW16_KB, t->nk, (float)a->scale);
+    if (a->softcap > 0) {
+        const float cap = (float)a->softcap, inv = 1 / cap;
+        for (int64_t i = 0; i < t->nq; i++) {
+            float *row = o->s + i * BW16_KB, *fr = o->f + i * BW16_KB;
+            K->softcap(row, t->nk, cap);
+            for (int64_t j = 0; j < t->nk; j++) fr[j] = 1 - (row[j] * inv) * (row[j] * inv);
+        }
+    }
+    if (a->alibi.data) /* ALiBi alone: the cap is applied above */
+        (void)score_opts_f32(&pl->nocap, K, off, o->s, BW16_KB, t->i0, t->nq, t->kb, t->nk, 0,
+                             NULL);
+    const int cut = fa_limits_cut(&pl->lim, t->i0, t->nq, t->kb, t->nk);
+    apply_masks_f32(a, off, o->s, BW16_KB, t->i0, t->nq, t->kb, t->nk, cut ? &pl->lim : NULL,
+                    a->pad.data != NULL, a->bool_mask.data != NULL);
+}
+
+/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is (the
+ * float32 backward's rule: a NaN or Inf product of a zero P set back to 0) */
+static void bw16_ds_row(float *restrict ds, const float *restrict p, const float *restrict f,
+                        int64_t n, float d)
+{
+    if (f) {
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
+        return;
+    }
+    uint32_t bad = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const float r = p[j] * (ds[j] - d);
+        bad |= (uint32_t)((fa_f32_bits(r) & 0x7f800000u) == 0x7f800000u);
+        ds[j] = r;
+    }
+    if (bad)
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
+}
+
+/* The pair's P (in s) and dS (in dp), float32, zero outside rows < nq and
+ * keys < nk up to qpad x kpad: dP = dO.V^T, P = exp(s - lse) where visible
+ * (0 where hidden or the row's lse is -inf), dS by bw16_ds_row. */
+static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+                      const bw16_pair *t, const bw16_ops *o)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    const float *lse = (const float *)a->lse.data + go->lse;
+    const float *delta = pl->delta + go->delta;
+    bw16_scores(pl, off, t, o);
+    for (int64_t i = 0; i < t->qpad; i++) memset(o->dp + i * BW16_KB, 0, (size_t)t->kpad * 4);
+    pl->M->gemm(o->tf, pl->f16, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
+                2 * BW16_KB, o->dp, BW16_KB);
+    for (int64_t i = 0; i < t->qpad; i++) {
+        float *p = o->s + i * BW16_KB, *ds = o->dp + i * BW16_KB;
+        const float l = i < t->nq ? lse[(t->i0 + i) * a->lse.rs] : -INFINITY;
+        const int64_t n = l == -INFINITY ? 0 : t->nk;
+        if (n > 0) {
+            (void)pl->K->expsum(p, p, n, l);
+            bw16_ds_row(ds, p, a->softcap > 0 ? o->f + i * BW16_KB : NULL, n, delta[t->i0 + i]);
+        }
+        for (int64_t j = n; j < t->kpad; j++) p[j] = ds[j] = 0;
+    }
+}
+
+/* The pair's products: dQ += dS.K into o->dq (want & 1); dV^T += dO^T.P
+ * and dK^T += Q^T.dS into o->dvt, o->dkt (the pair's first key's column,
+ * want & 2); P and dS rounded to 16 bits as their operands. */
+static void bw16_pair_run(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+                          const bw16_pair *t, const bw16_ops *o, int want)
+{
+    const fa_bw16_kernels *M = pl->M;
+    bw16_tile(pl, off, go, t, o);
+    if (want & 1) {
+        M->rows(pl->f16, o->dp, BW16_KB, t->qpad, t->kpad, o->dsr, BW16_KB);
+        bw16_gemm(pl, o->tf, o->kbad, t->qpad, pl->e16, t->kpad, o->dsr, BW16_KB, o->kk,
+                  2 * pl->e16, o->dq, pl->e16);
+    }
+    if (want & 2) {
+        M->pairs(pl->f16, o->s, BW16_KB, t->qpad, t->kpad, o->pp, 2 * BW16_KB);
+        M->pairs(pl->f16, o->dp, BW16_KB, t->qpad, t->kpad, o->dsp, 2 * BW16_KB);
+        bw16_gemm(pl, o->tf, o->dobad, pl->ev16, t->kpad, t->qpad, o->dot, BW16_BQ, o->pp,
+                  2 * BW16_KB, o->dvt, o->ldt);
+        bw16_gemm(pl, o->tf, o->qbad, pl->e16, t->kpad, t->qpad, o->qt, BW16_BQ, o->dsp,
+                  2 * BW16_KB, o->dkt, o->ldt);
+    }
+}

@@ -1,0 +1,107 @@
+/* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
+ * fa_bw16_kernels): one product on the matrix instructions and the two ways
+ * a float32 tile is rounded to its operand.  Over simd/bf16_tiles.h and
+ * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
+ * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
+ * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
+#define BW(name) FA_CAT3(bw16, name, FA_ISA_NAME)
+
+#if defined(FA_SIMD_AMX)
+#if defined(FA_AMX_FP16)
+#define BW_DP(f16, tf, c, a, b)                                                                \
+    do {                                                                                       \
+        if (f16) FT_DP_F16(tf, c, a, b); else FT_DP(tf, c, a, b);                             \
+    } while (0)
+#else
+#define BW_DP(f16, tf, c, a, b) FT_DP(tf, c, a, b)
+#endif
+/* C tiles 0-3 (2 x 2 tiles of 16 x 16 float32: rows i0.., columns j0..),
+ * A tiles 4-5 (16 rows x 16 pairs of a), B tiles 6-7 (16 pair rows x 16
+ * columns of b); a tile of the 2 x 2 block past m or n is left out. */
+static void BW(gemm)(void *tfv, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                     int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+{
+    fa_tilefile *tf = (fa_tilefile *)tfv;
+    (void)tf, (void)f16;
+    const int64_t ab = lda * 2, bb = ldb * 2, cb = ldc * 4;
+    for (int64_t i0 = 0; i0 < m; i0 += 2 * FT_ROWS)
+        for (int64_t j0 = 0; j0 < n; j0 += 2 * FT_ROWS) {
+            const int ti = i0 + FT_ROWS < m, tj = j0 + FT_ROWS < n;
+            float *c0 = c + i0 * ldc + j0, *c1 = c0 + FT_ROWS * ldc;
+            FT_LOAD(tf, 0, c0, cb);
+            if (tj) FT_LOAD(tf, 1, c0 + FT_ROWS, cb);
+            if (ti) FT_LOAD(tf, 2, c1, cb);
+            if (ti && tj) FT_LOAD(tf, 3, c1 + FT_ROWS, cb);
+            for (int64_t kk = 0; kk < k; kk += 2 * FT_ROWS) {
+                const uint16_t *a0 = a + i0 * lda + kk, *b0 = b + kk / 2 * ldb + 2 * j0;
+                FT_LOAD(tf, 4, a0, ab);
+                FT_LOAD(tf, 6, b0, bb);
+                BW_DP(f16, tf, 0, 4, 6);
+                if (tj) { FT_LOAD(tf, 7, b0 + 2 * FT_ROWS, bb); BW_DP(f16, tf, 1, 4, 7); }
+                if (ti) { FT_LOAD(tf, 5, a0 + FT_ROWS * lda, ab); BW_DP(f16, tf, 2, 5, 6); }
+                if (ti && tj) BW_DP(f16, tf, 3, 5, 7);
+            }
+            FT_STORE(tf, 0, c0, cb);
+            if (tj) FT_STORE(tf, 1, c0 + FT_ROWS, cb);
+            if (ti) FT_STORE(tf, 2, c1, cb);
+            if (ti && tj) FT_STORE(tf, 3, c1 + FT_ROWS, cb);
+        }
+}
+#undef BW_DP
+#else
+/* avx512_bf16: a register tile of FA_DP16_ROWS rows of c x nv (1 or 2)
+ * vectors of 16 columns, each lane one VDPBF16PS chain over the pairs in
+ * order: per pair, nv rows of b loaded and a row's pair broadcast. */
+static FA_ALWAYS_INLINE void BW(tile)(int nv, int64_t k, const uint16_t *a, int64_t lda,
+                                      const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+{
+    vf acc[FA_DP16_ROWS][2];
+    for (int r = 0; r < FA_DP16_ROWS; r++)
+        for (int v = 0; v < nv; v++) acc[r][v] = vf_load(c + r * ldc + v * M16_W);
+    for (int64_t p = 0; p < k / 2; p++) {
+        const m16_vi b0 = m16_load(b + p * ldb), b1 = nv > 1 ? m16_load(b + p * ldb + 2 * M16_W) : b0;
+        for (int r = 0; r < FA_DP16_ROWS; r++) {
+            const m16_vi x = m16_bcast_pair(a + r * lda + 2 * p);
+            acc[r][0] = fa_dpbf16(acc[r][0], x, b0);
+            if (nv > 1) acc[r][1] = fa_dpbf16(acc[r][1], x, b1);
+        }
+    }
+    for (int r = 0; r < FA_DP16_ROWS; r++)
+        for (int v = 0; v < nv; v++) vf_store(c + r * ldc + v * M16_W, acc[r][v]);
+}
+
+static void BW(gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                     int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+{
+    (void)tf, (void)f16;
+    for (int64_t i0 = 0; i0 < m; i0 += FA_DP16_ROWS) {
+        const uint16_t *ai = a + i0 * lda;
+        float *ci = c + i0 * ldc;
+        int64_t j0 = 0;
+        for (; j0 + 2 * M16_W <= n; j0 += 2 * M16_W)
+            BW(tile)(2, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
+        if (j0 < n) BW(tile)(1, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
+    }
+}
+#endif
+
+/* y pair row p = rows 2p, 2p + 1 of x rounded, side by side per column */
+static void BW(pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                      int64_t ldy)
+{
+    for (int64_t p = 0; p < rows / 2; p++) {
+        const float *x0 = x + 2 * p * ldx, *x1 = x0 + ldx;
+        for (int64_t j = 0; j < n; j += M16_W)
+            m16_store(y + p * ldy + 2 * j, m16_pairs(f16, vf_load(x1 + j), vf_load(x0 + j)));
+    }
+}
+
+/* y row i = row i of x rounded */
+static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
+                     int64_t ldy)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < n; j += 2 * M16_W)
+            m16_store(y + i * ldy + j,
+                      m16_cvt2(f16, vf_load(x + i * ldx + j + M16_W), vf_load(x + i * ldx + j)));
+}
