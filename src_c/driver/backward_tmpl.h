@@ -3,7 +3,7 @@
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
  * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_fuses,
  * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
- * bw_fused_item.
+ * bw_pass_item, bw_fused_item.
  *
  * FlashAttention-2's order, with no atomics, in one of two schemes chosen
  * by the shape (bw_fuses).  Fused: a work item is one batch index, owning
@@ -13,7 +13,8 @@
  * dV and dK once: five products.  Two passes, for few batch indices: the
  * dK/dV items are (batch index, key block), looping over the query blocks
  * in order; the dQ items are (batch index, query block), looping over the
- * key blocks in order, so S and dP are computed twice.  Either way every
+ * key blocks in order, so S and dP are computed twice; both passes' items
+ * share one parallel loop (bw_pass_item).  Either way every
  * gradient element is summed in one fixed order, the same in both schemes
  * and whichever thread runs it.  First the rows whose lse is -inf are checked to see no key
  * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
@@ -172,8 +173,7 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
-    const int64_t most = pl->fused ? pl->nbatch
-                                   : pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
+    const int64_t most = pl->fused ? pl->nbatch : pl->nbatch * (pl->nqb + pl->nkb);
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     FN(bw_views)(pl);
     FN(bw_layout_of)(pl);

@@ -62,10 +62,10 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
         FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, off, go, &t);
         const FA_T *kv = x + pl->lay.kv + kb * pl->ldE * FA_KC;
-        FN(bw_pv)(K, kbad[kb], t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, dq, pl->ldE);
+        FN(bw_pair_dq)(pl, &t, kbad[kb], kv, dq);
         FA_T *dvb = dv + t.kb * pl->ldEv, *dkb = dk + t.kb * pl->ldE;
-        FN(bw_pvt)(K, bad_do, t.nk, t.nq, pl->ldEv, t.s, dov, dvb, pl->ldEv, pt, pl->bqp);
-        FN(bw_pvt)(K, bad_q, t.nk, t.nq, pl->ldE, t.dp, qv, dkb, pl->ldE, pt, pl->bqp);
+        FN(bw_pair_kv)(pl, &t, bad_do, t.s, dov, pl->ldEv, dvb, pl->ldEv, pt);
+        FN(bw_pair_kv)(pl, &t, bad_q, t.dp, qv, pl->ldE, dkb, pl->ldE, pt);
     }
     FN(bw_store)(&pl->b->dq, go->dq, t.i0, t.nq, a->E, dq, pl->ldE, (FA_T)a->scale);
 }
