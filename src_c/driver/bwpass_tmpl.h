@@ -1,8 +1,8 @@
 /* bwpass_tmpl.h -- the work items of the backward pass and its entry point.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(bw_check_item) ->
- * bw_check_item_f32, bw_check_item_f64; likewise bw_delta_item, bw_dq_item,
- * bw_dkv_item, bw_pass_item, bw_keys, bw_store, backward (which runs the two
- * passes' items or the fused pass's, bwfused_tmpl.h). */
+ * bw_check_item_f32, bw_check_item_f64; likewise bw_dot, bw_delta_item,
+ * bw_dq_item, bw_dkv_item, bw_pass_item, bw_keys, bw_store, backward (which
+ * runs the two passes' items or the fused pass's, bwfused_tmpl.h). */
 
 /* The pair t's keys (batch offsets off) packed: K and V as keys; K as
  * values into kv if kv is not NULL (returns 1 if that holds NaN/Inf). */
@@ -112,8 +112,29 @@ static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
     }
 }
 
+/* x . y over n elements, x at offset x0 of operand xo, y at y0 of yo
+ * (storage st): eight partial sums, element c in sum c % 8, added pairwise
+ * in a fixed order at the end, so that the chain of dependent additions is
+ * an eighth as long and every storage and stride gives the same bits (the
+ * contiguous FA_T rows read directly). */
+static FA_T FN(bw_dot)(const fa_operand *xo, int64_t x0, const fa_operand *yo, int64_t y0,
+                       int64_t n, int st)
+{
+    FA_T acc[8] = {0};
+    int64_t c = 0;
+    if (st != FA_FLOAT16 && st != FA_BFLOAT16 && xo->cs == 1 && yo->cs == 1) {
+        const FA_T *x = (const FA_T *)xo->data + x0, *y = (const FA_T *)yo->data + y0;
+        for (; c + 8 <= n; c += 8)
+            for (int u = 0; u < 8; u++) acc[u] += x[c + u] * y[c + u];
+    }
+    for (; c < n; c++)
+        acc[c % 8] +=
+            FN(ld)(xo->data, x0 + c * xo->cs, st) * FN(ld)(yo->data, y0 + c * yo->cs, st);
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 /* Delta item (batch index b): the plan's delta row D_i - g_i, D_i = dO_i .
- * O_i in FA_T, for every row in order; with a sink t, its gradient
+ * O_i in FA_T (bw_dot), for every row in order; with a sink t, its gradient
  * sum_i exp(t - lse_i) (g_i - D_i) over the rows with lse_i > -inf, in
  * double, in row order. */
 static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
@@ -131,11 +152,8 @@ static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
     const double t = a->sinks.data ? ((const double *)a->sinks.data)[off.sk] : 0;
     double dt = 0;
     for (int64_t i = 0; i < a->L; i++) {
-        FA_T d = 0;
-        const int64_t o0 = off.o + i * a->out.rs, d0 = go.dout + i * g->dout.rs;
-        for (int64_t c = 0; c < a->Ev; c++)
-            d += FN(ld)(g->dout.data, d0 + c * g->dout.cs, a->storage) *
-                 FN(ld)(a->out.data, o0 + c * a->out.cs, a->storage);
+        FA_T d = FN(bw_dot)(&g->dout, go.dout + i * g->dout.rs, &a->out, off.o + i * a->out.rs,
+                            a->Ev, a->storage);
         if (g->glse.data) d -= ((const FA_T *)g->glse.data)[go.glse + i * g->glse.rs];
         delta[i] = d;
         const FA_T l = lse[i * a->lse.rs];
