@@ -57,8 +57,9 @@ typedef struct FN(bw_plan) {
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
     int64_t nkp;               /* key blocks packed at once: nkb fused, else 1 */
     int nt, fused;             /* fused: one pass per batch index (bwfused_tmpl.h) */
-    int dk_out, dv_out;        /* fused: dK (dV) summed in the output itself, whose rows
-                                * lie contiguous at the accumulators' width (no scratch) */
+    int dk_out, dv_out;        /* fused: dK (dV) summed in the output itself, its rows
+                                * contiguous and E (Ev) the accumulators' width, so the
+                                * kernels write nothing outside it (no scratch) */
     int *flags;                /* per check item: a -inf lse on a row that sees a key */
     int *kbad;                 /* fused: per thread and key block, bw_keys' flag */
     FA_T *delta;               /* [nbatch x L]: D_i - g_i */
@@ -173,8 +174,8 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->lim = fa_limits_of(a);
     pl->fused = FN(bw_fuses)(pl->nbatch, a);
     pl->nkp = pl->fused ? pl->nkb : 1;
-    pl->dk_out = pl->fused && g->dk.cs == 1 && g->dk.rs == pl->ldE;
-    pl->dv_out = pl->fused && g->dv.cs == 1 && g->dv.rs == pl->ldEv;
+    pl->dk_out = pl->fused && a->E == pl->ldE && g->dk.cs == 1 && g->dk.rs == a->E;
+    pl->dv_out = pl->fused && a->Ev == pl->ldEv && g->dv.cs == 1 && g->dv.rs == a->Ev;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
