@@ -3,7 +3,7 @@
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
  * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_fuses,
  * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
- * bw_fused_item.
+ * bw_pass_item, bw_fused_item.
  *
  * FlashAttention-2's order, with no atomics, in one of two schemes chosen
  * by the shape (bw_fuses).  Fused: a work item is one batch index, owning
@@ -13,7 +13,8 @@
  * dV and dK once: five products.  Two passes, for few batch indices: the
  * dK/dV items are (batch index, key block), looping over the query blocks
  * in order; the dQ items are (batch index, query block), looping over the
- * key blocks in order, so S and dP are computed twice.  Either way every
+ * key blocks in order, so S and dP are computed twice; both passes' items
+ * share one parallel loop (bw_pass_item).  Either way every
  * gradient element is summed in one fixed order, the same in both schemes
  * and whichever thread runs it.  First the rows whose lse is -inf are checked to see no key
  * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
@@ -36,7 +37,8 @@ static inline void FN(bw_no_row_finish)(void) { (void)FN(row_finish); }
  * values, one key block each, or in the fused pass every key block of the
  * item (nkp of them, at a stride of one block); the pair's tiles; a
  * transposed tile (P^T or dS^T, where the values hold NaN/Inf); dK or dQ,
- * dV (nkp key blocks); the fused pass's dQ of one query block. */
+ * dV (nkp key blocks; none where the fused pass sums in the output); the
+ * fused pass's dQ of one query block. */
 typedef struct FN(bw_layout) {
     int64_t qp, dop, qv, dov, kp, vkp, kv, s, dp, f, pt, acc1, acc2, dq, total;
 } FN(bw_layout);
@@ -55,6 +57,9 @@ typedef struct FN(bw_plan) {
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
     int64_t nkp;               /* key blocks packed at once: nkb fused, else 1 */
     int nt, fused;             /* fused: one pass per batch index (bwfused_tmpl.h) */
+    int dk_out, dv_out;        /* fused: dK (dV) summed in the output itself, its rows
+                                * contiguous and E (Ev) the accumulators' width, so the
+                                * kernels write nothing outside it (no scratch) */
     int *flags;                /* per check item: a -inf lse on a row that sees a key */
     int *kbad;                 /* fused: per thread and key block, bw_keys' flag */
     FA_T *delta;               /* [nbatch x L]: D_i - g_i */
@@ -107,8 +112,8 @@ static void FN(bw_layout_of)(FN(bw_plan) *pl)
     y->dp = FN(bw_piece)(&at, bq * kc);
     y->f = FN(bw_piece)(&at, bq * kc);
     y->pt = FN(bw_piece)(&at, kc * bq);
-    y->acc1 = FN(bw_piece)(&at, nkp * kc * pl->ldE); /* dK or dQ (bqp <= FA_KC rows) */
-    y->acc2 = FN(bw_piece)(&at, nkp * kc * pl->ldEv);
+    y->acc1 = FN(bw_piece)(&at, pl->dk_out ? 0 : nkp * kc * pl->ldE); /* dK or dQ (bqp <= FA_KC) */
+    y->acc2 = FN(bw_piece)(&at, pl->dv_out ? 0 : nkp * kc * pl->ldEv);
     y->dq = FN(bw_piece)(&at, pl->fused ? bq * pl->ldE : 0);
     y->total = at + FA_ALIGN / (int64_t)sizeof(FA_T); /* room to align the base */
 }
@@ -169,11 +174,12 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->lim = fa_limits_of(a);
     pl->fused = FN(bw_fuses)(pl->nbatch, a);
     pl->nkp = pl->fused ? pl->nkb : 1;
+    pl->dk_out = pl->fused && a->E == pl->ldE && g->dk.cs == 1 && g->dk.rs == a->E;
+    pl->dv_out = pl->fused && a->Ev == pl->ldEv && g->dv.cs == 1 && g->dv.rs == a->Ev;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
-    const int64_t most = pl->fused ? pl->nbatch
-                                   : pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
+    const int64_t most = pl->fused ? pl->nbatch : pl->nbatch * (pl->nqb + pl->nkb);
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     FN(bw_views)(pl);
     FN(bw_layout_of)(pl);

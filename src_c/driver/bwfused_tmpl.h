@@ -3,13 +3,14 @@
  * its key blocks in order, every pair's S, dP, dQ, dV and dK computed once.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT), after bwpass_tmpl.h's helpers:
  * FN(bw_fused_keys) -> bw_fused_keys_f32, bw_fused_keys_f64; likewise
- * bw_fused_block, bw_fused_item.
+ * bw_fused_at, bw_fused_acc, bw_fused_block, bw_fused_item.
  *
  * The sums are those of the two passes, in their order: a dQ element over
  * the key blocks in order (the tile of its query block, then stored), a dK
- * or dV element over the query blocks in order (the item's accumulators,
- * stored once at the end); so the gradients are bitwise those of the two
- * passes.  The keys are packed once per item, not once per pair: K and V as
+ * or dV element over the query blocks in order (the item's accumulators:
+ * the output itself where its rows lie contiguous at the accumulators'
+ * width, else scratch, stored once at the end); so the gradients are
+ * bitwise those of the two passes.  The keys are packed once per item, not once per pair: K and V as
  * keys, K as values, every block at a stride of one block's piece. */
 
 /* Key block kb of the item's packed keys in pair t (bw_pair_of's t.kp and
@@ -37,6 +38,15 @@ static void FN(bw_fused_keys)(const FN(bw_plan) *pl, const fa_offsets *off, FA_T
     }
 }
 
+/* The item's dK and dV accumulators (S x ldE, S x ldEv): the outputs
+ * themselves where the plan says so, else the thread's scratch x. */
+static void FN(bw_fused_acc)(const FN(bw_plan) *pl, const FN(bw_offsets) *go, FA_T *x, FA_T **dk,
+                             FA_T **dv)
+{
+    *dk = pl->dk_out ? (FA_T *)pl->b->dk.data + go->dk : x + pl->lay.acc1;
+    *dv = pl->dv_out ? (FA_T *)pl->b->dv.data + go->dv : x + pl->lay.acc2;
+}
+
 /* Query block qb of the item: its rows packed (Q, dO as rows and as
  * values), then over its key blocks in order: the pair's P and dS
  * (bw_tile), dQ += dS K into the block's tile, dV += P^T dO and dK += dS^T Q
@@ -46,7 +56,8 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
 {
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
-    FA_T *dq = x + pl->lay.dq, *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
+    FA_T *dq = x + pl->lay.dq, *dk, *dv;
+    FN(bw_fused_acc)(pl, go, x, &dk, &dv);
     FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
     FN(bw_pair) t = FN(bw_pair_of)(pl, x, qb, 0);
     memset(dq, 0, (size_t)(t.nq * pl->ldE) * sizeof(FA_T));
@@ -62,10 +73,10 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
         FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, off, go, &t);
         const FA_T *kv = x + pl->lay.kv + kb * pl->ldE * FA_KC;
-        FN(bw_pv)(K, kbad[kb], t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, dq, pl->ldE);
+        FN(bw_pair_dq)(pl, &t, kbad[kb], kv, dq);
         FA_T *dvb = dv + t.kb * pl->ldEv, *dkb = dk + t.kb * pl->ldE;
-        FN(bw_pvt)(K, bad_do, t.nk, t.nq, pl->ldEv, t.s, dov, dvb, pl->ldEv, pt, pl->bqp);
-        FN(bw_pvt)(K, bad_q, t.nk, t.nq, pl->ldE, t.dp, qv, dkb, pl->ldE, pt, pl->bqp);
+        FN(bw_pair_kv)(pl, &t, bad_do, t.s, dov, pl->ldEv, dvb, pl->ldEv, pt);
+        FN(bw_pair_kv)(pl, &t, bad_q, t.dp, qv, pl->ldE, dkb, pl->ldE, pt);
     }
     FN(bw_store)(&pl->b->dq, go->dq, t.i0, t.nq, a->E, dq, pl->ldE, (FA_T)a->scale);
 }
@@ -75,16 +86,17 @@ static void FN(bw_fused_item)(void *ctx, int64_t b, int tid)
 {
     const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
-    FA_T *x = FN(bw_base)(pl, tid), *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
+    FA_T *x = FN(bw_base)(pl, tid), *dk, *dv;
     int *kbad = pl->kbad + (int64_t)tid * pl->nkb;
     fa_offsets off;
     FN(bw_offsets) go;
     fa_batch_offsets(a, b, &off);
     FN(bw_offsets_of)(pl->b, b, &go);
+    FN(bw_fused_acc)(pl, &go, x, &dk, &dv);
     memset(dk, 0, (size_t)(a->S * pl->ldE) * sizeof(FA_T));
     memset(dv, 0, (size_t)(a->S * pl->ldEv) * sizeof(FA_T));
     FN(bw_fused_keys)(pl, &off, x, kbad);
     for (int64_t qb = 0; qb < pl->nqb; qb++) FN(bw_fused_block)(pl, &off, &go, x, kbad, qb);
-    FN(bw_store)(&pl->b->dk, go.dk, 0, a->S, a->E, dk, pl->ldE, (FA_T)a->scale);
-    FN(bw_store)(&pl->b->dv, go.dv, 0, a->S, a->Ev, dv, pl->ldEv, 1);
+    FN(bw_store)(&pl->b->dk, go.dk, 0, a->S, a->E, dk, pl->ldE, (FA_T)a->scale); /* in place */
+    if (!pl->dv_out) FN(bw_store)(&pl->b->dv, go.dv, 0, a->S, a->Ev, dv, pl->ldEv, 1);
 }

@@ -1,8 +1,8 @@
 /* bwpass_tmpl.h -- the work items of the backward pass and its entry point.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(bw_check_item) ->
- * bw_check_item_f32, bw_check_item_f64; likewise bw_delta_item, bw_dq_item,
- * bw_dkv_item, bw_keys, bw_store, backward (which runs the two passes' items
- * or the fused pass's, bwfused_tmpl.h). */
+ * bw_check_item_f32, bw_check_item_f64; likewise bw_dot, bw_delta_item,
+ * bw_dq_item, bw_dkv_item, bw_pass_item, bw_keys, bw_store, backward (which
+ * runs the two passes' items or the fused pass's, bwfused_tmpl.h). */
 
 /* The pair t's keys (batch offsets off) packed: K and V as keys; K as
  * values into kv if kv is not NULL (returns 1 if that holds NaN/Inf). */
@@ -32,6 +32,7 @@ static FN(bw_pair) FN(bw_pair_of)(const FN(bw_plan) *pl, FA_T *x, int64_t qb, in
     t.kb = kb * FA_KC;
     t.nk = fa_min64(FA_KC, a->S - t.kb);
     t.ncols = fa_round_up(t.nk, pl->K->nr);
+    t.diag = 0;
     t.qp = x + pl->lay.qp;
     t.dop = x + pl->lay.dop;
     t.kp = x + pl->lay.kp;
@@ -63,8 +64,10 @@ static void FN(bw_key_blocks)(const FN(bw_plan) *pl, const FN(bw_pair) *t, int64
 
 /* The pair t cut to the keys its last row sees (causal, the window's right
  * edge): past them every P and dS is 0, so a diagonal pair's products stop
- * there.  Called on the pair after its keys were packed whole, so that
- * both schemes see the same packed blocks (and NaN/Inf flags). */
+ * there; diagonal if its first row still does not see its last key (then
+ * taken in bands, bwtile_tmpl.h).  Called on the pair after its keys were
+ * packed whole, so that both schemes see the same packed blocks (and
+ * NaN/Inf flags). */
 static void FN(bw_trim)(const FN(bw_plan) *pl, FN(bw_pair) *t)
 {
     int64_t lo, hi;
@@ -73,6 +76,7 @@ static void FN(bw_trim)(const FN(bw_plan) *pl, FN(bw_pair) *t)
         t->nk = hi - t->kb;
         t->ncols = fa_round_up(t->nk, pl->K->nr);
     }
+    t->diag = pl->lim.has_hi && t->kb + t->nk - 1 > t->i0 + pl->lim.hi;
 }
 
 /* Check item (batch, query block): flags it if a row whose lse is -inf
@@ -99,7 +103,7 @@ static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
         if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk) || FN(bw_all_pad)(a, &off, &t))
             continue;
         FN(bw_keys)(pl, &off, &t, NULL);
-        FN(bw_scores)(pl, &off, &t);
+        FN(bw_scores)(pl, &off, &t, 0, t.nq, t.nk);
         for (int64_t i = 0; i < t.nq; i++) {
             if (lse[(t.i0 + i) * a->lse.rs] != (FA_T)-INFINITY) continue;
             for (int64_t j = 0; j < t.nk; j++)
@@ -108,8 +112,29 @@ static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
     }
 }
 
+/* x . y over n elements, x at offset x0 of operand xo, y at y0 of yo
+ * (storage st): eight partial sums, element c in sum c % 8, added pairwise
+ * in a fixed order at the end, so that the chain of dependent additions is
+ * an eighth as long and every storage and stride gives the same bits (the
+ * contiguous FA_T rows read directly). */
+static FA_T FN(bw_dot)(const fa_operand *xo, int64_t x0, const fa_operand *yo, int64_t y0,
+                       int64_t n, int st)
+{
+    FA_T acc[8] = {0};
+    int64_t c = 0;
+    if (st != FA_FLOAT16 && st != FA_BFLOAT16 && xo->cs == 1 && yo->cs == 1) {
+        const FA_T *x = (const FA_T *)xo->data + x0, *y = (const FA_T *)yo->data + y0;
+        for (; c + 8 <= n; c += 8)
+            for (int u = 0; u < 8; u++) acc[u] += x[c + u] * y[c + u];
+    }
+    for (; c < n; c++)
+        acc[c % 8] +=
+            FN(ld)(xo->data, x0 + c * xo->cs, st) * FN(ld)(yo->data, y0 + c * yo->cs, st);
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 /* Delta item (batch index b): the plan's delta row D_i - g_i, D_i = dO_i .
- * O_i in FA_T, for every row in order; with a sink t, its gradient
+ * O_i in FA_T (bw_dot), for every row in order; with a sink t, its gradient
  * sum_i exp(t - lse_i) (g_i - D_i) over the rows with lse_i > -inf, in
  * double, in row order. */
 static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
@@ -127,11 +152,8 @@ static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
     const double t = a->sinks.data ? ((const double *)a->sinks.data)[off.sk] : 0;
     double dt = 0;
     for (int64_t i = 0; i < a->L; i++) {
-        FA_T d = 0;
-        const int64_t o0 = off.o + i * a->out.rs, d0 = go.dout + i * g->dout.rs;
-        for (int64_t c = 0; c < a->Ev; c++)
-            d += FN(ld)(g->dout.data, d0 + c * g->dout.cs, a->storage) *
-                 FN(ld)(a->out.data, o0 + c * a->out.cs, a->storage);
+        FA_T d = FN(bw_dot)(&g->dout, go.dout + i * g->dout.rs, &a->out, off.o + i * a->out.rs,
+                            a->Ev, a->storage);
         if (g->glse.data) d -= ((const FA_T *)g->glse.data)[go.glse + i * g->glse.rs];
         delta[i] = d;
         const FA_T l = lse[i * a->lse.rs];
@@ -151,12 +173,11 @@ static void FN(bw_store)(const fa_operand *y, int64_t yo, int64_t r0, int64_t ro
             base[(r0 + r) * y->rs + c * y->cs] = acc[r * lda + c] * sc;
 }
 
-/* dQ item (batch, query block): dQ = scale sum over key blocks of dS K. */
-static void FN(bw_dq_item)(void *ctx, int64_t it, int tid)
+/* dQ item (batch index b, query block qb): dQ = scale sum over key blocks
+ * of dS K. */
+static void FN(bw_dq_item)(const FN(bw_plan) *pl, int64_t b, int64_t qb, int tid)
 {
-    const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
-    const int64_t b = it / pl->nqb, qb = it % pl->nqb;
     FA_T *x = FN(bw_base)(pl, tid), *acc = x + pl->lay.acc1, *kv = x + pl->lay.kv;
     fa_offsets off;
     FN(bw_offsets) go;
@@ -174,19 +195,17 @@ static void FN(bw_dq_item)(void *ctx, int64_t it, int tid)
         const int bad = FN(bw_keys)(pl, &off, &t, kv);
         FN(bw_trim)(pl, &t);
         FN(bw_tile)(pl, &off, &go, &t);
-        FN(bw_pv)(pl->K, bad, t.nq, t.nk, pl->ldE, t.dp, FA_KC, kv, acc, pl->ldE);
+        FN(bw_pair_dq)(pl, &t, bad, kv, acc);
     }
     FN(bw_store)(&pl->b->dq, go.dq, t.i0, t.nq, a->E, acc, pl->ldE, (FA_T)a->scale);
 }
 
-/* dK/dV item (batch, key block): over the query blocks in order, dV += P^T
- * dO and dK += dS^T Q; dK then times scale. */
-static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
+/* dK/dV item (batch index b, key block kb): over the query blocks in
+ * order, dV += P^T dO and dK += dS^T Q; dK then times scale. */
+static void FN(bw_dkv_item)(const FN(bw_plan) *pl, int64_t b, int64_t kb, int tid)
 {
-    const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
-    const int64_t b = it / pl->nkb, kb = it % pl->nkb;
     FA_T *x = FN(bw_base)(pl, tid), *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
     FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
     fa_offsets off;
@@ -208,12 +227,30 @@ static void FN(bw_dkv_item)(void *ctx, int64_t it, int tid)
             FN(bw_pair) u = t; /* t keeps the whole block, to store it */
             FN(bw_trim)(pl, &u);
             FN(bw_tile)(pl, &off, &go, &u);
-            FN(bw_pvt)(K, bad_do, u.nk, u.nq, pl->ldEv, u.s, dov, dv, pl->ldEv, pt, pl->bqp);
-            FN(bw_pvt)(K, bad_q, u.nk, u.nq, pl->ldE, u.dp, qv, dk, pl->ldE, pt, pl->bqp);
+            FN(bw_pair_kv)(pl, &u, bad_do, u.s, dov, pl->ldEv, dv, pl->ldEv, pt);
+            FN(bw_pair_kv)(pl, &u, bad_q, u.dp, qv, pl->ldE, dk, pl->ldE, pt);
         }
     }
     FN(bw_store)(&pl->b->dk, go.dk, t.kb, t.nk, a->E, dk, pl->ldE, (FA_T)a->scale);
     FN(bw_store)(&pl->b->dv, go.dv, t.kb, t.nk, a->Ev, dv, pl->ldEv, 1);
+}
+
+/* Two-pass item it of nbatch x (nkb + nqb), the two passes in one loop (they
+ * are independent: each reads only the operands and delta) and in an order
+ * of about decreasing cost under the causal and window limits, so that on
+ * a dynamic schedule the threads finish together: the dK/dV items by key
+ * block from the first (seen by the most query rows), then the dQ items by
+ * query block from the last (seeing the most keys), the batch indices
+ * interleaved.  Any order gives the same bits: an item writes only its own
+ * gradients, summed in its own fixed order. */
+static void FN(bw_pass_item)(void *ctx, int64_t it, int tid)
+{
+    const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
+    const int64_t nkv = pl->nbatch * pl->nkb, nb = pl->nbatch;
+    if (it < nkv)
+        FN(bw_dkv_item)(pl, it % nb, it / nb, tid);
+    else
+        FN(bw_dq_item)(pl, (it - nkv) % nb, pl->nqb - 1 - (it - nkv) / nb, tid);
 }
 
 #include "driver/bwfused_tmpl.h" /* the fused pass's work item */
@@ -234,8 +271,8 @@ static int FN(backward)(const fa_backward_args *g)
         if (pl.fused) {
             fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch, FN(bw_fused_item), &pl);
         } else {
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, nq_items, FN(bw_dq_item), &pl);
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * pl.nkb, FN(bw_dkv_item), &pl);
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * (pl.nkb + pl.nqb),
+                            FN(bw_pass_item), &pl);
         }
     }
     FN(bw_free)(&pl);

@@ -108,6 +108,20 @@ def test_fused_and_two_pass_agree_bitwise_16_bit(isa, dt):
     _both_schemes(q, k, v, d_o, 1, 1, is_causal=True, softcap=3.0)
 
 
+@pytest.mark.parametrize("L,S", [(300, 300), (300, 140), (90, 400)],
+                         ids=["square", "more_queries_some_rows_see_nothing", "more_keys"])
+def test_causal_diagonal_pairs_over_several_blocks_in_both_schemes(isa, dtype, L, S):
+    q, k, v, d_o = _inputs(dtype, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, L, S, 16, 24, seed=5)
+    _both_schemes(q, k, v, d_o, 1, 1, is_causal="lower_right")
+
+
+def test_fused_widths_of_whole_register_tiles_agree_bitwise(isa, dtype):
+    # E and Ev multiples of every ISA's tile width: the fused pass sums dK
+    # and dV in the outputs themselves rather than in scratch
+    q, k, v, d_o = _inputs(dtype, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 150, 170, 64, 32, seed=6)
+    _both_schemes(q, k, v, d_o, 1, 1, is_causal=True)
+
+
 def test_nan_and_inf_in_hidden_values_in_both_schemes(isa, dtype):
     q, k, v, d_o = _inputs(dtype, FUSED_MIN_ITEMS, FUSED_MIN_ITEMS, 60, 150, 8, 8, seed=3)
     pad = np.zeros(150, bool)
