@@ -6,7 +6,7 @@ broadcasting and dtype rules live in the Python layer (``fastattn/_api.py``,
 is a keyword."""
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint64_t
 
 cnp.import_array()
 
@@ -58,6 +58,7 @@ cdef extern from "fastattn.h" nogil:
     enum:
         FA_ELSE
     int fa_attention_backward(const fa_backward_args *args)
+    int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y)
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                         int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
                         int64_t k_rs, int64_t k_cs, int num_threads)
@@ -316,6 +317,19 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
                          "..., return_lse=True) returned for the same arguments")
     _check(status)
 
+
+
+def round_half(cnp.ndarray x, cnp.ndarray y):
+    """y = x rounded to nearest even once, in y's 16-bit dtype; x C-contiguous
+    float32, y a C-contiguous float16 or bfloat16 array of x's size."""
+    cdef int64_t n = cnp.PyArray_SIZE(x)
+    cdef int storage = _storage(y)
+    cdef const float *xp = <const float *>cnp.PyArray_DATA(x)
+    cdef uint16_t *yp = <uint16_t *>cnp.PyArray_DATA(y)
+    cdef int status
+    with nogil:
+        status = fa_round_half(storage, n, xp, yp)
+    _check(status)
 
 def in_kernel_form(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.dtype dtype):
     """Whether q, k and v all have the dtype object ``dtype`` and are aligned,

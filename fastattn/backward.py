@@ -205,4 +205,8 @@ def _sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
 def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
     """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
     dt = like.dtype
-    return grad.astype(dt if (dt.kind == "f" or _half.is_half(dt)) else np.float64, copy=False)
+    if _half.is_half(dt) and grad.dtype == np.float32 and grad.flags.c_contiguous:
+        out = np.empty(grad.shape, dt)  # the kernels' vector rounding, not a ufunc loop
+        _core.round_half(grad, out)
+        return out
+    return grad.astype(dt if dt.kind == "f" else np.float64, copy=False)

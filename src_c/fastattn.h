@@ -109,6 +109,10 @@ typedef struct fa_backward_args {
  * sees a key (checked before any output is written). */
 enum { FA_ELSE = 3 };
 int fa_attention_backward(const fa_backward_args *args);
+/* y[i] = x[i] rounded to nearest even into storage (FA_FLOAT16 or
+ * FA_BFLOAT16; overflow to +-inf, NaN stays NaN) for i < n, by the ISA in
+ * use: the one rounding of a 16-bit gradient, after the broadcast sums. */
+int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y);
 
 /* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
  * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,

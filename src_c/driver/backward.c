@@ -53,3 +53,10 @@ int fa_attention_backward(const fa_backward_args *g)
     if (a->dtype == FA_FLOAT64) return backward_f64(g);
     return FA_EINVAL;
 }
+
+int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y)
+{
+    if (n < 0 || (storage != FA_FLOAT16 && storage != FA_BFLOAT16)) return FA_EINVAL;
+    if (n > 0) fa_kernels_f32_current()->narrow_h[storage - FA_FLOAT16](x, 1.0f, y, n);
+    return FA_OK;
+}

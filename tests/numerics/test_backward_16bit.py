@@ -208,3 +208,23 @@ def test_nan_and_inf_in_hidden_positions_never_reach_a_gradient(isa, dt):
     got = _check(q, k, v, key_padding_mask=pad, is_causal=True, grad_lse=True)
     hidden = [5, 20, 21, 130, 150, 155]
     assert not got[1][..., hidden, :].any() and not got[2][..., hidden, :].any()
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+def test_gradient_rounding_nearest_even_with_ties_overflow_subnormals_and_nan(isa, dt):
+    """The one rounding a 16-bit gradient ends with (the kernels' vector
+    rounding) gives the bits of NumPy's / ml_dtypes' cast, NaN staying NaN."""
+    from fastattn import _core
+    rng = np.random.default_rng(7)
+    wide = (rng.standard_normal(999) * 10.0 ** rng.integers(-9, 9, 999)).astype(np.float32)
+    one = np.float32(1.0).view(np.uint32)
+    ties = (one + np.array([0x8000, 0x18000, 0x1000, 0x3000], np.uint32)).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 65519.0,
+                        65520.0, 1e-45, 6e-8, 3e-8, 2.9e-8, 1e-40], np.float32)
+    x = np.concatenate([wide, ties, -ties, special])
+    got = np.empty(x.shape, dt)
+    _core.round_half(x, got)
+    want = x.astype(dt)
+    nan = np.isnan(want.astype(np.float32))
+    assert (np.isnan(got.astype(np.float32)) == nan).all()
+    assert (got.view(np.uint16)[~nan] == want.view(np.uint16)[~nan]).all()
