@@ -1,7 +1,7 @@
 /* backward_tmpl.h -- the backward pass, written once over the element type:
  * included twice by backward.c with FA_SFX (f32, f64) defined.  Every
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
- * backward_f32, backward_f64; likewise bw_plan, bw_offsets_of, bw_fuses,
+ * backward_f32, backward_f64; likewise bw_plan, bw_fuses,
  * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
  * bw_pass_item, bw_fused_item.
  *
@@ -64,29 +64,6 @@ typedef struct FN(bw_plan) {
     int *kbad;                 /* fused: per thread and key block, bw_keys' flag */
     FA_T *delta;               /* [nbatch x L]: D_i - g_i */
 } FN(bw_plan);
-
-/* The offsets of one batch index in the operands the forward lacks. */
-typedef struct FN(bw_offsets) {
-    int64_t dout, lse, glse, dq, dk, dv, dsinks;
-    int64_t delta;             /* into the plan's delta: b * L */
-} FN(bw_offsets);
-
-static void FN(bw_offsets_of)(const fa_backward_args *g, int64_t b, FN(bw_offsets) *o)
-{
-    memset(o, 0, sizeof *o);
-    o->delta = b * g->fwd.L;
-    for (int d = g->fwd.nbatch_dims - 1; d >= 0; d--) {
-        const int64_t n = g->fwd.batch_shape[d], i = b % n;
-        b /= n;
-        o->dout += i * g->dout.bstride[d];
-        o->lse += i * g->fwd.lse.bstride[d];
-        if (g->glse.data) o->glse += i * g->glse.bstride[d];
-        if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
-        o->dq += i * g->dq.bstride[d];
-        o->dk += i * g->dk.bstride[d];
-        o->dv += i * g->dv.bstride[d];
-    }
-}
 
 static int64_t FN(bw_piece)(int64_t *at, int64_t n)
 {

@@ -77,11 +77,6 @@ typedef struct bw16_plan {
     float *delta;              /* [nbatch x L]: D_i - g_i */
 } bw16_plan;
 
-/* One batch index's offsets in the operands the forward lacks. */
-typedef struct bw16_offs {
-    int64_t dout, lse, glse, dq, dk, dv, dsinks, delta;
-} bw16_offs;
-
 /* query rows i0 .. i0 + nq padded to qpad, keys kb .. kb + nk to kpad (32) */
 typedef struct bw16_pair {
     int64_t i0, nq, qpad, kb, nk, kpad;
@@ -98,23 +93,6 @@ typedef struct bw16_ops {
 } bw16_ops;
 
 #include "driver/bw16_pair.h"
-
-static void bw16_offs_of(const fa_backward_args *g, int64_t b, bw16_offs *o)
-{
-    memset(o, 0, sizeof *o);
-    o->delta = b * g->fwd.L;
-    for (int d = g->fwd.nbatch_dims - 1; d >= 0; d--) {
-        const int64_t n = g->fwd.batch_shape[d], i = b % n;
-        b /= n;
-        o->dout += i * g->dout.bstride[d];
-        o->lse += i * g->fwd.lse.bstride[d];
-        if (g->glse.data) o->glse += i * g->glse.bstride[d];
-        if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
-        o->dq += i * g->dq.bstride[d];
-        o->dk += i * g->dk.bstride[d];
-        o->dv += i * g->dv.bstride[d];
-    }
-}
 
 static int64_t bw16_piece(int64_t *at, int64_t bytes)
 {

@@ -69,7 +69,7 @@ static void bw16_slot(const bw16_plan *pl, bw16_ops *o, const bw16_ops *base, in
 }
 
 /* t's query rows: Q and dO as rows, and (with_t) as columns, noting NaN/Inf */
-static void bw16_rows(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+static void bw16_rows(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                       const bw16_pair *t, bw16_ops *o, int with_t)
 {
     const fa_backward_args *g = pl->b;
@@ -91,9 +91,9 @@ static void bw16_check_item(void *ctx, int64_t it, int tid)
     const fa_attention_args *a = &pl->b->fwd;
     const int64_t b = it / pl->nqb, qb = it % pl->nqb;
     fa_offsets off;
-    bw16_offs go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    bw16_offs_of(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     bw16_ops o = bw16_ops_of(pl, tid);
     bw16_pair t = bw16_pair_of(pl, qb, 0);
     const float *lse = (const float *)a->lse.data + go.lse;
@@ -128,9 +128,9 @@ static void bw16_delta_item(void *ctx, int64_t b, int tid)
     const fa_backward_args *g = pl->b;
     const fa_attention_args *a = &g->fwd;
     fa_offsets off;
-    bw16_offs go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    bw16_offs_of(g, b, &go);
+    fa_bw_offsets_of(g, b, &go);
     float *delta = pl->delta + go.delta;
     const float *lse = (const float *)a->lse.data + go.lse;
     const double t = a->sinks.data ? ((const double *)a->sinks.data)[off.sk] : 0;
@@ -167,9 +167,9 @@ static void bw16_dq_item(void *ctx, int64_t it, int tid)
     const fa_attention_args *a = &pl->b->fwd;
     const int64_t b = it / pl->nqb, qb = it % pl->nqb;
     fa_offsets off;
-    bw16_offs go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    bw16_offs_of(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     bw16_ops o = bw16_ops_of(pl, tid);
     bw16_pair t = bw16_pair_of(pl, qb, 0);
     memset(o.dq, 0, (size_t)(t.qpad * pl->e16) * sizeof(float));
@@ -196,9 +196,9 @@ static void bw16_dkv_item(void *ctx, int64_t it, int tid)
     const fa_attention_args *a = &pl->b->fwd;
     const int64_t b = it / pl->nkb, kb = it % pl->nkb;
     fa_offsets off;
-    bw16_offs go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    bw16_offs_of(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     bw16_ops o = bw16_ops_of(pl, tid);
     bw16_pair t = bw16_pair_of(pl, 0, kb);
     memset(o.dkt, 0, (size_t)(pl->e16 * pl->ldt) * sizeof(float));
@@ -222,7 +222,7 @@ static void bw16_dkv_item(void *ctx, int64_t it, int tid)
 /* Query block qb of a fused item (keys packed in o's slots, kbad per key
  * block: -1 all padding): over its key blocks in order, the pair's three
  * products; dQ stored times scale. */
-static void bw16_fused_block(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+static void bw16_fused_block(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                              bw16_ops *o, const int *kbad, int64_t qb)
 {
     const fa_attention_args *a = &pl->b->fwd;
@@ -252,9 +252,9 @@ static void bw16_fused_item(void *ctx, int64_t b, int tid)
     const fa_attention_args *a = &pl->b->fwd;
     int *kbad = pl->kbad + (int64_t)tid * pl->nkb;
     fa_offsets off;
-    bw16_offs go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    bw16_offs_of(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     bw16_ops o = bw16_ops_of(pl, tid);
     memset(o.dkt, 0, (size_t)(pl->e16 * pl->ldt) * sizeof(float));
     memset(o.dvt, 0, (size_t)(pl->ev16 * pl->ldt) * sizeof(float));

@@ -162,7 +162,7 @@ static void bw16_ds_row(float *restrict ds, const float *restrict p, const float
 /* The pair's P (in s) and dS (in dp), float32, zero outside rows < nq and
  * keys < nk up to qpad x kpad: dP = dO.V^T, P = exp(s - lse) where visible
  * (0 where hidden or the row's lse is -inf), dS by bw16_ds_row. */
-static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                       const bw16_pair *t, const bw16_ops *o)
 {
     const fa_attention_args *a = &pl->b->fwd;
@@ -187,7 +187,7 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const bw16_off
 /* The pair's products: dQ += dS.K into o->dq (want & 1); dV^T += dO^T.P
  * and dK^T += Q^T.dS into o->dvt, o->dkt (the pair's first key's column,
  * want & 2); P and dS rounded to 16 bits as their operands. */
-static void bw16_pair_run(const bw16_plan *pl, const fa_offsets *off, const bw16_offs *go,
+static void bw16_pair_run(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                           const bw16_pair *t, const bw16_ops *o, int want)
 {
     const fa_bw16_kernels *M = pl->M;

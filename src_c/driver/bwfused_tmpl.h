@@ -40,7 +40,7 @@ static void FN(bw_fused_keys)(const FN(bw_plan) *pl, const fa_offsets *off, FA_T
 
 /* The item's dK and dV accumulators (S x ldE, S x ldEv): the outputs
  * themselves where the plan says so, else the thread's scratch x. */
-static void FN(bw_fused_acc)(const FN(bw_plan) *pl, const FN(bw_offsets) *go, FA_T *x, FA_T **dk,
+static void FN(bw_fused_acc)(const FN(bw_plan) *pl, const fa_bw_offsets *go, FA_T *x, FA_T **dk,
                              FA_T **dv)
 {
     *dk = pl->dk_out ? (FA_T *)pl->b->dk.data + go->dk : x + pl->lay.acc1;
@@ -52,7 +52,7 @@ static void FN(bw_fused_acc)(const FN(bw_plan) *pl, const FN(bw_offsets) *go, FA
  * (bw_tile), dQ += dS K into the block's tile, dV += P^T dO and dK += dS^T Q
  * into the item's accumulators; dQ then stored times scale. */
 static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
-                               const FN(bw_offsets) *go, FA_T *x, const int *kbad, int64_t qb)
+                               const fa_bw_offsets *go, FA_T *x, const int *kbad, int64_t qb)
 {
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
@@ -89,9 +89,9 @@ static void FN(bw_fused_item)(void *ctx, int64_t b, int tid)
     FA_T *x = FN(bw_base)(pl, tid), *dk, *dv;
     int *kbad = pl->kbad + (int64_t)tid * pl->nkb;
     fa_offsets off;
-    FN(bw_offsets) go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    FN(bw_offsets_of)(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     FN(bw_fused_acc)(pl, &go, x, &dk, &dv);
     memset(dk, 0, (size_t)(a->S * pl->ldE) * sizeof(FA_T));
     memset(dv, 0, (size_t)(a->S * pl->ldEv) * sizeof(FA_T));

@@ -44,7 +44,7 @@ static FN(bw_pair) FN(bw_pair_of)(const FN(bw_plan) *pl, FA_T *x, int64_t qb, in
 }
 
 /* The pair t's query rows packed: scale * Q, and dO if with_dout. */
-static void FN(bw_rows)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_offsets) *go,
+static void FN(bw_rows)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_bw_offsets *go,
                         const FN(bw_pair) *t, int with_dout)
 {
     const fa_attention_args *a = &pl->b->fwd;
@@ -87,9 +87,9 @@ static void FN(bw_check_item)(void *ctx, int64_t it, int tid)
     const fa_attention_args *a = &pl->b->fwd;
     const int64_t b = it / pl->nqb, qb = it % pl->nqb;
     fa_offsets off;
-    FN(bw_offsets) go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    FN(bw_offsets_of)(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     FN(bw_pair) t = FN(bw_pair_of)(pl, FN(bw_base)(pl, tid), qb, 0);
     const FA_T *lse = (const FA_T *)a->lse.data + go.lse;
     int any = 0;
@@ -144,9 +144,9 @@ static void FN(bw_delta_item)(void *ctx, int64_t b, int tid)
     const fa_backward_args *g = pl->b;
     const fa_attention_args *a = &g->fwd;
     fa_offsets off;
-    FN(bw_offsets) go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    FN(bw_offsets_of)(g, b, &go);
+    fa_bw_offsets_of(g, b, &go);
     FA_T *delta = pl->delta + go.delta;
     const FA_T *lse = (const FA_T *)a->lse.data + go.lse;
     const double t = a->sinks.data ? ((const double *)a->sinks.data)[off.sk] : 0;
@@ -180,9 +180,9 @@ static void FN(bw_dq_item)(const FN(bw_plan) *pl, int64_t b, int64_t qb, int tid
     const fa_attention_args *a = &pl->b->fwd;
     FA_T *x = FN(bw_base)(pl, tid), *acc = x + pl->lay.acc1, *kv = x + pl->lay.kv;
     fa_offsets off;
-    FN(bw_offsets) go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    FN(bw_offsets_of)(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     FN(bw_pair) t = FN(bw_pair_of)(pl, x, qb, 0);
     memset(acc, 0, (size_t)(t.nq * pl->ldE) * sizeof(FA_T));
     int64_t k0, k1;
@@ -209,9 +209,9 @@ static void FN(bw_dkv_item)(const FN(bw_plan) *pl, int64_t b, int64_t kb, int ti
     FA_T *x = FN(bw_base)(pl, tid), *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
     FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
     fa_offsets off;
-    FN(bw_offsets) go;
+    fa_bw_offsets go;
     fa_batch_offsets(a, b, &off);
-    FN(bw_offsets_of)(pl->b, b, &go);
+    fa_bw_offsets_of(pl->b, b, &go);
     FN(bw_pair) t = FN(bw_pair_of)(pl, x, 0, kb);
     memset(dk, 0, (size_t)(t.nk * pl->ldE) * sizeof(FA_T));
     memset(dv, 0, (size_t)(t.nk * pl->ldEv) * sizeof(FA_T));

@@ -93,7 +93,7 @@ static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T 
  * diagonal pair's bands of mr rows, else one), zero from each band's keys
  * (bw_band_keys) to ncols: P = exp(s - lse) where visible, exactly 0 where
  * hidden or the row's lse is -inf; dS by bw_ds_row. */
-static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const FN(bw_offsets) *go,
+static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_bw_offsets *go,
                         const FN(bw_pair) *t)
 {
     const fa_attention_args *a = &pl->b->fwd;

@@ -1,6 +1,7 @@
 /* offsets.h -- the element offsets of one batch index in every operand of
  * a call, computed in one place for the float drivers (attention.c) and the
- * 16-bit matrix driver (flash16.c). */
+ * 16-bit matrix driver (flash16.c), and those of a backward call's own operands
+ * (fa_bw_offsets: the float and 16-bit backward drivers). */
 #ifndef FASTATTN_OFFSETS_H
 #define FASTATTN_OFFSETS_H
 
@@ -43,6 +44,30 @@ static inline void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_of
 static inline double fa_lse_of(double m, double l, int base2)
 {
     return base2 ? (m + log2(l)) * FA_LN2 : m + log(l);
+}
+
+/* The offsets of one batch index in the operands a backward call adds to
+ * the forward's (the float backward, backward_tmpl.h, and the 16-bit one,
+ * bw16.c); delta indexes the plan's [nbatch x L] D_i - g_i. */
+typedef struct fa_bw_offsets {
+    int64_t dout, lse, glse, dq, dk, dv, dsinks, delta;
+} fa_bw_offsets;
+
+static inline void fa_bw_offsets_of(const fa_backward_args *g, int64_t b, fa_bw_offsets *o)
+{
+    memset(o, 0, sizeof *o);
+    o->delta = b * g->fwd.L;
+    for (int d = g->fwd.nbatch_dims - 1; d >= 0; d--) {
+        const int64_t n = g->fwd.batch_shape[d], i = b % n;
+        b /= n;
+        o->dout += i * g->dout.bstride[d];
+        o->lse += i * g->fwd.lse.bstride[d];
+        if (g->glse.data) o->glse += i * g->glse.bstride[d];
+        if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
+        o->dq += i * g->dq.bstride[d];
+        o->dk += i * g->dk.bstride[d];
+        o->dv += i * g->dv.bstride[d];
+    }
 }
 
 #endif

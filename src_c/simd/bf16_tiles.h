@@ -88,6 +88,9 @@ typedef struct { int unused; } fa_tilefile;
 typedef struct { int unused; } fa_tilefile;
 #define FT_CONFIG(tf) ((void)(tf))
 #define FT_RELEASE(tf) ((void)(tf))
+#endif
+
+/* VDPBF16PS, on both tiers (amx's decoding kernels run it too) */
 #if defined(FA_BF16_EMULATED)
 static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
 {
@@ -104,7 +107,6 @@ static inline __m512 fa_dpbf16(__m512 acc, __m512i a, __m512i b)
 {
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
-#endif
 #endif
 
 #if defined(FA_BF16_EMULATED)

@@ -32,23 +32,7 @@ typedef __m512i dd_vi;
 static inline dd_vi dd_load(const uint16_t *p) { return _mm512_loadu_si512((const void *)p); }
 static inline void dd_store(uint16_t *p, dd_vi x) { _mm512_storeu_si512((void *)p, x); }
 
-#if defined(FA_BF16_EMULATED)
-static inline vf dd_dp(vf acc, dd_vi a, dd_vi b)
-{
-    float f[16];
-    uint16_t x[32], y[32];
-    _mm512_storeu_ps(f, acc);
-    _mm512_storeu_si512((void *)x, a);
-    _mm512_storeu_si512((void *)y, b);
-    fa_emu_dpbf16_ps(f, x, y);
-    return _mm512_loadu_ps(f);
-}
-#else
-static inline vf dd_dp(vf acc, dd_vi a, dd_vi b)
-{
-    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
-#endif
+static inline vf dd_dp(vf acc, dd_vi a, dd_vi b) { return fa_dpbf16(acc, a, b); }
 
 static inline dd_vi dd_round(vf hi, vf lo) { return fa_cvt2bf16(hi, lo); }
 static inline dd_vi dd_pairs_lo(dd_vi a, dd_vi b) { return _mm512_unpacklo_epi16(a, b); }
