@@ -54,10 +54,12 @@ cdef extern from "fastattn.h" nogil:
         fa_operand dout
         fa_operand glse
         fa_operand dq, dk, dv
+        int grad_storage
         fa_operand dsinks
     enum:
         FA_ELSE
     int fa_attention_backward(const fa_backward_args *args)
+    int fa_backward_rounds(int storage)
     int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y)
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
                         int64_t x_cs, void *y, int64_t y_rs, int64_t y_cs, const uint8_t *keep,
@@ -270,7 +272,8 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     and dout (one float dtype; 16-bit ones read in place), the forward's lse
     and glse (None or the gradient into lse), both batch + (L, 1), float64
     for float64 q, else float32, and the forward's options as
-    :func:`attention` takes them; dq, dk, dv of lse's dtype.  ValueError
+    :func:`attention` takes them; dq, dk, dv of lse's dtype, or all three
+    of q's 16-bit dtype where :func:`backward_rounds` says so.  ValueError
     naming lse when a row whose lse is -inf sees a key (nothing written)."""
     cdef fa_backward_args g
     cdef int nb = len(batch), d, status
@@ -310,6 +313,9 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     _fill(&g.dq, dq, nb)
     _fill(&g.dk, dk, nb)
     _fill(&g.dv, dv, nb)
+    g.grad_storage = _storage(dq)
+    if _storage(dk) != g.grad_storage or _storage(dv) != g.grad_storage:
+        raise ValueError("dq, dk and dv must have one dtype")
     with nogil:
         status = fa_attention_backward(&g)
     if status == FA_ELSE:
@@ -317,6 +323,13 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
                          "..., return_lse=True) returned for the same arguments")
     _check(status)
 
+
+
+def backward_rounds(cnp.ndarray x):
+    """Whether :func:`attention_backward` writes the gradients of q, k, v
+    of x's 16-bit dtype itself (each rounded once from its float32 sum) on
+    the ISA in use."""
+    return fa_backward_rounds(_storage(x)) != 0
 
 
 def round_half(cnp.ndarray x, cnp.ndarray y):

@@ -11,7 +11,9 @@ forward broadcast (batch dimensions of length 1, the query heads of a
 group), the per-index gradients are summed here with NumPy, in a fixed
 order, and each is rounded once to its input's dtype.  So the extra memory
 is those per-index gradients (at most the broadcast factor times an input),
-never ``L x S``.  The sinks' gradient comes back per batch index too, and is
+never ``L x S``; where nothing is summed and the kernel can (16-bit inputs
+on its matrix path, :func:`fastattn._core.backward_rounds`), it rounds the
+gradients once itself and writes them in the inputs' dtype directly.  The sinks' gradient comes back per batch index too, and is
 summed to the shape of ``sinks`` likewise.
 """
 
@@ -158,7 +160,8 @@ def _operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
 
 
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
-    """The kernel's per-batch-index gradients (arrays of adt): dq of batch +
+    """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
+    the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
     (L, E); dk, dv of batch + (S, .) (grouped-query: per query head, then
     summed over the group here); with sinks, the sink's of batch."""
     q, k, v, o, d_o = (_operand(x, cdt) for x in arrays)
@@ -167,8 +170,10 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     cap, al, sk = opts
     empty = np.zeros if L == 0 or S == 0 else np.empty
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
-    dq = empty(batch + (L, E), adt)
-    dk, dv = empty(kb + (S, E), adt), empty(kb + (S, Ev), adt)
+    whole = gqa is None and all(x.shape[:-2] == batch for x in (q, k, v))
+    gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
+    dq = empty(batch + (L, E), gdt)
+    dk, dv = empty(kb + (S, E), gdt), empty(kb + (S, Ev), gdt)
     ds = None if sk is None else np.zeros(batch + (1, 1))
     rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
     if gqa is not None:
@@ -205,6 +210,8 @@ def _sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
 def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
     """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
     dt = like.dtype
+    if grad.dtype == dt and _half.is_half(dt):  # the kernel rounded it already
+        return grad
     if _half.is_half(dt) and grad.dtype == np.float32 and grad.flags.c_contiguous:
         out = np.empty(grad.shape, dt)  # the kernels' vector rounding, not a ufunc loop
         _core.round_half(grad, out)

@@ -101,14 +101,20 @@ typedef struct fa_backward_args {
     fa_attention_args fwd;
     fa_operand dout;           /* storage type, (batch..., L, Ev) */
     fa_operand glse;           /* dtype, (batch..., L, 1): the gradient into lse; NULL: 0 */
-    fa_operand dq, dk, dv;     /* dtype, written: (batch..., L, E), (batch..., S, E),
-                                  (batch..., S, Ev) */
+    fa_operand dq, dk, dv;     /* written: (batch..., L, E), (batch..., S, E),
+                                  (batch..., S, Ev), of grad_storage: */
+    int grad_storage;          /* fwd.dtype, or fwd.storage (16-bit) where
+                                  fa_backward_rounds(fwd.storage): each gradient
+                                  rounded once (nearest even) from its float32 sum */
     fa_operand dsinks;         /* float64 (batch..., 1, 1), written if fwd.sinks is given */
 } fa_backward_args;
 /* FA_OK, FA_ENOMEM, FA_EINVAL, or FA_ELSE: an lse of -inf on a row that
  * sees a key (checked before any output is written). */
 enum { FA_ELSE = 3 };
 int fa_attention_backward(const fa_backward_args *args);
+/* 1 if fa_attention_backward takes grad_storage == fwd.storage for the
+ * 16-bit storage (FA_FLOAT16, FA_BFLOAT16) on the ISA in use, else 0. */
+int fa_backward_rounds(int storage);
 /* y[i] = x[i] rounded to nearest even into storage (FA_FLOAT16 or
  * FA_BFLOAT16; overflow to +-inf, NaN stays NaN) for i < n, by the ISA in
  * use: the one rounding of a 16-bit gradient, after the broadcast sums. */

@@ -48,6 +48,9 @@ int fa_attention_backward(const fa_backward_args *g)
     if (!a->lse.data || !a->out.data || !g->dout.data || !g->dq.data || !g->dk.data ||
         !g->dv.data || (a->sinks.data && !g->dsinks.data))
         return FA_EINVAL;
+    if (g->grad_storage != a->dtype &&
+        !(half && g->grad_storage == a->storage && fa_backward16_runs(a)))
+        return FA_EINVAL;
     if (a->dtype == FA_FLOAT32 && half && fa_backward16_runs(a)) return fa_backward16(g);
     if (a->dtype == FA_FLOAT32) return backward_f32(g);
     if (a->dtype == FA_FLOAT64) return backward_f64(g);

@@ -13,7 +13,9 @@
  * same rule.  S and dP come from the exact 16-bit inputs, accumulated in
  * float32; P and dS are rounded to 16 bits (nearest even) only as the
  * operands of dV += P^T dO, dK += dS^T Q and dQ += dS K, whose accumulators
- * are float32 over all blocks (the caller rounds each gradient once).  Each
+ * are float32 over all blocks, each gradient rounded once as it is stored
+ * (grad_storage 16-bit) or stored in float32 for the caller to sum and
+ * round.  Each
  * accumulator element is summed in one fixed order (dQ over the key blocks,
  * dK and dV over the query blocks, in order), the same in both schemes and
  * on any thread: bitwise the same gradients for any thread count. */
@@ -54,7 +56,7 @@ static inline void bw16_unused(void)
 /* One thread's scratch, byte offsets (each 64-byte aligned); the pieces
  * are described in bw16_pair.h; key blocks nkp at a stride of one block. */
 typedef struct bw16_layout {
-    int64_t kt, vt, kk, qr, dor, qt, dot, s, dp, f, pp, dsp, dsr, dq, dkt, dvt, tile, total;
+    int64_t kt, vt, kk, qr, dor, qt, dot, s, dp, f, pp, dsp, dsr, dq, dkt, dvt, tr, tile, total;
     int64_t kt_n, vt_n, kk_n; /* halves of one key block's piece */
 } bw16_layout;
 
@@ -67,6 +69,7 @@ typedef struct bw16_plan {
     fa_limits lim;
     bw16_layout lay;
     int f16, fused, nt;
+    int g16;                   /* the gradients written rounded to 16 bits */
     uint16_t eb;               /* the type's exponent bits */
     int64_t nbatch, nqb, nkb, nkp;
     int64_t ep, evp, e16, ev16; /* E, Ev rounded up to 32 and to 16 */
@@ -88,6 +91,7 @@ typedef struct bw16_ops {
     uint16_t *kt, *vt, *kk;    /* the pair's key block */
     uint16_t *qr, *dor, *qt, *dot, *pp, *dsp, *dsr;
     float *s, *dp, *f, *dq, *dkt, *dvt;
+    float *tr;                 /* KB rows of dK or dV back from dK^T, dV^T */
     int64_t ldt;
     int kbad, qbad, dobad;     /* K, Q, dO hold NaN/Inf: the careful products */
 } bw16_ops;
@@ -125,6 +129,7 @@ static void bw16_layout_of(bw16_plan *pl)
     y->dq = bw16_piece(&at, bq * pl->e16 * 4);
     y->dkt = bw16_piece(&at, pl->e16 * pl->ldt * 4);
     y->dvt = bw16_piece(&at, pl->ev16 * pl->ldt * 4);
+    y->tr = bw16_piece(&at, kb * (pl->e16 > pl->ev16 ? pl->e16 : pl->ev16) * 4);
     y->tile = bw16_piece(&at, pl->T->tile_bytes);
     y->total = at + FA_ALIGN; /* room to align the base */
 }
@@ -147,6 +152,7 @@ static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
     pl->M = &pl->K->bw16;
     pl->T = &pl->K->flash16;
     pl->f16 = f16;
+    pl->g16 = g->grad_storage == a->storage;
     pl->eb = fa_half_bits_of(f16).exp;
     pl->nbatch = 1;
     for (int d = 0; d < a->nbatch_dims; d++) pl->nbatch *= a->batch_shape[d];
@@ -223,6 +229,7 @@ static bw16_ops bw16_ops_of(const bw16_plan *pl, int tid)
     o.dq = (float *)(x + y->dq);
     o.dkt = (float *)(x + y->dkt);
     o.dvt = (float *)(x + y->dvt);
+    o.tr = (float *)(x + y->tr);
     o.ldt = pl->ldt;
     return o;
 }

@@ -149,15 +149,45 @@ static void bw16_delta_item(void *ctx, int64_t b, int tid)
     if (a->sinks.data) ((double *)g->dsinks.data)[go.dsinks] = dt;
 }
 
-/* rows x cols of acc (ld lda; tr: acc is cols x rows) times sc into the
- * float32 operand y at yo, rows r0.. */
-static void bw16_store(const fa_operand *y, int64_t yo, int64_t r0, int64_t rows, int64_t cols,
-                       const float *acc, int64_t lda, int tr, float sc)
+/* n elements x[c] times sc into the gradient row at element yo of y:
+ * rounded once to 16 bits (the narrowing of fa_round_half) where the plan
+ * says so, else float32 */
+static void bw16_put_row(const bw16_plan *pl, const fa_operand *y, int64_t yo, const float *x,
+                         int64_t n, float sc)
 {
-    float *base = (float *)y->data + yo;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            base[(r0 + r) * y->rs + c * y->cs] = (tr ? acc[c * lda + r] : acc[r * lda + c]) * sc;
+    const int st = pl->b->fwd.storage;
+    if (!pl->g16) {
+        float *d = (float *)y->data + yo;
+        for (int64_t c = 0; c < n; c++) d[c * y->cs] = x[c] * sc;
+    } else if (y->cs == 1) {
+        pl->K->narrow_h[st - FA_FLOAT16](x, sc, (uint16_t *)y->data + yo, n);
+    } else {
+        uint16_t *d = (uint16_t *)y->data + yo;
+        for (int64_t c = 0; c < n; c++)
+            d[c * y->cs] = st == FA_FLOAT16 ? fa_f32_to_f16(x[c] * sc) : fa_f32_to_bf16(x[c] * sc);
+    }
+}
+
+/* rows x cols of acc (ld lda) times sc into the gradient y at yo, rows
+ * r0..; tr: acc is cols (padded to 16, all written) x rows, brought back to
+ * rows BW16_KB at a time through o->tr */
+static void bw16_store(const bw16_plan *pl, const bw16_ops *o, const fa_operand *y, int64_t yo,
+                       int64_t r0, int64_t rows, int64_t cols, const float *acc, int64_t lda,
+                       int tr, float sc)
+{
+    const int64_t cpad = fa_round_up(cols, 16);
+    for (int64_t q0 = 0; q0 < rows; q0 += BW16_KB) {
+        const int64_t n = fa_min64(BW16_KB, rows - q0);
+        const float *x = acc + q0 * lda;
+        int64_t ld = lda;
+        if (tr) {
+            pl->M->trans(acc + q0, lda, cpad, fa_round_up(n, 16), o->tr, cpad);
+            x = o->tr;
+            ld = cpad;
+        }
+        for (int64_t r = 0; r < n; r++)
+            bw16_put_row(pl, y, yo + (r0 + q0 + r) * y->rs, x + r * ld, cols, sc);
+    }
 }
 
 /* dQ item (batch, query block): dQ = scale sum over key blocks of dS K. */
@@ -185,7 +215,7 @@ static void bw16_dq_item(void *ctx, int64_t it, int tid)
         bw16_pair_run(pl, &off, &go, &t, &o, 1);
     }
     pl->T->tiles_off(o.tf);
-    bw16_store(&pl->b->dq, go.dq, t.i0, t.nq, a->E, o.dq, pl->e16, 0, (float)a->scale);
+    bw16_store(pl, &o, &pl->b->dq, go.dq, t.i0, t.nq, a->E, o.dq, pl->e16, 0, (float)a->scale);
 }
 
 /* dK/dV item (batch, key block): over the query blocks in order, dV^T +=
@@ -215,8 +245,8 @@ static void bw16_dkv_item(void *ctx, int64_t it, int tid)
         }
         pl->T->tiles_off(o.tf);
     }
-    bw16_store(&pl->b->dk, go.dk, t.kb, t.nk, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
-    bw16_store(&pl->b->dv, go.dv, t.kb, t.nk, a->Ev, o.dvt, pl->ldt, 1, 1);
+    bw16_store(pl, &o, &pl->b->dk, go.dk, t.kb, t.nk, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
+    bw16_store(pl, &o, &pl->b->dv, go.dv, t.kb, t.nk, a->Ev, o.dvt, pl->ldt, 1, 1);
 }
 
 /* Query block qb of a fused item (keys packed in o's slots, kbad per key
@@ -242,7 +272,7 @@ static void bw16_fused_block(const bw16_plan *pl, const fa_offsets *off, const f
         bw16_trim(pl, &t);
         bw16_pair_run(pl, off, go, &t, &u, 3);
     }
-    bw16_store(&pl->b->dq, go->dq, t.i0, t.nq, a->E, o->dq, pl->e16, 0, (float)a->scale);
+    bw16_store(pl, o, &pl->b->dq, go->dq, t.i0, t.nq, a->E, o->dq, pl->e16, 0, (float)a->scale);
 }
 
 /* Fused item (batch index b): its keys packed once, then its query blocks. */
@@ -268,8 +298,8 @@ static void bw16_fused_item(void *ctx, int64_t b, int tid)
     pl->T->tiles_on(o.tf);
     for (int64_t qb = 0; qb < pl->nqb; qb++) bw16_fused_block(pl, &off, &go, &o, kbad, qb);
     pl->T->tiles_off(o.tf);
-    bw16_store(&pl->b->dk, go.dk, 0, a->S, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
-    bw16_store(&pl->b->dv, go.dv, 0, a->S, a->Ev, o.dvt, pl->ldt, 1, 1);
+    bw16_store(pl, &o, &pl->b->dk, go.dk, 0, a->S, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
+    bw16_store(pl, &o, &pl->b->dv, go.dv, 0, a->S, a->Ev, o.dvt, pl->ldt, 1, 1);
 }
 
 int fa_backward16_runs(const fa_attention_args *a)
@@ -278,6 +308,14 @@ int fa_backward16_runs(const fa_attention_args *a)
     if (!K->bw16.gemm || a->kv_storage != a->storage) return 0;
     return a->storage == FA_BFLOAT16 ||
            (a->storage == FA_FLOAT16 && K->flash16.fp16 && fa_amx_fp16());
+}
+
+int fa_backward_rounds(int storage)
+{
+    fa_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.storage = a.kv_storage = storage;
+    return (storage == FA_FLOAT16 || storage == FA_BFLOAT16) && fa_backward16_runs(&a);
 }
 
 int fa_backward16(const fa_backward_args *g)

@@ -1,6 +1,6 @@
 /* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
- * fa_bw16_kernels): one product on the matrix instructions and the two ways
- * a float32 tile is rounded to its operand.  Over simd/bf16_tiles.h and
+ * fa_bw16_kernels): one product on the matrix instructions, the two ways
+ * a float32 tile is rounded to its operand, and a float32 transpose.  Over simd/bf16_tiles.h and
  * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
  * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
  * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
@@ -104,4 +104,18 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
         for (int64_t j = 0; j < n; j += 2 * M16_W)
             m16_store(y + i * ldy + j,
                       m16_cvt2(f16, vf_load(x + i * ldx + j + M16_W), vf_load(x + i * ldx + j)));
+}
+
+/* y[j*ldy + i] = x[i*ldx + j]: 16 x 16 blocks, each 16 rows loaded,
+ * transposed in registers and stored as 16 rows */
+static void BW(trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y,
+                      int64_t ldy)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += M16_W)
+        for (int64_t j0 = 0; j0 < n; j0 += M16_W) {
+            m16_vi r[M16_W];
+            for (int i = 0; i < M16_W; i++) r[i] = m16_as_vi(vf_load(x + (i0 + i) * ldx + j0));
+            m16_transpose(r);
+            for (int j = 0; j < M16_W; j++) vf_store(y + (j0 + j) * ldy + i0, m16_as_vf(r[j]));
+        }
 }

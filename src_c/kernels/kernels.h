@@ -80,7 +80,10 @@ typedef struct fa_krows {
  *          2j + e] = x[(2p + e)*ldx + j], p < rows / 2, j < n; rows even, n
  *          a multiple of 16 (b of a product over x's rows);
  *   rows   y[i*ldy + j] = x[i*ldx + j] rounded, i < rows, j < n; n a
- *          multiple of 32 (a of a product over x's columns). */
+ *          multiple of 32 (a of a product over x's columns);
+ *   trans  y[j*ldy + i] = x[i*ldx + j] (float32, exact), i < rows, j < n;
+ *          rows and n multiples of 16 (the transposed accumulators dK^T,
+ *          dV^T back to rows). */
 typedef struct fa_bw16_kernels {
     void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
@@ -88,6 +91,7 @@ typedef struct fa_bw16_kernels {
                   int64_t ldy);
     void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                  int64_t ldy);
+    void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
 } fa_bw16_kernels;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the

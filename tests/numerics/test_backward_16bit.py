@@ -228,3 +228,34 @@ def test_gradient_rounding_nearest_even_with_ties_overflow_subnormals_and_nan(is
     nan = np.isnan(want.astype(np.float32))
     assert (np.isnan(got.astype(np.float32)) == nan).all()
     assert (got.view(np.uint16)[~nan] == want.view(np.uint16)[~nan]).all()
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("heads,L,S,E,Ev", [(1, 100, 300, 40, 24), (4, 70, 260, 64, 72)],
+                         ids=["two_passes_odd_dims", "fused_odd_dims"])
+def test_gradients_rounded_by_the_kernel_equal_its_float32_ones_rounded_once(isa, dt, heads,
+                                                                              L, S, E, Ev):
+    """Where the kernel writes 16-bit gradients itself, their bits are those
+    of its float32 gradients rounded once (round_half); elsewhere it refuses
+    16-bit gradients (nothing written)."""
+    from fastattn import _core
+    rng = np.random.default_rng(9)
+    q, k, v = _inputs(rng, (1, heads, L, E), (1, heads, S, E), Ev, dt)
+    out, lse = fastattn.attention(q, k, v, is_causal="lower_right", return_lse=True)
+    d_o = rng.standard_normal(out.shape).astype(dt)
+    kw = {"batch": (1, heads), "scale": E ** -0.5, "causal": True, "causal_offset": S - L}
+
+    def run(gdt):
+        grads = [np.zeros(x.shape, gdt) for x in (q, k, v)]
+        _core.attention_backward(q, k, v, out, lse[..., None], d_o, *grads, **kw)
+        return grads
+
+    wide = run(np.float32)
+    if not _core.backward_rounds(q):
+        with pytest.raises(ValueError, match="rejected"):
+            run(dt)
+        return
+    for got, g32 in zip(run(dt), wide):
+        want = np.empty(g32.shape, dt)
+        _core.round_half(g32, want)
+        assert got.view(np.uint16).tobytes() == want.view(np.uint16).tobytes()
