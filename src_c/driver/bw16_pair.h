@@ -29,9 +29,13 @@ static void bw16_rows_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr
     for (int64_t r = 0; r < rpad; r++) {
         uint16_t *d = dst + r * ld;
         int64_t c = 0;
+        if (r < nr && y->cs == 1) {
+            memcpy(d, src + (r0 + r) * y->rs, (size_t)n * 2);
+            c = n;
+        }
         if (r < nr)
             for (; c < n; c++) d[c] = src[(r0 + r) * y->rs + c * y->cs];
-        for (; c < ld; c++) d[c] = 0;
+        if (c < ld) memset(d + c, 0, (size_t)(ld - c) * 2);
     }
 }
 
@@ -140,28 +144,10 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
-/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is (the
- * float32 backward's rule: a NaN or Inf product of a zero P set back to 0) */
-static void bw16_ds_row(float *restrict ds, const float *restrict p, const float *restrict f,
-                        int64_t n, float d)
-{
-    if (f) {
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
-        return;
-    }
-    uint32_t bad = 0;
-    for (int64_t j = 0; j < n; j++) {
-        const float r = p[j] * (ds[j] - d);
-        bad |= (uint32_t)((fa_f32_bits(r) & 0x7f800000u) == 0x7f800000u);
-        ds[j] = r;
-    }
-    if (bad)
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
-}
-
 /* The pair's P (in s) and dS (in dp), float32, zero outside rows < nq and
  * keys < nk up to qpad x kpad: dP = dO.V^T, P = exp(s - lse) where visible
- * (0 where hidden or the row's lse is -inf), dS by bw16_ds_row. */
+ * (0 where hidden or the row's lse is -inf), dS = P (dP - D) by the
+ * table's grad_row (the float32 backward's rule: exactly 0 where P is). */
 static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                       const bw16_pair *t, const bw16_ops *o)
 {
@@ -175,12 +161,13 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     for (int64_t i = 0; i < t->qpad; i++) {
         float *p = o->s + i * BW16_KB, *ds = o->dp + i * BW16_KB;
         const float l = i < t->nq ? lse[(t->i0 + i) * a->lse.rs] : -INFINITY;
-        const int64_t n = l == -INFINITY ? 0 : t->nk;
-        if (n > 0) {
-            (void)pl->K->expsum(p, p, n, l);
-            bw16_ds_row(ds, p, a->softcap > 0 ? o->f + i * BW16_KB : NULL, n, delta[t->i0 + i]);
+        if (l == -INFINITY) {
+            memset(p, 0, (size_t)t->kpad * 4);
+            memset(ds, 0, (size_t)t->kpad * 4);
+            continue;
         }
-        for (int64_t j = n; j < t->kpad; j++) p[j] = ds[j] = 0;
+        pl->M->grad_row(p, ds, a->softcap > 0 ? o->f + i * BW16_KB : NULL, t->nk, t->kpad, l,
+                        delta[t->i0 + i]);
     }
 }
 

@@ -1,6 +1,7 @@
 /* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
  * fa_bw16_kernels): one product on the matrix instructions, the two ways
- * a float32 tile is rounded to its operand, and a float32 transpose.  Over simd/bf16_tiles.h and
+ * a float32 tile is rounded to its operand, a float32 transpose and the
+ * step from scores and dP to P and dS.  Over simd/bf16_tiles.h and
  * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
  * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
  * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
@@ -118,4 +119,31 @@ static void BW(trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, floa
             m16_transpose(r);
             for (int j = 0; j < M16_W; j++) vf_store(y + (j0 + j) * ldy + i0, m16_as_vf(r[j]));
         }
+}
+
+/* A row of the pair's P and dS in place (kernels.h: grad_row), a vector of
+ * M16_W keys at a time; the keys from n to the next vector read as hidden
+ * (s -inf, ds d, f 0), so they give p = 0, r = 0. */
+static void BW(grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l,
+                         float d)
+{
+    const int64_t nv = fa_round_up(n, M16_W);
+    for (int64_t j = n; j < nv; j++) {
+        s[j] = -INFINITY;
+        ds[j] = d;
+        if (f) f[j] = 0;
+    }
+    const vf vl = vf_set1(l), vd = vf_set1(d);
+    vf bad = vf_zero();
+    for (int64_t j = 0; j < nv; j += M16_W) {
+        const vf p = vf_exp(vf_sub(vf_load(s + j), vl));
+        vf r = vf_mul(p, vf_sub(vf_load(ds + j), vd));
+        if (f) r = vf_mul(r, vf_load(f + j));
+        bad = vf_nan_acc(bad, vf_sub(r, r)); /* NaN where r is NaN or Inf */
+        vf_store(s + j, p);
+        vf_store(ds + j, r);
+    }
+    if (f || isnan(vf_hsum(bad)))
+        for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
+    for (int64_t j = n; j < npad; j++) s[j] = ds[j] = 0;
 }

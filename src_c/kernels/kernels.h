@@ -83,7 +83,13 @@ typedef struct fa_krows {
  *          multiple of 32 (a of a product over x's columns);
  *   trans  y[j*ldy + i] = x[i*ldx + j] (float32, exact), i < rows, j < n;
  *          rows and n multiples of 16 (the transposed accumulators dK^T,
- *          dV^T back to rows). */
+ *          dV^T back to rows);
+ *   grad_row  one row of a pair, in place: s (the final scores, -inf where
+ *          hidden) to P = exp(s - l) by the f32 table's vector exp (expsum's
+ *          values exactly) and ds (dP) to dS = P (dP - d) (times f[j]
+ *          where f: the soft cap's derivative), for j < n; where some dS is
+ *          NaN or Inf (or with f), dS = 0 wherever P = 0; both 0 for n <= j
+ *          < npad; s, ds, f are written up to n rounded up to 16. */
 typedef struct fa_bw16_kernels {
     void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
@@ -92,6 +98,7 @@ typedef struct fa_bw16_kernels {
     void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                  int64_t ldy);
     void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
+    void (*grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l, float d);
 } fa_bw16_kernels;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
