@@ -53,11 +53,13 @@ static int bw16_keys(const bw16_plan *pl, const fa_offsets *off, const bw16_pair
                      const bw16_ops *o, int kk_too)
 {
     const fa_attention_args *a = &pl->b->fwd;
-    bw16_pairs_t(&a->k, off->k, t->kb, t->nk, a->E, t->kpad, pl->ep, o->kt, 2 * BW16_KB);
-    bw16_pairs_t(&a->v, off->v, t->kb, t->nk, a->Ev, t->kpad, pl->evp, o->vt, 2 * BW16_KB);
+    bw16_pairs_t(pl->M, &a->k, off->k, t->kb, t->nk, a->E, t->kpad, pl->ep, o->kt,
+                 2 * BW16_KB);
+    bw16_pairs_t(pl->M, &a->v, off->v, t->kb, t->nk, a->Ev, t->kpad, pl->evp, o->vt,
+                 2 * BW16_KB);
     if (!kk_too) return 0;
-    return bw16_pairs_r(&a->k, off->k, t->kb, t->nk, a->E, t->kpad, pl->e16, pl->eb, o->kk,
-                        2 * pl->e16);
+    return bw16_pairs_r(pl->M, &a->k, off->k, t->kb, t->nk, a->E, t->kpad, pl->e16, pl->eb,
+                        o->kk, 2 * pl->e16);
 }
 
 /* o's key pointers at key block slot */

@@ -56,12 +56,27 @@ static int bw16_cols_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr,
     return bad;
 }
 
+/* Is src a whole block of dword rows (contiguous rows of even stride, 4-byte
+ * aligned), so that the table's kernels may move its pairs as dwords? */
+static int bw16_dwords(const fa_operand *y, const uint16_t *src)
+{
+    return y->cs == 1 && y->rs % 2 == 0 && (uintptr_t)src % 4 == 0;
+}
+
 /* Pair rows over the columns: dst[p][2r + e] = element (r0 + r, 2p + e) of
- * y for r < nr, 2p + e < n; zero up to rpad rows and npad columns (even). */
-static void bw16_pairs_t(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
-                         int64_t rpad, int64_t npad, uint16_t *dst, int64_t ld)
+ * y for r < nr, 2p + e < n; zero up to rpad rows and npad columns (even).
+ * A whole block (no padding, dword rows) is a dword transpose by M. */
+static void bw16_pairs_t(const fa_bw16_kernels *M, const fa_operand *y, int64_t yo, int64_t r0,
+                         int64_t nr, int64_t n, int64_t rpad, int64_t npad, uint16_t *dst,
+                         int64_t ld)
 {
     const uint16_t *src = (const uint16_t *)y->data + yo;
+    if (nr == rpad && n == npad && nr % 16 == 0 && n % 32 == 0 && ld % 2 == 0 &&
+        bw16_dwords(y, src + r0 * y->rs)) {
+        M->trans((const float *)(const void *)(src + r0 * y->rs), y->rs / 2, nr, n / 2,
+                 (float *)(void *)dst, ld / 2);
+        return;
+    }
     for (int64_t p = 0; p < npad / 2; p++) memset(dst + p * ld, 0, (size_t)rpad * 4);
     for (int64_t r = 0; r < nr; r++)
         for (int64_t c = 0; c < n; c++)
@@ -70,11 +85,15 @@ static void bw16_pairs_t(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr
 
 /* Pair rows over the rows: dst[p][2c + e] = element (r0 + 2p + e, c) of y
  * for 2p + e < nr, c < n; zero up to rpad rows (even) and npad columns.
- * Returns 1 if an element is NaN/Inf. */
-static int bw16_pairs_r(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
-                        int64_t rpad, int64_t npad, uint16_t eb, uint16_t *dst, int64_t ld)
+ * Returns 1 if an element is NaN/Inf.  A whole block of contiguous rows is
+ * M's interleave. */
+static int bw16_pairs_r(const fa_bw16_kernels *M, const fa_operand *y, int64_t yo, int64_t r0,
+                        int64_t nr, int64_t n, int64_t rpad, int64_t npad, uint16_t eb,
+                        uint16_t *dst, int64_t ld)
 {
     const uint16_t *src = (const uint16_t *)y->data + yo;
+    if (nr == rpad && n == npad && n % 16 == 0 && y->cs == 1)
+        return M->inter(src + r0 * y->rs, y->rs, nr, n, eb, dst, ld);
     int bad = 0;
     for (int64_t p = 0; p < rpad / 2; p++) memset(dst + p * ld, 0, (size_t)npad * 4);
     for (int64_t r = 0; r < nr; r++)

@@ -1,7 +1,8 @@
 /* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
  * fa_bw16_kernels): one product on the matrix instructions, the two ways
- * a float32 tile is rounded to its operand, a float32 transpose and the
- * step from scores and dP to P and dS.  Over simd/bf16_tiles.h and
+ * a float32 tile is rounded to its operand, a float32 transpose, the
+ * step from scores and dP to P and dS, and the pair interleave of 16-bit
+ * rows.  Over simd/bf16_tiles.h and
  * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
  * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
  * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
@@ -146,4 +147,20 @@ static void BW(grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad,
     if (f || isnan(vf_hsum(bad)))
         for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
     for (int64_t j = n; j < npad; j++) s[j] = ds[j] = 0;
+}
+
+/* y pair row p = rows 2p, 2p + 1 of x: per 16 columns, row 2p widened to
+ * the low halves of dwords, row 2p + 1 to the high halves, or-ed */
+static int BW(inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb,
+                     uint16_t *y, int64_t ldy)
+{
+    unsigned bad = 0;
+    for (int64_t p = 0; p < rows / 2; p++)
+        for (int64_t c = 0; c < n; c += M16_W) {
+            m16_vi w = m16_or(m16_widen(x + 2 * p * xs + c, M16_W, 0),
+                              m16_widen(x + (2 * p + 1) * xs + c, M16_W, 1));
+            m16_store(y + p * ldy + 2 * c, w);
+            bad |= m16_clear_nonfinite(&w, eb); /* on the copy left in w */
+        }
+    return bad != 0;
 }

@@ -89,7 +89,12 @@ typedef struct fa_krows {
  *          values exactly) and ds (dP) to dS = P (dP - d) (times f[j]
  *          where f: the soft cap's derivative), for j < n; where some dS is
  *          NaN or Inf (or with f), dS = 0 wherever P = 0; both 0 for n <= j
- *          < npad; s, ds, f are written up to n rounded up to 16. */
+ *          < npad; s, ds, f are written up to n rounded up to 16;
+ *   inter  y pair row p (at y + p*ldy) = 16-bit rows 2p, 2p + 1 of x (row
+ *          stride xs) side by side per column, moved as they are: y[p*ldy +
+ *          2c + e] = x[(2p + e)*xs + c], p < rows / 2, c < n; rows even, n a
+ *          multiple of 16; 1 if one of them has all the exponent bits eb
+ *          (NaN or Inf), else 0. */
 typedef struct fa_bw16_kernels {
     void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
@@ -99,6 +104,8 @@ typedef struct fa_bw16_kernels {
                  int64_t ldy);
     void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
     void (*grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l, float d);
+    int (*inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
+                 int64_t ldy);
 } fa_bw16_kernels;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
