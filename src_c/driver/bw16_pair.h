@@ -132,7 +132,7 @@ static void bw16_gemm(const bw16_plan *pl, void *tf, int bad, int64_t m, int64_t
     if (bad)
         bw16_careful(pl->f16, m, n, k, a, lda, b, ldb, c, ldc);
     else
-        pl->M->gemm(tf, pl->f16, m, n, k, a, lda, b, ldb, c, ldc);
+        pl->M->gemm(tf, pl->f16, 0, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 /* The final logits of the pair: S = scale (Q.K^T) from 0, then the soft cap
@@ -143,8 +143,7 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
 {
     const fa_attention_args *a = &pl->b->fwd;
     const fa_kernels_f32 *K = pl->K;
-    for (int64_t i = 0; i < t->qpad; i++) memset(o->s + i * BW16_KB, 0, (size_t)t->kpad * 4);
-    pl->M->gemm(o->tf, pl->f16, t->qpad, t->kpad, pl->ep, o->qr, pl->ep, o->kt, 2 * BW16_KB,
+    pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->ep, o->qr, pl->ep, o->kt, 2 * BW16_KB,
                 o->s, BW16_KB);
     for (int64_t i = 0; i < t->nq; i++) K->scal(o->s + i * BW16_KB, t->nk, (float)a->scale);
     if (a->softcap > 0) {
@@ -174,8 +173,7 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     const float *lse = (const float *)a->lse.data + go->lse;
     const float *delta = pl->delta + go->delta;
     bw16_scores(pl, off, t, o);
-    for (int64_t i = 0; i < t->qpad; i++) memset(o->dp + i * BW16_KB, 0, (size_t)t->kpad * 4);
-    pl->M->gemm(o->tf, pl->f16, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
+    pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
                 2 * BW16_KB, o->dp, BW16_KB);
     for (int64_t i = 0; i < t->qpad; i++) {
         float *p = o->s + i * BW16_KB, *ds = o->dp + i * BW16_KB;

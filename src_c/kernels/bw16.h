@@ -20,8 +20,9 @@
 /* C tiles 0-3 (2 x 2 tiles of 16 x 16 float32: rows i0.., columns j0..),
  * A tiles 4-5 (16 rows x 16 pairs of a), B tiles 6-7 (16 pair rows x 16
  * columns of b); a tile of the 2 x 2 block past m or n is left out. */
-static void BW(gemm)(void *tfv, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                     int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+static void BW(gemm)(void *tfv, int f16, int zero, int64_t m, int64_t n, int64_t k,
+                     const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float *c,
+                     int64_t ldc)
 {
     fa_tilefile *tf = (fa_tilefile *)tfv;
     (void)tf, (void)f16;
@@ -30,10 +31,17 @@ static void BW(gemm)(void *tfv, int f16, int64_t m, int64_t n, int64_t k, const 
         for (int64_t j0 = 0; j0 < n; j0 += 2 * FT_ROWS) {
             const int ti = i0 + FT_ROWS < m, tj = j0 + FT_ROWS < n;
             float *c0 = c + i0 * ldc + j0, *c1 = c0 + FT_ROWS * ldc;
-            FT_LOAD(tf, 0, c0, cb);
-            if (tj) FT_LOAD(tf, 1, c0 + FT_ROWS, cb);
-            if (ti) FT_LOAD(tf, 2, c1, cb);
-            if (ti && tj) FT_LOAD(tf, 3, c1 + FT_ROWS, cb);
+            if (zero) {
+                FT_ZERO(tf, 0);
+                FT_ZERO(tf, 1);
+                FT_ZERO(tf, 2);
+                FT_ZERO(tf, 3);
+            } else {
+                FT_LOAD(tf, 0, c0, cb);
+                if (tj) FT_LOAD(tf, 1, c0 + FT_ROWS, cb);
+                if (ti) FT_LOAD(tf, 2, c1, cb);
+                if (ti && tj) FT_LOAD(tf, 3, c1 + FT_ROWS, cb);
+            }
             for (int64_t kk = 0; kk < k; kk += 2 * FT_ROWS) {
                 const uint16_t *a0 = a + i0 * lda + kk, *b0 = b + kk / 2 * ldb + 2 * j0;
                 FT_LOAD(tf, 4, a0, ab);
@@ -53,13 +61,16 @@ static void BW(gemm)(void *tfv, int f16, int64_t m, int64_t n, int64_t k, const 
 #else
 /* avx512_bf16: a register tile of FA_DP16_ROWS rows of c x nv (1 or 2)
  * vectors of 16 columns, each lane one VDPBF16PS chain over the pairs in
- * order: per pair, nv rows of b loaded and a row's pair broadcast. */
-static FA_ALWAYS_INLINE void BW(tile)(int nv, int64_t k, const uint16_t *a, int64_t lda,
-                                      const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+ * order (from 0 where zero): per pair, nv rows of b loaded and a row's pair
+ * broadcast. */
+static FA_ALWAYS_INLINE void BW(tile)(int nv, int zero, int64_t k, const uint16_t *a,
+                                      int64_t lda, const uint16_t *b, int64_t ldb, float *c,
+                                      int64_t ldc)
 {
     vf acc[FA_DP16_ROWS][2];
     for (int r = 0; r < FA_DP16_ROWS; r++)
-        for (int v = 0; v < nv; v++) acc[r][v] = vf_load(c + r * ldc + v * M16_W);
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = zero ? vf_zero() : vf_load(c + r * ldc + v * M16_W);
     for (int64_t p = 0; p < k / 2; p++) {
         const m16_vi b0 = m16_load(b + p * ldb), b1 = nv > 1 ? m16_load(b + p * ldb + 2 * M16_W) : b0;
         for (int r = 0; r < FA_DP16_ROWS; r++) {
@@ -72,8 +83,9 @@ static FA_ALWAYS_INLINE void BW(tile)(int nv, int64_t k, const uint16_t *a, int6
         for (int v = 0; v < nv; v++) vf_store(c + r * ldc + v * M16_W, acc[r][v]);
 }
 
-static void BW(gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                     int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc)
+static void BW(gemm)(void *tf, int f16, int zero, int64_t m, int64_t n, int64_t k,
+                     const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float *c,
+                     int64_t ldc)
 {
     (void)tf, (void)f16;
     for (int64_t i0 = 0; i0 < m; i0 += FA_DP16_ROWS) {
@@ -81,8 +93,9 @@ static void BW(gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const u
         float *ci = c + i0 * ldc;
         int64_t j0 = 0;
         for (; j0 + 2 * M16_W <= n; j0 += 2 * M16_W)
-            BW(tile)(2, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
-        if (j0 < n) BW(tile)(1, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
+            if (zero) BW(tile)(2, 1, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
+            else BW(tile)(2, 0, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
+        if (j0 < n) BW(tile)(1, zero, k, ai, lda, b + 2 * j0, ldb, ci + j0, ldc);
     }
 }
 #endif

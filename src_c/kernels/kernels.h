@@ -66,7 +66,8 @@ typedef struct fa_krows {
  * neon_bf16 included, the backward widens 16-bit operands into the float
  * kernels).
  * Halves are bfloat16, or float16 where f16 is 1 (amx with AMX-FP16 only).
- *   gemm   c[m x n] (float32, row stride ldc) += a . b over k halves: a row
+ *   gemm   c[m x n] (float32, row stride ldc) += a . b over k halves (zero:
+ *          c = a . b, c's old contents never read): a row
  *          i at a + i*lda (k halves); b in pair rows, pair row p at b +
  *          p*ldb (n dwords: column j's elements 2p, 2p + 1 side by side,
  *          the VNNI layout); m and n multiples of 16, k of 32, zero padded.
@@ -96,7 +97,7 @@ typedef struct fa_krows {
  *          multiple of 16; 1 if one of them has all the exponent bits eb
  *          (NaN or Inf), else 0. */
 typedef struct fa_bw16_kernels {
-    void (*gemm)(void *tf, int f16, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+    void (*gemm)(void *tf, int f16, int zero, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
     void (*pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                   int64_t ldy);
