@@ -1,8 +1,8 @@
 /* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
  * fa_bw16_kernels): one product on the matrix instructions, the two ways
  * a float32 tile is rounded to its operand, a float32 transpose, the
- * step from scores and dP to P and dS, and the pair interleave of 16-bit
- * rows.  Over simd/bf16_tiles.h and
+ * step from scores and dP to P and dS, the pair interleave of 16-bit
+ * rows and the rows' dot products of D.  Over simd/bf16_tiles.h and
  * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
  * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
  * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
@@ -176,4 +176,38 @@ static int BW(inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uin
             bad |= m16_clear_nonfinite(&w, eb); /* on the copy left in w */
         }
     return bad != 0;
+}
+
+/* w <= M16_W halves at p widened (the rest 0), never read past p + w */
+static inline vf BW(widen_n)(int f16, const uint16_t *p, int64_t w)
+{
+    uint16_t t[M16_W] = {0};
+    if (w < M16_W) {
+        memcpy(t, p, (size_t)w * 2);
+        p = t;
+    }
+    return f16 ? vf_load_f16(p) : vf_load_bf16(p);
+}
+
+/* a lane per row: 16 rows x 16 columns widened and transposed, then one
+ * product and add per column, in column order */
+static void BW(dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, int64_t ys,
+                     int64_t rows, int64_t n, float *d)
+{
+    for (int64_t r0 = 0; r0 < rows; r0 += M16_W) {
+        vf acc = vf_zero();
+        for (int64_t c0 = 0; c0 < n; c0 += M16_W) {
+            const int64_t w = n - c0 < M16_W ? n - c0 : M16_W;
+            m16_vi a[M16_W], b[M16_W];
+            for (int r = 0; r < M16_W; r++) {
+                a[r] = m16_as_vi(BW(widen_n)(f16, x + (r0 + r) * xs + c0, w));
+                b[r] = m16_as_vi(BW(widen_n)(f16, y + (r0 + r) * ys + c0, w));
+            }
+            m16_transpose(a);
+            m16_transpose(b);
+            for (int64_t c = 0; c < w; c++)
+                acc = vf_add(acc, vf_mul(m16_as_vf(a[c]), m16_as_vf(b[c])));
+        }
+        vf_store(d + r0, acc);
+    }
 }

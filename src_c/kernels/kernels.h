@@ -95,7 +95,10 @@ typedef struct fa_krows {
  *          stride xs) side by side per column, moved as they are: y[p*ldy +
  *          2c + e] = x[(2p + e)*xs + c], p < rows / 2, c < n; rows even, n a
  *          multiple of 16; 1 if one of them has all the exponent bits eb
- *          (NaN or Inf), else 0. */
+ *          (NaN or Inf), else 0;
+ *   dots   d[r] = sum over c < n, in order from 0, of x[r*xs + c] y[r*ys + c]
+ *          (16-bit, widened exactly; a float32 add after each product), r <
+ *          rows, a multiple of 16: the rows' D_i = dO_i . O_i. */
 typedef struct fa_bw16_kernels {
     void (*gemm)(void *tf, int f16, int zero, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
@@ -107,6 +110,8 @@ typedef struct fa_bw16_kernels {
     void (*grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l, float d);
     int (*inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
                  int64_t ldy);
+    void (*dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, int64_t ys,
+                 int64_t rows, int64_t n, float *d);
 } fa_bw16_kernels;
 
 /* The table types fa_kernels_f32 (float) and fa_kernels_f64 (double): the
