@@ -43,8 +43,10 @@ static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, f
     return 1;
 }
 
-/* Keys j0 .. j0+m (m <= 16) of block t as int16 rows of kq, Ep apart (the
- * rows from m zero); their value rows and the next block's keys asked for. */
+/* Keys j0 .. j0+m (m <= 16) of block t as int16 rows of kq,
+ * FA_Q8_DOT_MAX_E apart (a constant: one base register addresses all 16
+ * rows), zeros from E to Ep and in the rows from m; their value rows and
+ * the next block's keys asked for. */
 static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, int64_t m,
                            int16_t *kq)
 {
@@ -53,9 +55,10 @@ static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, i
         const int8_t *kp = t->k[j0 + l];
         Q8(prefetch)(it, t, j0 + l);
         for (int64_t d = 0; d < Ep; d += 32)
-            qd_store(kq + l * Ep + d, d + 32 <= E ? qd_widen(kp + d) : qd_widen_part(kp + d, E - d));
+            qd_store(kq + l * FA_Q8_DOT_MAX_E + d,
+                     d + 32 <= E ? qd_widen(kp + d) : qd_widen_part(kp + d, E - d));
     }
-    if (m < 16) memset(kq + m * Ep, 0, (size_t)((16 - m) * Ep) * sizeof(int16_t));
+    for (int64_t l = m; l < 16; l++) memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
 }
 
 /* s[r*NB + jj] = ((scale sq[r]) ks[jj]) (q16_r . k8[jj]) for the R rows and
@@ -74,7 +77,8 @@ static void Q8(qk_dot)(int R, const fa_q8_item *it, const int16_t *q16, const fl
             for (int64_t d = 0; d < Ep; d += 32) {
                 const qd_vi qv = qd_load(q16 + r * Ep + d);
 #pragma GCC unroll 16
-                for (int l = 0; l < 16; l++) acc[l] = qd_dp(acc[l], qv, qd_load(kq + l * Ep + d));
+                for (int l = 0; l < 16; l++)
+                    acc[l] = qd_dp(acc[l], qv, qd_load(kq + l * FA_Q8_DOT_MAX_E + d));
             }
             const vf c = vf_mul(vf_set1(it->scale * sq[r]), vf_load(t->ks + j0));
             vf_store(s + r * NB + j0, vf_mul(c, qd_to_f(qd_hsum_lanes(acc))));

@@ -48,7 +48,18 @@ static inline qd_vi qd_widen_part(const int8_t *p, int64_t n)
     memcpy(t, p, (size_t)n);
     return qd_widen(t);
 }
+/* GCC 12 copies the intrinsic's accumulator into a new register and back
+ * around each step of an unrolled loop (two moves per dot product); the
+ * "+v" operand of the same instruction keeps it in place. */
+#if defined(__GNUC__) && !defined(FA_AVX512_SIMDE)
+static inline qd_vi qd_dp(qd_vi acc, qd_vi a, qd_vi b)
+{
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+    return acc;
+}
+#else
 static inline qd_vi qd_dp(qd_vi acc, qd_vi a, qd_vi b) { return _mm512_dpwssd_epi32(acc, a, b); }
+#endif
 static inline qd_vi qd_bcast(const int16_t *p)
 {
     int32_t w;
