@@ -68,6 +68,22 @@ static void Q8(locate)(const fa_q8_item *it, int64_t j0, int64_t n, Q8(blk) *t)
     for (int64_t jj = n; jj < NB; jj++) t->ks[jj] = t->vs[jj] = 0; /* whole vectors past n */
 }
 
+/* The keys of the block from j0 when the last is jhi: at most NB. */
+static inline int64_t Q8(keys)(int64_t j0, int64_t jhi) { return jhi - j0 + 1 < NB ? jhi - j0 + 1 : NB; }
+
+/* Ask for the scales of keys j0 .. j0+n, a block before Q8(locate) reads
+ * them: a paged cache's blocks lie in any order, so no hardware
+ * prefetcher finds them, and each load would wait on memory. */
+static void Q8(prefetch_scales)(const fa_q8_item *it, int64_t j0, int64_t n)
+{
+    for (int64_t j = j0; j < j0 + n; j++) {
+        const int64_t bs = it->block_size;
+        const int64_t c = it->blocks ? it->blocks[j / bs] : 0, off = it->blocks ? j % bs : j;
+        FA_PREFETCH(it->k_scale + c * it->ks_bs + off * it->ks_rs);
+        FA_PREFETCH(it->v_scale + c * it->vs_bs + off * it->vs_rs);
+    }
+}
+
 /* Ask for key jj's value row (P.V reads it next) and the next block's key
  * row jj, while key jj's scores are computed: the rows of a block span
  * several 4 KiB pages, past which the hardware prefetchers do not run;
@@ -355,11 +371,13 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
     const int dot = it->E <= FA_Q8_DOT_MAX_E && Q8(quant_q)(R, it->E, qr, q16, sq);
 #endif
     Q8(blk) tab[2]; /* this key block's rows and the next's */
-    if (jlo <= jhi) Q8(locate)(it, jlo, jhi - jlo + 1 < NB ? jhi - jlo + 1 : NB, &tab[0]);
+    if (jlo + NB <= jhi) Q8(prefetch_scales)(it, jlo + NB, Q8(keys)(jlo + NB, jhi));
+    if (jlo <= jhi) Q8(locate)(it, jlo, Q8(keys)(jlo, jhi), &tab[0]);
     for (int64_t j0 = jlo, c = 0; j0 <= jhi; j0 += NB, c ^= 1) {
         const int64_t n = tab[c].n, j1 = j0 + NB;
         tab[c].nx = j1 <= jhi ? &tab[c ^ 1] : NULL;
-        if (tab[c].nx) Q8(locate)(it, j1, jhi - j1 + 1 < NB ? jhi - j1 + 1 : NB, &tab[c ^ 1]);
+        if (tab[c].nx) Q8(locate)(it, j1, Q8(keys)(j1, jhi), &tab[c ^ 1]);
+        if (j1 + NB <= jhi) Q8(prefetch_scales)(it, j1 + NB, Q8(keys)(j1 + NB, jhi));
 #if FA_Q8_DOT
         if (dot)
             Q8(qk_dot)(R, it, q16, sq, &tab[c], s);

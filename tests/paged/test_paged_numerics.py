@@ -169,6 +169,28 @@ def test_int8_decoding_steps_for_block_sizes_layouts_and_groups(isa, rng, layout
     _check_int8(isa, args, ks, vs)
 
 
+@pytest.mark.parametrize("block_size", [1, 3, 16, 128])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 8, 9])
+def test_int8_block_sizes_and_gqa_groups_with_every_option(isa, rng, block_size, group):
+    # D = 128 (the serving shape); groups of 1..8 rows in one tile of the
+    # integer P.V, 9: a full tile and one more row; contexts of one key, of
+    # a block tail (odd: an unpaired last key), and of several key blocks
+    args, ks, vs = _int8_pools(make_batch(rng, [1, 201, 300], [1, 1, 2], block_size=block_size,
+                                          hq=2 * group, hkv=2, e=128))
+    opts = dict(OPTIONS["everything"], alibi_slopes=np.linspace(0.05, 0.4, 2 * group),
+                sinks=np.linspace(-1, 2, 2 * group))
+    _check_int8(isa, args, ks, vs, **opts)
+
+
+@pytest.mark.parametrize("e,ev", [(32, 31), (256, 33), (257, 100), (5, 256)])
+def test_int8_head_dims_at_the_integer_paths_limits(isa, rng, e, ev):
+    # E = 256: the largest with exact int32 sums of Q.K^T; 257 runs the
+    # float Q.K^T; column tails of the value chunks (31, 33, 100)
+    args, ks, vs = _int8_pools(make_batch(rng, [150, 7], [1, 3], block_size=16, hq=4, hkv=1,
+                                          e=e, ev=ev))
+    _check_int8(isa, args, ks, vs)
+
+
 def test_lse_merges_two_halves_of_the_keys_exactly(rng):
     args = make_batch(rng, [256, 160], block_size=16)
     full = _call(args, is_causal=False)
