@@ -18,9 +18,10 @@
  * nothing); value pairs (key j, j + 1) interleaved to int16 pairs per
  * column; int32 sums in registers over the block (|w16 v8| < 2^22, a pair
  * < 2^23, FA_Q8_KC/2 = 64 pairs < 2^29), then o += ((float)sum / 32767) b
- * once per block.  A query row with a NaN or infinity runs the float
- * kernels (its output is NaN); so does a block whose weights are not all
- * finite (a non-finite value scale). */
+ * once per block.  Rows r0 .. r0+R (Q8(rows)) with a NaN or infinity in a
+ * query run the float Q8(scores) (such a row's output is NaN), and a
+ * block whose weights are not all finite (a non-finite value scale) the
+ * float Q8(pv). */
 #define FA_Q8_DOT_MAX_E 256 /* the int32 sums of Q.K^T are exact up to here */
 #define Q8_EP(E) (((E) + 31) / 32 * 32) /* a quantised row's length, zeros after E */
 
