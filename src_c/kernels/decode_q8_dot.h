@@ -13,15 +13,15 @@
  * keys' partial vectors reduced by one transpose-add; score j =
  * ((scale (a / 32767)) k_scale[j]) dot, in float32.
  * P.V: per (row, key block) w_j = p_j v_scale[j] quantised to int16 with
- * scale b = max_j |w_j|: rint((w_j / b) 32767) (error <= 2^-16 b per
- * weight; a zero weight, so every hidden key, is exactly 0 and adds
- * nothing); value pairs (key j, j + 1) interleaved to int16 pairs per
+ * scale b = max_j |w_j|: rint(w_j fl(32767 / b)) (error <= 2^-16 b per
+ * weight, plus float32 roundings of 2^-8 levels; a zero weight, so every
+ * hidden key, is exactly 0 and adds nothing); value pairs (key j, j + 1) interleaved to int16 pairs per
  * column; int32 sums in registers over the block (|w16 v8| < 2^22, a pair
  * < 2^23, FA_Q8_KC/2 = 64 pairs < 2^29), then o += ((float)sum / 32767) b
  * once per block.  Rows r0 .. r0+R (Q8(rows)) with a NaN or infinity in a
  * query run the float Q8(scores) (such a row's output is NaN), and a
- * block whose weights are not all finite (a non-finite value scale) the
- * float Q8(pv). */
+ * block whose weights are not all finite (a non-finite value scale), or
+ * so small that 32767 / b overflows (b < 2^-113), the float Q8(pv). */
 #define FA_Q8_DOT_MAX_E 256 /* the int32 sums of Q.K^T are exact up to here */
 #define Q8_EP(E) (((E) + 31) / 32 * 32) /* a quantised row's length, zeros after E */
 
@@ -89,7 +89,8 @@ static void Q8(qk_dot)(int R, const fa_q8_item *it, const int16_t *q16, const fl
 
 /* The R rows' weights p[r*NB + jj] vs[jj], jj < t->n, as int16 at
  * w + r*NB (zeros to the end of the last 16) and their scales b[r] (0: a
- * row without weight here); 0 if a weight is not finite.  p's rows are
+ * row without weight here); 0 if a weight is not finite or 32767 / b[r]
+ * is not.  p's rows are
  * zeroed past t->n first (t->vs is zero there, Q8(locate)). */
 static int Q8(quant_w)(int R, const Q8(blk) *t, float *p, int16_t *w, float *b)
 {
@@ -109,9 +110,11 @@ static int Q8(quant_w)(int R, const Q8(blk) *t, float *p, int16_t *w, float *b)
             memset(w + r * NB, 0, (size_t)np * sizeof(int16_t));
             continue;
         }
-        const vf a = vf_set1(b[r]);
+        const float inv = 32767.0f / b[r];
+        if (!(inv <= FLT_MAX)) return 0;
+        const vf sc = vf_set1(inv);
         for (int64_t jj = 0; jj < np; jj += 16)
-            qd_quant(w + r * NB + jj, vf_mul(vf_load(pr + jj), vf_load(t->vs + jj)), a);
+            qd_quant(w + r * NB + jj, vf_mul(vf_load(pr + jj), vf_load(t->vs + jj)), sc);
     }
     return 1;
 }

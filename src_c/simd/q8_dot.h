@@ -20,9 +20,9 @@
  *   qd_hsum_lanes(x)     x[0..16) (int32) -> the vector of their lane sums,
  *                        exact (the transpose-add of vf_hsum_lanes)
  *   qd_to_f(x)           16 int32 to float, rounded to nearest
- *   qd_quant(p, x, a)    16 floats to int16 at p: rint((x / a) 32767), each
- *                        step a float32 operation, |x| <= a (so |level| <=
- *                        32767); ties to even
+ *   qd_quant(p, x, s)    16 floats to int16 at p: rint(x s) in float32, ties
+ *                        to even; |x s| < 32767.5 (the caller's s = 32767 / a
+ *                        for |x| <= a keeps |x s| within 32767 (1 + 2^-23))
  * The SIMDe build has no 512-bit int32 <-> float conversions or VPMOVDW:
  * element by element there, the same float32 operations in the same order. */
 #ifndef FASTATTN_Q8_DOT_H
@@ -99,9 +99,9 @@ static inline qd_vi qd_hsum_lanes(const qd_vi *x)
 
 #if !defined(FA_AVX512_SIMDE)
 static inline vf qd_to_f(qd_vi x) { return _mm512_cvtepi32_ps(x); }
-static inline void qd_quant(int16_t *p, vf x, vf a)
+static inline void qd_quant(int16_t *p, vf x, vf s)
 {
-    const __m512i l = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_div_ps(x, a), _mm512_set1_ps(32767.0f)));
+    const __m512i l = _mm512_cvtps_epi32(_mm512_mul_ps(x, s));
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(l));
 }
 #else
@@ -113,15 +113,12 @@ static inline vf qd_to_f(qd_vi x)
     for (int i = 0; i < 16; i++) f[i] = (float)t[i];
     return _mm512_loadu_ps(f);
 }
-static inline void qd_quant(int16_t *p, vf x, vf a)
+static inline void qd_quant(int16_t *p, vf x, vf s)
 {
-    float xs[16], as[16];
+    float xs[16], ss[16];
     _mm512_storeu_ps(xs, x);
-    _mm512_storeu_ps(as, a);
-    for (int i = 0; i < 16; i++) {
-        const float t = (xs[i] / as[i]) * 32767.0f;
-        p[i] = (int16_t)rintf(t);
-    }
+    _mm512_storeu_ps(ss, s);
+    for (int i = 0; i < 16; i++) p[i] = (int16_t)rintf(xs[i] * ss[i]);
 }
 #endif
 

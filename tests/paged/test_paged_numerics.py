@@ -191,6 +191,22 @@ def test_int8_head_dims_at_the_integer_paths_limits(isa, rng, e, ev):
     _check_int8(isa, args, ks, vs)
 
 
+@pytest.mark.parametrize("tiny", [1e-30, 1e-35])
+def test_int8_tiny_value_scales_keep_relative_accuracy(isa, rng, tiny):
+    # weights p_j v_scale[j] below 2^-113 (1e-35): the integer P.V's 32767 / b
+    # would overflow, so that block runs the float P.V; 1e-30 stays integer
+    args, ks, vs = _int8_pools(make_batch(rng, [300, 40], [1, 2], block_size=16, hq=4, hkv=2,
+                                          e=64))
+    vs = (vs * np.float32(tiny)).astype(np.float32)
+    assert (vs[vs > 0] >= np.finfo(np.float32).tiny).all()
+    out = _call(args, key_scales=ks, value_scales=vs)
+    q = args["query"].astype(np.float64).copy()
+    q[:] = q8_query(isa, args["query"])
+    ref, _ = reference_paged(dict(args, query=q), key_scales=ks, value_scales=vs)
+    m = float(np.abs(ref).max())
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * m)
+
+
 def test_lse_merges_two_halves_of_the_keys_exactly(rng):
     args = make_batch(rng, [256, 160], block_size=16)
     full = _call(args, is_causal=False)
