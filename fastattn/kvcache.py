@@ -88,19 +88,27 @@ class KVCache:
     append holding any raises ValueError and leaves the cache unchanged.
     :attr:`keys` and :attr:`values` are then the int8 levels and
     :attr:`key_scales`, :attr:`value_scales` the scales.  :meth:`attend`
-    and :func:`fastattn.multi_head_attention` read the levels directly: the
-    queries stay float32, each level is converted to float32 in registers
-    and scaled there, nothing is dequantised to memory.  The scores, the
-    softmax and the sums are float32.  The result matches
-    :func:`fastattn.reference.attention` over the dequantised cache
-    (``scale * level`` in float64) within float32 rounding, and over the
-    original float keys and values within
+    and :func:`fastattn.multi_head_attention` read the levels directly,
+    nothing is dequantised to memory.  On the avx512_bf16 and amx paths the
+    dot products are integer (AVX512-VNNI): each query row is quantised to
+    int16 (``round(q / max|q| * 32767)``, within ``2**-16 max|q|``), and per
+    block of 128 keys each row's weights ``p_j * value_scales[j]`` to int16
+    against the block's largest (within ``2**-16`` of it); on the other
+    paths the queries and weights stay float32 and each level is converted
+    to float32 in registers.  The scores, the softmax and the running sums
+    are float32.  The result matches :func:`fastattn.reference.attention`
+    over the dequantised cache (``scale * level`` in float64) within float32
+    rounding (on the integer paths: over the int16 queries, plus at most
+    ``min(len, 128) * 0.504 / 32767 * max|v|`` for the weights), and over
+    the original float keys and values within
 
     ``(exp(2 d) - 1) max|v| + max(value_scales) / 2``,  with
     ``d = max_j |softmax scale| * key_scales[j] / 2 * sum_c |q_c|``
 
-    per query row (plus the same float32 rounding): ``d`` bounds the change
-    of any logit, ``max(value_scales) / 2`` the change of any value entry.
+    per query row (plus the same roundings; on the integer paths ``d`` also
+    holds the int16 queries' ``0.504 |softmax scale| max|q| / 32767 *
+    max_j key_scales[j] sum_c |keys[j, c]|``): ``d`` bounds the change of
+    any logit, ``max(value_scales) / 2`` the change of any value entry.
     With a float64 call the int8 cache is a TypeError; ``attn_mask`` and
     ``return_weights`` are not supported with it (ValueError).
 
@@ -344,7 +352,8 @@ class KVCache:
         query : array_like, shape (batch, Hq, L, head_dim)
             ``Hq`` a multiple of :attr:`num_kv_heads` (query head ``h`` reads
             kv head ``h // (Hq // num_kv_heads)``).  For an int8 cache,
-            float32 or float16 (computed in float32, never quantised).
+            float32 or float16 (computed in float32; int16 on the integer
+            paths, see the class docstring).
         scale, key_padding_mask, window, softcap, alibi_slopes, sinks, return_lse, num_threads
             As in :func:`fastattn.attention` (``key_padding_mask``: bool,
             shape ``(len(self),)`` or ``(batch, len(self))``).

@@ -91,7 +91,9 @@ FLOAT_DTYPES = (np.float32, np.float64)
 # tests/kernels/test_neon_bf16.py), so a test parametrized over
 # the isa fixture runs on those tiers only when it has a 16-bit dtype among its
 # parameters (or is one of the tiers' own test files): the same float tests
-# twice more would only lengthen CI.  Deselected, not skipped.
+# twice more would only lengthen CI.  Deselected, not skipped.  The int8 KV
+# cache's kernel is their own (integer dot products, AVX512-VNNI): a test
+# with int8 in its name or parameters runs there too.
 _BF16_TIERS = ("amx", "avx512_bf16", "neon_bf16")
 
 
@@ -113,6 +115,7 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         # (the file's name, not the node id: every node id of the amx tier holds "amx")
         redundant = (params.get("isa") in _BF16_TIERS and not _has_16_bit_param(params)
+                     and "int8" not in item.name
                      and not item.path.name.startswith(("test_amx", "test_isa", "test_neon_bf16")))
         (drop if redundant else keep).append(item)
     if drop:
@@ -177,6 +180,73 @@ def finite_absmax(*arrays) -> float:
         if fin.size:
             m = max(m, float(np.abs(fin).max()))
     return m if m > 0 else 1.0
+
+
+# The tiers whose int8 KV cache kernel runs on integer dot products
+# (src_c/kernels/decode_q8_dot.h: AVX512-VNNI), and its keys per block.
+Q8_DOT_ISAS = ("avx512_bf16", "amx")
+Q8_KC = 128
+
+
+def q8_query(isa, q):
+    """The float32 queries q (rows along the last axis) as the int8 kernel
+    reads them on the tiers of Q8_DOT_ISAS, in float64: each row with a =
+    max|q_r| > 0 finite quantised to q16 = rint(fl(fl(q / a) 32767)), ties
+    to even, and read back as fl(a / 32767) q16; q itself elsewhere (and for
+    a row with a NaN or infinity, which runs the float kernel)."""
+    q = np.asarray(q, np.float32)
+    if isa not in Q8_DOT_ISAS:
+        return q.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        a = np.abs(q).max(axis=-1, keepdims=True)
+    ok = np.isfinite(a) & (a > 0)
+    safe = np.where(ok, a, np.float32(1))
+    q16 = np.rint((q / safe) * np.float32(32767))
+    sq = (safe / np.float32(32767)).astype(np.float32)
+    return np.where(ok, sq.astype(np.float64) * q16, q.astype(np.float64))
+
+
+def q8_dot_bound(isa, q, k8, k_scales, v8, v_scales, scale, keys=Q8_KC):
+    """(query_out, query_lse, weights_out, weights_typical): bounds on the
+    errors that the int8 kernel's integer dot products add on the tiers of
+    Q8_DOT_ISAS (zeros on the others), over the finite queries q, the
+    levels k8 / v8 (rows along the last axis) and their scales; keys: the
+    most keys a row sees.
+
+    Q.K^T (against the reference on q itself; none on q8_query(q)): each
+    query element is off by at most (1/2 + 2^-8) a / 32767, a = max|q_r|
+    (the rounding to an integer, then the float32 quotient's and scale's
+    roundings), plus u |q| (inside the float32 bounds); the int32 dot
+    product is exact.  A logit moves by at most d = (1/2 + 2^-8) |scale|
+    (a / 32767) max_j k_scale[j] sum_d |k8[j, d]|, the lse by d, each
+    normalised weight by a factor within exp(+-2d), the output by
+    (exp(2d) - 1) max|v|.
+    P.V: the weights w_j = p_j v_scale[j] of a block of n_b <= min(keys, KC)
+    keys are quantised to int16 with scale b = max_j |w_j|, each off by at
+    most (1/2 + 2^-8) b / 32767, so the block's sum over its values moves
+    by n_b (1/2 + 2^-8) (b / 32767) max|v8|.  With b <= max_{j in block} p_j
+    max v_scale and the sum over blocks of max_{j in block} p_j <= l (the
+    softmax's denominator), the output moves by at most min(keys, KC)
+    (1/2 + 2^-8) / 32767 max|v|, max|v| = max v_scale max|v8|; plus 16 u
+    max|v| for the conversions and scalings once per block.
+    weights_typical: the weights' rounding errors are independent and
+    uniform, so the block's sum has a standard deviation of at most
+    sqrt(n_b / 3) (b / 65534) max|v8|: 4 sqrt(min(keys, KC)) (1/2 + 2^-8) /
+    32767 max|v| is about 7 of them (a wrong pairing or a lost block is off
+    by O(max|v|) instead)."""
+    if isa not in Q8_DOT_ISAS:
+        return 0.0, 0.0, 0.0, 0.0
+    q = np.asarray(q, np.float64)
+    a = float(np.abs(q[np.isfinite(q)]).max(initial=0.0))
+    k8 = np.abs(np.asarray(k8, np.float64)).sum(-1) * np.asarray(k_scales, np.float64)
+    vmax = (float(np.abs(np.asarray(v8, np.float64)).max(initial=0.0))
+            * float(np.asarray(v_scales, np.float64).max(initial=0.0)))
+    e = 0.5 + 2.0 ** -8
+    d = e * abs(scale) * a / 32767 * float(k8.max(initial=0.0))
+    n = min(keys, Q8_KC)
+    weights = (n * e / 32767 + 16 * 2.0 ** -24) * vmax
+    typical = (4 * np.sqrt(n) * e / 32767 + 16 * 2.0 ** -24) * vmax
+    return (np.exp(2 * d) - 1) * vmax, d, weights, typical
 
 
 def assert_close(actual, expected, dtype, magnitude=1.0, factor=1.0, err_msg=""):

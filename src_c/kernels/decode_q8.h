@@ -46,11 +46,12 @@ typedef struct fa_q8_item {
     float *scratch;          /* fa_q8_scratch_floats(Ev) floats, this thread's */
 } fa_q8_item;
 
-/* The accumulators' leading dimension: Ev rounded up to 16 floats. */
-static inline int64_t fa_q8_ldo(int64_t Ev) { return (Ev + 15) / 16 * 16; }
+/* The accumulators' leading dimension: Ev rounded up to 32 floats (the
+ * column chunks of the integer P.V, kernels/decode_q8_dot.h). */
+static inline int64_t fa_q8_ldo(int64_t Ev) { return (Ev + 31) / 32 * 32; }
 
 /* Floats of one thread's scratch: FA_Q8_ROWS x FA_Q8_KC scores, the
- * FA_Q8_ROWS output accumulators (Ev rounded up to 16), and slack. */
+ * FA_Q8_ROWS output accumulators (Ev rounded up to 32), and slack. */
 static inline int64_t fa_q8_scratch_floats(int64_t Ev)
 {
     return FA_Q8_ROWS * FA_Q8_KC + FA_Q8_ROWS * fa_q8_ldo(Ev) + 64;

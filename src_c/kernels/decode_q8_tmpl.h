@@ -65,6 +65,23 @@ static void Q8(locate)(const fa_q8_item *it, int64_t j0, int64_t n, Q8(blk) *t)
             t->ks[jj] = ks[u * it->ks_rs], t->vs[jj] = vs[u * it->vs_rs];
         }
     }
+    for (int64_t jj = n; jj < NB; jj++) t->ks[jj] = t->vs[jj] = 0; /* whole vectors past n */
+}
+
+/* The keys of the block from j0 when the last is jhi: at most NB. */
+static inline int64_t Q8(keys)(int64_t j0, int64_t jhi) { return jhi - j0 + 1 < NB ? jhi - j0 + 1 : NB; }
+
+/* Ask for the scales of keys j0 .. j0+n, a block before Q8(locate) reads
+ * them: a paged cache's blocks lie in any order, so no hardware
+ * prefetcher finds them, and each load would wait on memory. */
+static void Q8(prefetch_scales)(const fa_q8_item *it, int64_t j0, int64_t n)
+{
+    for (int64_t j = j0; j < j0 + n; j++) {
+        const int64_t bs = it->block_size;
+        const int64_t c = it->blocks ? it->blocks[j / bs] : 0, off = it->blocks ? j % bs : j;
+        FA_PREFETCH(it->k_scale + c * it->ks_bs + off * it->ks_rs);
+        FA_PREFETCH(it->v_scale + c * it->vs_bs + off * it->vs_rs);
+    }
 }
 
 /* Ask for key jj's value row (P.V reads it next) and the next block's key
@@ -209,6 +226,15 @@ static void Q8(pv)(int R, const fa_q8_item *it, const Q8(blk) *t, const float *p
     for (; r < R; r++) Q8(pv_rows)(1, 8, it, t, p + r * NB, o + r * ldo, ldo);
 }
 
+#if defined(FA_SIMD_BF16) && !defined(FA_SIMD_NEON_BF16)
+/* the x86 bfloat16 tiers (AVX512-VNNI): Q.K^T and P.V on integer dot products */
+#define FA_Q8_DOT 1
+#include "simd/q8_dot.h"
+#include "kernels/decode_q8_dot.h" /* qk_dot_q8_amx, pv_dot_q8_avx512_bf16, ... */
+#else
+#define FA_Q8_DOT 0
+#endif
+
 /* a + b, b >= 0, saturating at INT64_MAX; a - b likewise at INT64_MIN */
 static inline int64_t Q8(sat_add)(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 static inline int64_t Q8(sat_sub)(int64_t a, int64_t b) { return a < INT64_MIN + b ? INT64_MIN : a - b; }
@@ -339,15 +365,31 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
         qr[r] = it->q + rw[r].g * it->q_hs + rw[r].i * it->q_rs;
         memset(o + r * ldo, 0, (size_t)ldo * sizeof(float));
     }
+#if FA_Q8_DOT
+    int16_t q16[RB * FA_Q8_DOT_MAX_E];
+    float sq[RB];
+    const int dot = it->E <= FA_Q8_DOT_MAX_E && Q8(quant_q)(R, it->E, qr, q16, sq);
+#endif
     Q8(blk) tab[2]; /* this key block's rows and the next's */
-    if (jlo <= jhi) Q8(locate)(it, jlo, jhi - jlo + 1 < NB ? jhi - jlo + 1 : NB, &tab[0]);
+    if (jlo + NB <= jhi) Q8(prefetch_scales)(it, jlo + NB, Q8(keys)(jlo + NB, jhi));
+    if (jlo <= jhi) Q8(locate)(it, jlo, Q8(keys)(jlo, jhi), &tab[0]);
     for (int64_t j0 = jlo, c = 0; j0 <= jhi; j0 += NB, c ^= 1) {
         const int64_t n = tab[c].n, j1 = j0 + NB;
         tab[c].nx = j1 <= jhi ? &tab[c ^ 1] : NULL;
-        if (tab[c].nx) Q8(locate)(it, j1, jhi - j1 + 1 < NB ? jhi - j1 + 1 : NB, &tab[c ^ 1]);
-        Q8(scores)(R, it, qr, &tab[c], s);
+        if (tab[c].nx) Q8(locate)(it, j1, Q8(keys)(j1, jhi), &tab[c ^ 1]);
+        if (j1 + NB <= jhi) Q8(prefetch_scales)(it, j1 + NB, Q8(keys)(j1 + NB, jhi));
+#if FA_Q8_DOT
+        if (dot)
+            Q8(qk_dot)(R, it, q16, sq, &tab[c], s);
+        else
+#endif
+            Q8(scores)(R, it, qr, &tab[c], s);
         for (int r = 0; r < R; r++) Q8(softmax_row)(it, &rw[r], j0, n, s + r * NB, o + r * ldo);
+#if FA_Q8_DOT
+        Q8(pv_dot)(R, it, &tab[c], s, o, ldo);
+#else
         Q8(pv)(R, it, &tab[c], s, o, ldo);
+#endif
     }
     for (int r = 0; r < R; r++) {
         if (it->part)
@@ -366,6 +408,7 @@ static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it)
 }
 
 #undef Q8_ROW_CASES
+#undef FA_Q8_DOT
 #undef Q8
 #undef KF
 #undef VW

@@ -31,6 +31,7 @@
 #define FA_CPU_X86_AVX512BW (1ULL << 7)
 #define FA_CPU_X86_AVX512BF16 (1ULL << 8)
 #define FA_CPU_X86_AMX_BF16 (1ULL << 9)   /* AMX-TILE and AMX-BF16 */
+#define FA_CPU_X86_AVX512VNNI (1ULL << 12) /* VPDPWSSD: the int8 KV cache's kernel */
 #define FA_CPU_X86_AMX_FP16 (1ULL << 11)  /* no tier requires it: the amx tier's float16 tiles */
 /* ... and the register states the OS saves (xgetbv XCR0) */
 #define FA_OS_X86_YMM (1ULL << 4)         /* XMM and YMM */

@@ -64,7 +64,8 @@ static unsigned long long cpuid_features(void)
         {FA_CPU_X86_F16C, 1, 0, 2, 29}, {FA_CPU_X86_AVX2, 7, 0, 1, 5},
         {FA_CPU_X86_AVX512F, 7, 0, 1, 16}, {FA_CPU_X86_AVX512BW, 7, 0, 1, 30},
         {FA_CPU_X86_AVX512BF16, 7, 1, 0, 5}, {FA_CPU_X86_AMX_BF16, 7, 0, 3, 22},
-        {FA_CPU_X86_AMX_BF16, 7, 0, 3, 24}, {FA_CPU_X86_AMX_FP16, 7, 1, 0, 21}};
+        {FA_CPU_X86_AMX_BF16, 7, 0, 3, 24}, {FA_CPU_X86_AMX_FP16, 7, 1, 0, 21},
+        {FA_CPU_X86_AVX512VNNI, 7, 0, 2, 11}};
     unsigned r0[4], r[4];
     unsigned long long have = 0, missing = 0;
     fa_cpuid(0, 0, r0);

@@ -2,7 +2,10 @@
 rows, and attention over the cache (KVCache.attend, multi_head_attention)
 against fastattn.reference over the dequantised cache (float32 rounding) and
 over the original float cache (the stated quantisation bound), on every ISA
-path, with GQA, the score options, hostile input and any thread count."""
+path, with GQA, the score options, hostile input and any thread count.  On
+the tiers with integer dot products (conftest.Q8_DOT_ISAS) the reference
+takes the queries as that kernel quantises them (conftest.q8_query), and the
+bounds add the weights' quantisation (conftest.q8_dot_bound)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import fastattn
 import fastattn._testing as _testing
 import fastattn.reference as reference
 from fastattn.mha import KVCache, multi_head_attention
-from conftest import examples, using_isa
+from conftest import Q8_DOT_ISAS, examples, q8_dot_bound, q8_query, using_isa
 
 U = 2.0 ** -24  # float32 unit roundoff
 KC = 128        # keys per block of the kernel (kernels/blocking.h FA_Q8_KC)
@@ -52,6 +55,13 @@ def _dequantised(cache, G):
     k = cache.keys.astype(np.float64) * cache.key_scales[..., None]
     v = cache.values.astype(np.float64) * cache.value_scales[..., None]
     return np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)
+
+
+def _dot_bound(isa, cache, q, scale):
+    """conftest.q8_dot_bound over the cache: (query_out, query_lse,
+    weights_out, weights_typical)."""
+    return q8_dot_bound(isa, q, cache.keys, cache.key_scales, cache.values,
+                        cache.value_scales, scale, keys=len(cache))
 
 
 def _float32_bound(cache, q, G, scale, S):
@@ -176,12 +186,13 @@ def test_int8_attend_matches_reference_on_dequantised_cache(rng, isa, B, Hq, Hkv
     out, lse = cache.attend(q, return_lse=True)
     assert out.dtype == np.float32 and out.shape == (B, Hq, L, Ev)
     kd, vd = _dequantised(cache, G)
-    ref, ref_lse = reference.attention(q.astype(np.float64), kd, vd, is_causal="lower_right",
+    ref, ref_lse = reference.attention(q8_query(isa, q), kd, vd, is_causal="lower_right",
                                        return_lse=True)
-    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S)
+    qo, _, wo, wt = _dot_bound(isa, cache, q, 1 / math.sqrt(E))
+    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S) + wo
     assert (np.abs(out - ref) <= bound[..., None]).all(), np.abs(out - ref).max()
     # the worst-case bound is far above typical float32 errors: those too
-    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 + wt)
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-5)
     # against the original float cache: the quantisation bound of the docstring
     qd = np.abs(q.astype(np.float64)).sum(-1)                           # (B, Hq, L)
@@ -191,7 +202,7 @@ def test_int8_attend_matches_reference_on_dequantised_cache(rng, isa, B, Hq, Hkv
     vs = np.repeat(cache.value_scales, G, axis=1).max(-1)[..., None]
     orig = reference.attention(q.astype(np.float64), np.repeat(k, G, 1).astype(np.float64),
                                np.repeat(v, G, 1).astype(np.float64), is_causal="lower_right")
-    stated = (np.exp(2 * d) - 1) * vmax + vs / 2 + bound
+    stated = (np.exp(2 * d) - 1) * vmax + vs / 2 + bound + qo
     assert (np.abs(out - orig) <= stated[..., None]).all()
     if L > S:
         assert (out[:, :, :L - S] == 0).all() and (lse[:, :, :L - S] == -np.inf).all()
@@ -220,12 +231,13 @@ def test_int8_attend_options_match_reference(rng, isa, opts):
         opts["key_padding_mask"] = pad
     out, lse = cache.attend(q, return_lse=True, **opts)
     kd, vd = _dequantised(cache, Hq // Hkv)
-    ref, ref_lse = reference.attention(q.astype(np.float64), kd, vd, is_causal="lower_right",
+    ref, ref_lse = reference.attention(q8_query(isa, q), kd, vd, is_causal="lower_right",
                                        return_lse=True, **opts)
     sc = opts.get("scale", 1 / math.sqrt(E))
-    bound = _float32_bound(cache, q, Hq // Hkv, sc, S)
-    assert (np.abs(out - ref) <= bound[..., None] * 4).all(), np.abs(out - ref).max()
-    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
+    _, _, wo, wt = _dot_bound(isa, cache, q, sc)
+    bound = _float32_bound(cache, q, Hq // Hkv, sc, S) * 4 + wo
+    assert (np.abs(out - ref) <= bound[..., None]).all(), np.abs(out - ref).max()
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 + wt)
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
 
 
@@ -238,12 +250,13 @@ def test_int8_attend_random_problems_match_reference(isa, B, Hkv, G, L, S, E, Ev
     cache, _, _ = _filled_cache(rng, B, Hkv, S, E, Ev, max_len=max(S, 1))
     q = rng.standard_normal((B, Hkv * G, L, E)).astype(np.float32)
     out, lse = cache.attend(q, window=(left, None), return_lse=True)
-    ref, ref_lse = reference.attention(q.astype(np.float64), *_dequantised(cache, G),
+    ref, ref_lse = reference.attention(q8_query(isa, q), *_dequantised(cache, G),
                                        is_causal="lower_right", window=(left, None),
                                        return_lse=True)
-    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S)
+    _, _, wo, wt = _dot_bound(isa, cache, q, 1 / math.sqrt(E))
+    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S) + wo
     assert (np.abs(out - ref) <= bound[..., None]).all()
-    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 + wt)
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-5, atol=2e-5)
 
 
@@ -278,7 +291,9 @@ def test_int8_hostile_queries_give_reference_nan_pattern(rng, isa):
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_array_equal(np.isnan(lse), np.isnan(ref_lse))
     ok = ~np.isnan(ref)
-    np.testing.assert_allclose(out[ok], ref[ok], rtol=1e-5, atol=1e-5)
+    # the rows grouped with a NaN one run the float kernel: against q itself
+    qo, _, wo, _ = _dot_bound(isa, cache, q, 1 / math.sqrt(8))
+    np.testing.assert_allclose(out[ok], ref[ok], rtol=1e-5, atol=1e-5 + qo + wo)
 
 
 def test_int8_large_finite_values_stay_finite(rng, isa):
@@ -305,15 +320,17 @@ def test_int8_isa_paths_agree_closely(rng):
     dequantised cache (so that one path alone is checked too)."""
     cache, _, _ = _filled_cache(rng, 1, 2, 333, 48, 48)
     q = rng.standard_normal((1, 4, 2, 48)).astype(np.float32)
-    ref = reference.attention(q.astype(np.float64), *_dequantised(cache, 2),
-                              is_causal="lower_right")
-    res = []
+    res = {}
     for name in fastattn.available_isas():
+        ref = reference.attention(q8_query(name, q), *_dequantised(cache, 2),
+                                  is_causal="lower_right")
         with using_isa(name):
-            res.append(cache.attend(q))
-        np.testing.assert_allclose(res[-1], ref, rtol=2e-5, atol=2e-5, err_msg=name)
-    for r in res[1:]:
-        np.testing.assert_allclose(r, res[0], rtol=1e-5, atol=1e-6)
+            out = cache.attend(q)
+        wt = _dot_bound(name, cache, q, 1 / math.sqrt(48))[3]
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 + wt, err_msg=name)
+        # each kind of kernel (float; integer dot products) against its first path
+        first = res.setdefault(name in Q8_DOT_ISAS, out)
+        np.testing.assert_allclose(out, first, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_int8_allocation_failure_raises_memory_error(rng):

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import fastattn
 from fastattn import _half
-from conftest import assert_close, examples, finite_absmax
+from conftest import assert_close, examples, finite_absmax, q8_dot_bound, q8_query
 from paged_common import bf16_weights_bound, make_batch, reference_paged
 
 LENS = [1, 37, 300, 1300, 16, 129]        # 1300: a long context, split over items
@@ -115,6 +115,29 @@ def _int8_pools(args):
     return args, scales[0], scales[1]
 
 
+def _check_int8(isa, args, ks, vs, **opts):
+    """attention_paged on int8 pools against the reference over the
+    dequantised pools.  The decoding sequences (at most 8 queries: the int8
+    kernel's) take their queries as that kernel quantises them on the tiers
+    with integer dot products (conftest.q8_query), and the tolerance adds
+    the weights' typical quantisation error there (conftest.q8_dot_bound);
+    the others are read by the copy, in float32."""
+    out, lse = _call(args, return_lse=True, key_scales=ks, value_scales=vs, **opts)
+    q = args["query"].astype(np.float64)
+    cu = args["cu_seqlens_q"]
+    cu = np.arange(len(args["seq_lens"]) + 1) if cu is None else cu
+    for r0, r1 in zip(cu[:-1], cu[1:]):
+        if r1 - r0 <= 8:
+            q[r0:r1] = q8_query(isa, args["query"][r0:r1])
+    ref, ref_lse = reference_paged(dict(args, query=q), key_scales=ks, value_scales=vs, **opts)
+    pools = [args[n] if args["layout"] == "NHD" else args[n].swapaxes(1, 2)
+             for n in ("key_cache", "value_cache")]
+    wt = q8_dot_bound(isa, args["query"], pools[0], ks, pools[1], vs, 1.0)[3]
+    m = finite_absmax(ref)
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * m + wt)
+    assert_close(lse, ref_lse, np.float32, factor=10)
+
+
 def _int8_batch(rng, layout="NHD"):
     return _int8_pools(make_batch(rng, [1300, 64, 5], [1, 10, 1], dtype=np.float32,
                                   layout=layout))
@@ -123,10 +146,7 @@ def _int8_batch(rng, layout="NHD"):
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_int8_caches_match_the_dequantised_reference(isa, rng, layout):
     args, ks, vs = _int8_batch(rng, layout)
-    out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
-    ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
-    assert_close(out, ref, np.float32, finite_absmax(ref))
-    assert_close(lse, ref_lse, np.float32, factor=10)
+    _check_int8(isa, args, ks, vs)
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
@@ -135,11 +155,7 @@ def test_int8_decoding_steps_with_score_options_and_long_contexts_split(isa, rng
     # kernel's rows), a prefill chunk of 30 (the copy) with them
     args, ks, vs = _int8_pools(make_batch(rng, [3000, 90, 33, 200], [1, 30, 8, 3],
                                           block_size=16))
-    opts = dict(OPTIONS[name], key_scales=ks, value_scales=vs)
-    out, lse = _call(args, return_lse=True, **opts)
-    ref, ref_lse = reference_paged(args, **opts)
-    assert_close(out, ref, np.float32, finite_absmax(ref))
-    assert_close(lse, ref_lse, np.float32, factor=10)
+    _check_int8(isa, args, ks, vs, **OPTIONS[name])
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
@@ -150,10 +166,45 @@ def test_int8_decoding_steps_for_block_sizes_layouts_and_groups(isa, rng, layout
     # a group of 16 query heads: two passes of the int8 kernel's 8 rows
     args, ks, vs = _int8_pools(make_batch(rng, [700, 129, 1], [1, 2, 1], block_size=block_size,
                                           hq=hq, hkv=hkv, e=24, ev=40, layout=layout))
-    out, lse = _call(args, key_scales=ks, value_scales=vs, return_lse=True)
-    ref, ref_lse = reference_paged(args, key_scales=ks, value_scales=vs)
-    assert_close(out, ref, np.float32, finite_absmax(ref))
-    assert_close(lse, ref_lse, np.float32, factor=10)
+    _check_int8(isa, args, ks, vs)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 128])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 8, 9])
+def test_int8_block_sizes_and_gqa_groups_with_every_option(isa, rng, block_size, group):
+    # D = 128 (the serving shape); groups of 1..8 rows in one tile of the
+    # integer P.V, 9: a full tile and one more row; contexts of one key, of
+    # a block tail (odd: an unpaired last key), and of several key blocks
+    args, ks, vs = _int8_pools(make_batch(rng, [1, 201, 300], [1, 1, 2], block_size=block_size,
+                                          hq=2 * group, hkv=2, e=128))
+    opts = dict(OPTIONS["everything"], alibi_slopes=np.linspace(0.05, 0.4, 2 * group),
+                sinks=np.linspace(-1, 2, 2 * group))
+    _check_int8(isa, args, ks, vs, **opts)
+
+
+@pytest.mark.parametrize("e,ev", [(32, 31), (256, 33), (257, 100), (5, 256)])
+def test_int8_head_dims_at_the_integer_paths_limits(isa, rng, e, ev):
+    # E = 256: the largest with exact int32 sums of Q.K^T; 257 runs the
+    # float Q.K^T; column tails of the value chunks (31, 33, 100)
+    args, ks, vs = _int8_pools(make_batch(rng, [150, 7], [1, 3], block_size=16, hq=4, hkv=1,
+                                          e=e, ev=ev))
+    _check_int8(isa, args, ks, vs)
+
+
+@pytest.mark.parametrize("tiny", [1e-30, 1e-35])
+def test_int8_tiny_value_scales_keep_relative_accuracy(isa, rng, tiny):
+    # weights p_j v_scale[j] below 2^-113 (1e-35): the integer P.V's 32767 / b
+    # would overflow, so that block runs the float P.V; 1e-30 stays integer
+    args, ks, vs = _int8_pools(make_batch(rng, [300, 40], [1, 2], block_size=16, hq=4, hkv=2,
+                                          e=64))
+    vs = (vs * np.float32(tiny)).astype(np.float32)
+    assert (vs[vs > 0] >= np.finfo(np.float32).tiny).all()
+    out = _call(args, key_scales=ks, value_scales=vs)
+    q = args["query"].astype(np.float64).copy()
+    q[:] = q8_query(isa, args["query"])
+    ref, _ = reference_paged(dict(args, query=q), key_scales=ks, value_scales=vs)
+    m = float(np.abs(ref).max())
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * m)
 
 
 def test_lse_merges_two_halves_of_the_keys_exactly(rng):
@@ -216,6 +267,9 @@ def test_bitwise_identical_for_any_thread_count_with_long_contexts_split(isa, rn
     for got in runs[1:]:
         for a, b in zip(runs[0], got):
             assert a.tobytes() == b.tobytes()
+    if cache == "int8":
+        _check_int8(isa, args, ks, vs)
+        return
     ref, ref_lse = reference_paged(args, **opts)
     assert_close(runs[0][0], ref, np.float32, finite_absmax(ref))
 
