@@ -24,6 +24,12 @@
 /* Work items are (entry, kv head): an entry is sequence b's query rows
  * [r0, r1) (its own indices) against its keys [k0, k1), key split s of its
  * ns; cost orders the items, longest first. */
+/* A prefill chunk streams this many of its query heads over each key
+ * block at once (one packing of the block for all of them): with the
+ * chunk's FA_PAGED_CHUNK_TILES tiles each, FA_MAX_CHUNK_MC tiles of rows,
+ * the forward's bound of a thread's packed Q and O to the L2. */
+#define FA_PAGED_CHUNK_HEADS (FA_MAX_CHUNK_MC / FA_PAGED_CHUNK_TILES)
+
 typedef struct fa_paged_entry {
     int64_t b, r0, r1, k0, k1, s, ns, cost;
 } fa_paged_entry;
