@@ -4,8 +4,8 @@
  * head) either streams a decoding step's group of query heads over the keys
  * and values where they lie in the pages (the direct kernels over each key
  * block's row pointers), or, a prefill chunk, streams the group's query
- * heads together over each key block, copied from its pages and packed once
- * for them all (the forward's tiles, causal bands and score options), or
+ * heads together over each key block, packed once for them all from its
+ * page or a copy (the forward's tiles, causal bands and score options), or
  * copies the keys from their blocks once into its thread's scratch and runs
  * the forward's streaming loop (stream_tmpl.h) for the group's query heads
  * over the copy; a split key range leaves partials that the forward's
@@ -13,8 +13,8 @@
  * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
  * pplan_free, pplan_q8, pplan_gather_at, pstream, pstream_pages, fa_pchunk,
- * pchunk_pack_q, pchunk_start, pchunk_block, pchunk, prun_item, pmerge_item,
- * and those of the forward's parts included below. */
+ * pchunk_pack_q, pchunk_start, pchunk_rows, pchunk_block, pchunk,
+ * prun_item, pmerge_item, and those of the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -261,10 +261,30 @@ static void FN(pchunk_start)(const FN(fa_pplan) *pl, const fa_paged_entry *e, in
     FN(pchunk_pack_q)(pl, e->r0, e->r1, c);
 }
 
+/* The K and V rows of the chunk's keys [p, p + nk) for kv head g as the
+ * packing reads them (from key 0 of src): in their page when one holds them
+ * all (not int8, whose levels the copy dequantises), else copied from their
+ * pages to the staging rows kst / vst. */
+static void FN(pchunk_rows)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
+                            int64_t p, int64_t nk, char *kst, char *vst, fa_attention_args *src)
+{
+    const fa_paged_args *a = pl->a;
+    const int64_t bs = a->block_size;
+    if (a->kv_storage == FA_INT8 || p / bs != (p + nk - 1) / bs) {
+        fa_paged_gather(a, e->b, g, p, p + nk, kst, vst);
+        return; /* src: the staging rows already */
+    }
+    const int64_t blk = a->block_table[e->b * a->max_blocks + p / bs], off = p % bs;
+    const int64_t sz = fa_elem_size(a->kv_storage);
+    src->k.data = (const char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * sz;
+    src->v.data = (const char *)a->v + (blk * a->v_bs + off * a->v_ps + g * a->v_hs) * sz;
+    src->k.rs = a->k_ps, src->k.cs = a->k_cs, src->v.rs = a->v_ps, src->v.cs = a->v_cs;
+}
+
 /* The key block [kb, kb + nk) of the chunk's local keys (from e->k0) for
  * every head of c: skipped if no tile sees it (the limits are the same for
- * every head), else its K and V rows copied from their pages to the
- * staging rows, packed once, and every head's tiles streamed over it. */
+ * every head), else its K and V rows packed once (pchunk_rows) and every
+ * head's tiles streamed over it. */
 static void FN(pchunk_block)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
                              int64_t kb, int64_t nk, char *kst, char *vst, FN(fa_pchunk) *c)
 {
@@ -276,11 +296,11 @@ static void FN(pchunk_block)(const FN(fa_pplan) *pl, const fa_paged_entry *e, in
         seen |= s0->tk[t] > 0;
     }
     if (!seen) return;
-    fa_paged_gather(pl->a, e->b, g, e->k0 + kb, e->k0 + kb + nk, kst, vst);
+    fa_attention_args src = c->la[0];
+    FN(pchunk_rows)(pl, e, g, e->k0 + kb, nk, kst, vst, &src);
     const int64_t nr = pl->K->nr;
-    /* the staged rows are keys kb.., so the packing reads them from key 0 */
-    FN(pack_k)(&c->la[0], pl->K, 0, 0, nk, fa_round_up(nk, nr), nr, s0->sc->kp);
-    s0->v_bad = FN(pack_v)(&c->la[0], pl->K, 0, 0, nk, pl->ldv, nr, s0->sc->vp);
+    FN(pack_k)(&src, pl->K, 0, 0, nk, fa_round_up(nk, nr), nr, s0->sc->kp);
+    s0->v_bad = FN(pack_v)(&src, pl->K, 0, 0, nk, pl->ldv, nr, s0->sc->vp);
     for (int64_t j = 0; j < c->nh; j++) {
         FN(fa_stream) *st = &c->st[j];
         if (j) {

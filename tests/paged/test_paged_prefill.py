@@ -49,6 +49,12 @@ def test_head_groups_above_and_below_one_pass(isa, rng, hq, hkv):
     _check(args)
 
 
+@pytest.mark.parametrize("e,ev", [(24, 40), (40, 8), (1, 3)])
+def test_value_widths_other_than_the_key_width(isa, rng, e, ev):
+    args = make_batch(rng, [400, 90], [150, 1], block_size=16, hq=8, hkv=2, e=e, ev=ev)
+    _check(args)
+
+
 def test_several_chunks_of_one_sequence_and_two_prefills(rng):
     # 600 queries: chunks of 256 rows, each with the keys it sees; two
     # prefilling sequences and decoding steps in one call
