@@ -21,6 +21,17 @@
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
+/* A prefill chunk streams this many of its query heads over each key
+ * block at once (one packing of the block for all of them): with the
+ * chunk's FA_PAGED_CHUNK_TILES tiles each, FA_MAX_CHUNK_MC tiles of rows,
+ * the forward's bound of a thread's packed Q and O to the L2. */
+#define FA_PAGED_CHUNK_HEADS (FA_MAX_CHUNK_MC / FA_PAGED_CHUNK_TILES)
+
+/* A core multiplies and adds about this many floats in the time it reads
+ * one byte from memory (the FMA units against the memory read rate of
+ * one core, roughly): the exchange rate of fa_paged_cost. */
+#define FA_PAGED_FLOPS_PER_BYTE 16
+
 /* Work items are (entry, kv head): an entry is sequence b's query rows
  * [r0, r1) (its own indices) against its keys [k0, k1), key split s of its
  * ns; cost orders the items, longest first. */
@@ -44,6 +55,31 @@ static void fa_paged_keys(const fa_paged_args *a, int64_t b, int64_t r0, int64_t
     const int64_t right = a->causal && a->win_right > 0 ? 0 : a->win_right;
     *lo = a->win_left >= p0 ? 0 : p0 - a->win_left;
     *hi = right >= n - p1 ? n : p1 + right + 1;
+}
+
+static int64_t fa_elem_size(int st)
+{
+    return st == FA_FLOAT64 ? 8 : st == FA_FLOAT32 ? 4 : st == FA_INT8 ? 1 : 2;
+}
+
+/* The cost of an item of rows [r0, r1) of sequence b against its keys
+ * [k0, k1), to order the items longest first: its flops (each query head
+ * of the group times the query-key pairs its rows see, 2 (E + Ev) each)
+ * plus its bytes (the K and V rows, read once for the group) counted as
+ * FA_PAGED_FLOPS_PER_BYTE flops each, so that a prefill chunk (compute)
+ * and a decoding step (memory) compare by time. */
+static int64_t fa_paged_cost(const fa_paged_args *a, int64_t b, int64_t r0, int64_t r1,
+                             int64_t k0, int64_t k1)
+{
+    int64_t pairs = 0, lo, hi;
+    for (int64_t r = r0; r < r1; r++) {
+        fa_paged_keys(a, b, r, r + 1, &lo, &hi);
+        lo = fa_paged_max(lo, k0), hi = fa_min64(hi, k1);
+        pairs += hi > lo ? hi - lo : 0;
+    }
+    const int64_t flops = pairs * (a->Hq / a->Hkv) * 2 * (a->E + a->Ev);
+    const int64_t bytes = (k1 - k0) * (a->E + a->Ev) * fa_elem_size(a->kv_storage);
+    return flops + FA_PAGED_FLOPS_PER_BYTE * bytes;
 }
 
 /* The keys of one split of the decoding rows: the decoding rows' visible
@@ -87,7 +123,7 @@ static int64_t fa_paged_entries(const fa_paged_args *a, int64_t chunk_rows, int6
                 e->b = b, e->r0 = r0, e->r1 = r1, e->s = s, e->ns = ns;
                 e->k0 = ns == 1 ? lo : lo + s * split_kc;
                 e->k1 = ns == 1 ? hi : fa_min64(e->k0 + split_kc, hi);
-                e->cost = (r1 - r0 + 1) * (e->k1 - e->k0);
+                e->cost = fa_paged_cost(a, b, r0, r1, e->k0, e->k1);
             }
         }
     }
@@ -105,10 +141,6 @@ static int fa_paged_entry_cmp(const void *x, const void *y)
     return p->s < q->s ? -1 : (p->s > q->s);
 }
 
-static int64_t fa_elem_size(int st)
-{
-    return st == FA_FLOAT64 ? 8 : st == FA_FLOAT32 ? 4 : st == FA_INT8 ? 1 : 2;
-}
 
 /* n rows of ncols elements of size sz, from the block pool at src (row r
  * at element offset base + r ps, columns cs apart) to dst (contiguous);

@@ -3,15 +3,18 @@
  * (an entry of paged.c: a sequence's query rows and key range, and one kv
  * head) either streams a decoding step's group of query heads over the keys
  * and values where they lie in the pages (the direct kernels over each key
- * block's row pointers), or copies them from their blocks once into its
- * thread's scratch and runs the forward's streaming loop (stream_tmpl.h:
- * packing, masks, score options, online softmax) for the group's query
- * heads over the copy; a split key range leaves partials that the forward's
+ * block's row pointers), or, a prefill chunk, streams the group's query
+ * heads together over each key block, packed once for them all from its
+ * page or a copy (the forward's tiles, causal bands and score options), or
+ * copies the keys from their blocks once into its thread's scratch and runs
+ * the forward's streaming loop (stream_tmpl.h) for the group's query heads
+ * over the copy; a split key range leaves partials that the forward's
  * merge (merge_tmpl.h) combines in split order, after a barrier in the same
  * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
- * pplan_free, pplan_q8, pplan_gather_at, pstream, pstream_pages, prun_item,
- * pmerge_item, and those of the forward's parts included below. */
+ * pplan_free, pplan_q8, pplan_gather_at, pstream, pstream_pages, fa_pchunk,
+ * pchunk_pack_q, pchunk_start, pchunk_rows, pchunk_block, pchunk,
+ * prun_item, pmerge_item, and those of the forward's parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -70,12 +73,15 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     pl->ldv = fa_round_up(a->Ev, K->nr);
     int64_t rows = 1, off = 0;
     double work = 0;
+    const int64_t G = a->Hq / a->Hkv, chunk_heads = fa_min64(G, FA_PAGED_CHUNK_HEADS);
     for (int64_t i = 0; i < pl->nent; i++) {
         const fa_paged_entry *e = pl->ent + i;
-        rows = fa_paged_max(rows, fa_paged_grouped(a, e) ? a->Hq / a->Hkv : e->r1 - e->r0);
+        const int prefill = fa_paged_nq(a, e->b) > FA_DIRECT_MAX_ROWS; /* pchunk's */
+        const int64_t erows = fa_paged_grouped(a, e) ? G : e->r1 - e->r0;
+        rows = fa_paged_max(rows, prefill ? chunk_heads * chunk : erows);
         pl->q8 |= FN(pplan_q8)(pl, e);
         if (!fa_paged_in_place(a, e) && !FN(pplan_q8)(pl, e)) /* the copy's rows */
-            pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
+            pl->gather_keys = fa_paged_max(pl->gather_keys, prefill ? FA_KC : e->k1 - e->k0);
         work += (double)(e->r1 - e->r0) * (double)(e->k1 - e->k0);
     }
     for (int64_t b = 0; b < a->B; b++) {
@@ -197,8 +203,150 @@ static void FN(pstream_pages)(const FN(fa_pplan) *pl, const fa_paged_entry *e, i
         FN(store_partials)(pl->part + at, G, e->ns, ldv, 0, e->s, 0, G, sc->m, sc->l, sc->o);
 }
 
-/* Work item it on thread tid: entry it / Hkv, kv head it % Hkv; its keys
- * gathered once, then the group's query heads streamed over them. */
+/* A prefill chunk's heads in one pass (see pchunk): per head, its
+ * one-problem call, its streaming state and its part of the scratch. */
+typedef struct FN(fa_pchunk) {
+    fa_attention_args la[FA_PAGED_CHUNK_HEADS];
+    FN(fa_stream) st[FA_PAGED_CHUNK_HEADS];
+    FN(fa_scratch) sc[FA_PAGED_CHUNK_HEADS];
+    fa_offsets off;
+    int64_t nh;
+} FN(fa_pchunk);
+
+/* The queries of rows [r0, r1) of c's heads packed and scaled as
+ * stream_start packs them, row by row across the heads: a row's heads are
+ * adjacent in the query array, its rows Hq heads apart, so each step reads
+ * one contiguous run; then each head's padding rows (to mr) zeroed. */
+static void FN(pchunk_pack_q)(const FN(fa_pplan) *pl, int64_t r0, int64_t r1, FN(fa_pchunk) *c)
+{
+    const int64_t E = pl->a->E, mcp = c->st[0].mcp, n = r1 - r0;
+    const int64_t last = (c->st[0].ntiles - 1) * mcp; /* the last tile's first row */
+    const int64_t rpad = last + fa_round_up(n - last, pl->K->mr);
+    const FA_T qscale = (FA_T)(pl->base2 ? pl->a->scale * FA_LOG2E : pl->a->scale);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < c->nh; j++)
+            FN(pack_q)(&c->la[j], 0, r0 + i, 1, 1, c->sc[j].qp + i * E, qscale);
+    for (int64_t j = 0; j < c->nh; j++)
+        memset(c->sc[j].qp + n * E, 0, (size_t)((rpad - n) * E) * sizeof(FA_T));
+}
+
+/* Query heads h0 .. h0 + nh of entry e (rows [e->r0, e->r1)) set up as
+ * stream_rows does for each, over the key block staged at kst / vst: head
+ * j's packed queries, output and row state at j chunk rows into the
+ * scratch, whose packed K and V blocks and score tile they share. */
+static void FN(pchunk_start)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t h0,
+                             int64_t nh, const char *kst, const char *vst, FA_T *buf,
+                             FN(fa_pchunk) *c)
+{
+    const fa_paged_args *a = pl->a;
+    const int64_t mcp = fa_round_up(FA_MC, pl->K->mr), rows = FA_PAGED_CHUNK_TILES * mcp;
+    memset(&c->off, 0, sizeof c->off);
+    c->nh = nh;
+    for (int64_t j = 0; j < nh; j++) {
+        FN(fa_scratch) *sc = &c->sc[j];
+        *sc = FN(scratch_carve)(buf, &pl->lay);
+        sc->qp += j * rows * a->E, sc->o += j * rows * pl->ldv;
+        sc->m += j * rows, sc->l += j * rows, sc->lv += j * rows * pl->K->vw;
+        fa_paged_local(a, e->b, h0 + j, e->k0, kst, vst, &c->la[j]);
+        /* more rows than FA_DIRECT_MAX_ROWS: the packed (not direct) path */
+        FN(fa_stream) st = {.a = &c->la[j], .K = pl->K, .off = &c->off,
+                            .lim = fa_limits_of(&c->la[j]), .sc = sc, .r0 = e->r0, .r1 = e->r1,
+                            .ldv = pl->ldv, .mcp = mcp, .ntiles = fa_div_up(e->r1 - e->r0, mcp),
+                            .base2 = pl->base2};
+        c->st[j] = st;
+        for (int64_t i = 0; i < e->r1 - e->r0; i++) sc->m[i] = (FA_T)-INFINITY;
+        memset(sc->lv, 0, (size_t)((e->r1 - e->r0) * pl->K->vw) * sizeof(FA_T));
+        memset(sc->o, 0, (size_t)((e->r1 - e->r0) * pl->ldv) * sizeof(FA_T));
+    }
+    FN(pchunk_pack_q)(pl, e->r0, e->r1, c);
+}
+
+/* The K and V rows of the chunk's keys [p, p + nk) for kv head g as the
+ * packing reads them (from key 0 of src): in their page when one holds them
+ * all (not int8, whose levels the copy dequantises), else copied from their
+ * pages to the staging rows kst / vst. */
+static void FN(pchunk_rows)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
+                            int64_t p, int64_t nk, char *kst, char *vst, fa_attention_args *src)
+{
+    const fa_paged_args *a = pl->a;
+    const int64_t bs = a->block_size;
+    if (a->kv_storage == FA_INT8 || p / bs != (p + nk - 1) / bs) {
+        fa_paged_gather(a, e->b, g, p, p + nk, kst, vst);
+        return; /* src: the staging rows already */
+    }
+    const int64_t blk = a->block_table[e->b * a->max_blocks + p / bs], off = p % bs;
+    const int64_t sz = fa_elem_size(a->kv_storage);
+    src->k.data = (const char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * sz;
+    src->v.data = (const char *)a->v + (blk * a->v_bs + off * a->v_ps + g * a->v_hs) * sz;
+    src->k.rs = a->k_ps, src->k.cs = a->k_cs, src->v.rs = a->v_ps, src->v.cs = a->v_cs;
+}
+
+/* The key block [kb, kb + nk) of the chunk's local keys (from e->k0) for
+ * every head of c: skipped if no tile sees it (the limits are the same for
+ * every head), else its K and V rows packed once (pchunk_rows) and every
+ * head's tiles streamed over it. */
+static void FN(pchunk_block)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g,
+                             int64_t kb, int64_t nk, char *kst, char *vst, FN(fa_pchunk) *c)
+{
+    FN(fa_stream) *s0 = &c->st[0];
+    int seen = 0;
+    s0->kb = kb, s0->nk = nk, s0->pad_some = 0;
+    for (int64_t t = 0; t < s0->ntiles; t++) {
+        FN(tile_keys)(s0, t);
+        seen |= s0->tk[t] > 0;
+    }
+    if (!seen) return;
+    fa_attention_args src = c->la[0];
+    FN(pchunk_rows)(pl, e, g, e->k0 + kb, nk, kst, vst, &src);
+    const int64_t nr = pl->K->nr;
+    FN(pack_k)(&src, pl->K, 0, 0, nk, fa_round_up(nk, nr), nr, s0->sc->kp);
+    s0->v_bad = FN(pack_v)(&src, pl->K, 0, 0, nk, pl->ldv, nr, s0->sc->vp);
+    for (int64_t j = 0; j < c->nh; j++) {
+        FN(fa_stream) *st = &c->st[j];
+        if (j) {
+            st->kb = kb, st->nk = nk, st->pad_some = 0, st->v_bad = s0->v_bad;
+            memcpy(st->tk, s0->tk, sizeof st->tk);
+            memcpy(st->tmixed, s0->tmixed, sizeof st->tmixed);
+        }
+        for (int64_t t = 0; t < st->ntiles; t++) FN(stream_tile)(st, t);
+    }
+}
+
+/* A prefill chunk (an entry of more than FA_DIRECT_MAX_ROWS queries, its
+ * keys never split) for kv head g: the group's query heads, up to
+ * FA_PAGED_CHUNK_HEADS at a time, streamed together over each key block,
+ * which is copied from its pages and packed once for all of them (not once
+ * per head).  Each head computes exactly what stream_rows computes for it:
+ * the same key blocks, tiles, causal bands and sums in the same order. */
+static void FN(pchunk)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g, FA_T *buf)
+{
+    const fa_paged_args *a = pl->a;
+    const int64_t G = a->Hq / a->Hkv, nkeys = e->k1 - e->k0;
+    char *kst = FN(pplan_gather_at)(pl, buf), *vst = kst + pl->v_at;
+    FN(fa_pchunk) c;
+    for (int64_t h0 = g * G; h0 < (g + 1) * G; h0 += FA_PAGED_CHUNK_HEADS) {
+        FN(pchunk_start)(pl, e, h0, fa_min64(FA_PAGED_CHUNK_HEADS, (g + 1) * G - h0), kst, vst,
+                         buf, &c);
+        const fa_limits *w = &c.st[0].lim;
+        int64_t kbeg = 0, kend = nkeys; /* as stream_rows: on the block grid of key 0 */
+        if (w->has_hi && e->r1 + w->hi < kend) kend = e->r1 + w->hi;
+        if (w->has_lo && e->r0 + w->lo > 0) kbeg = (e->r0 + w->lo) / FA_KC * FA_KC;
+        for (int64_t kb = kbeg; kb < kend; kb += FA_KC)
+            FN(pchunk_block)(pl, e, g, kb, fa_min64(kend - kb, FA_KC), kst, vst, &c);
+        for (int64_t j = 0; j < c.nh; j++)
+            pl->K->lane_sums(e->r1 - e->r0, c.sc[j].lv, c.sc[j].l);
+        for (int64_t i = 0; i < e->r1 - e->r0; i++) /* row by row across the heads, as packed */
+            for (int64_t j = 0; j < c.nh; j++) {
+                const FN(fa_scratch) *sc = &c.sc[j];
+                FN(write_out)(&c.la[j], &c.off, e->r0 + i, e->r0 + i + 1, pl->ldv,
+                              sc->o + i * pl->ldv, sc->l + i, sc->m + i, pl->base2);
+            }
+    }
+}
+
+/* Work item it on thread tid: entry it / Hkv, kv head it % Hkv; a prefill
+ * chunk by pchunk, else its keys gathered once, then the group's query
+ * heads streamed over them. */
 static void FN(prun_item)(void *ctx, int64_t it, int tid)
 {
     const FN(fa_pplan) *pl = (const FN(fa_pplan) *)ctx;
@@ -223,6 +371,10 @@ static void FN(prun_item)(void *ctx, int64_t it, int tid)
     if (fa_paged_in_place(a, e)) {
         fa_paged_group_local(a, e->b, g * G, G, e->k0, NULL, NULL, &la);
         FN(pstream_pages)(pl, e, g, &la, at, &sc);
+        return;
+    }
+    if (nq > FA_DIRECT_MAX_ROWS) {
+        FN(pchunk)(pl, e, g, pl->bufs[tid]);
         return;
     }
     fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
