@@ -7,8 +7,9 @@
  *
  * Q.K^T: each query row rounded to bfloat16 (exact for bfloat16 queries,
  * which the driver passes unscaled), its pairs along E against the key's
- * in place; VF_W keys' partial vectors per row reduced at once by one
- * transpose-add (vf_hsum_lanes), the scores then scaled by c in float32.
+ * in place, each key chunk loaded once for up to 4 rows; a tile's rows x
+ * keys partial vectors (VF_W of them) reduced at once by one transpose-add
+ * (vf_hsum_lanes), the scores then scaled by c in float32.
  * P.V: the weights rounded to bfloat16 nearest even; two keys' value rows
  * interleaved into pairs (key j, j + 1) per column, the output columns held
  * in that order in registers over the block and put back on the store.  A
@@ -17,26 +18,39 @@
 #define DD(name) FA_CAT3(name, dp16, FA_ISA_NAME)
 #define DD_PR 4 /* rows of a P.V tile: 4 x 2 chunks of 32 columns, 16 accumulators */
 
-/* s[r*lds + j] = c (q_r . k_j) for the R rows of qb (bfloat16, E apart)
- * and the VF_W keys from j0, one accumulator per key. */
-static FA_ALWAYS_INLINE void DD(qk_keys)(int64_t R, int64_t E, float c, const uint16_t *qb,
+/* s[r*lds + j0 + l] = c (q_r . k_{j0 + l}) for the R rows of qb (bfloat16,
+ * E apart) and KL keys, R * KL <= VF_W: each key's 32-element chunk loaded
+ * once for the R rows, accumulator r*KL + l for row r and key l, the R*KL
+ * reduced at once by one transpose-add into lanes r*KL + l (so each score
+ * is its own dot product whatever the rows and keys around it). */
+static FA_ALWAYS_INLINE void DD(qk_tile)(int R, int KL, int64_t E, float c, const uint16_t *qb,
                                          const fa_krows *t, int64_t j0, float *s, int64_t lds)
 {
-    for (int64_t r = 0; r < R; r++) {
-        vf acc[VF_W];
+    vf acc[VF_W];
+    const uint16_t *k[VF_W];
 #pragma GCC unroll 16
-        for (int l = 0; l < VF_W; l++) acc[l] = vf_zero();
-        for (int64_t d = 0; d < E; d += 32) {
-            const dd_vi qv = dd_load(qb + r * E + d);
+    for (int i = 0; i < VF_W; i++) acc[i] = vf_zero();
 #pragma GCC unroll 16
-            for (int l = 0; l < VF_W; l++)
-                acc[l] = dd_dp(acc[l], qv, dd_load((const uint16_t *)t->k[j0 + l] + d));
+    for (int l = 0; l < KL; l++) k[l] = (const uint16_t *)t->k[j0 + l];
+    for (int64_t d = 0; d < E; d += 32) {
+        dd_vi qv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) qv[r] = dd_load(qb + r * E + d);
+#pragma GCC unroll 16
+        for (int l = 0; l < KL; l++) {
+            const dd_vi kv = dd_load(k[l] + d);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r * KL + l] = dd_dp(acc[r * KL + l], qv[r], kv);
         }
-        vf_store(s + r * lds + j0, vf_mul(vf_set1(c), vf_hsum_lanes(acc)));
     }
+    const vf x = vf_mul(vf_set1(c), vf_hsum_lanes(acc));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < KL / 4; u++) dd_put4(s + r * lds + j0 + 4 * u, x, r * KL / 4 + u);
 }
 
-/* The same for the one key j (the last t->n % VF_W of a block). */
+/* The same for the one key j (the last t->n % KL of a block). */
 static void DD(qk_key)(int64_t R, int64_t E, float c, const uint16_t *qb, const fa_krows *t,
                        int64_t j, float *s, int64_t lds)
 {
@@ -48,22 +62,51 @@ static void DD(qk_key)(int64_t R, int64_t E, float c, const uint16_t *qb, const 
     }
 }
 
+/* The rows of key j + FA_DIRECT_PF_KEYS (t's prefetch-only rows past the
+ * block) and of value j (P.V reads it after the softmax): the rows of a
+ * paged block lie anywhere, out of the hardware prefetchers' sight. */
+static FA_ALWAYS_INLINE void DD(prefetch)(const fa_krows *t, int64_t j, int64_t E, int64_t Ev)
+{
+    const char *kn = (const char *)t->k[j + FA_DIRECT_PF_KEYS], *vj = (const char *)t->v[j];
+    if (kn)
+        for (int64_t b = 0; b < 2 * E; b += 64) FA_PREFETCH(kn + b);
+    for (int64_t b = 0; b < 2 * Ev; b += 64) FA_PREFETCH(vj + b);
+}
+
+/* Rows r < R (<= 4) over the block: tiles of KL = 16 / R keys rounded down
+ * to a multiple of 4 (16, 8, 4, 4), then the last keys one by one. */
+static FA_ALWAYS_INLINE void DD(qk_part)(int R, int64_t E, int64_t Ev, float c, const uint16_t *qb,
+                                         const fa_krows *t, float *s, int64_t lds)
+{
+    const int KL = R == 1 ? 16 : R == 2 ? 8 : 4;
+    int64_t j = 0;
+    for (; j + KL <= t->n; j += KL) {
+#pragma GCC unroll 16
+        for (int l = 0; l < KL; l++) DD(prefetch)(t, j + l, E, Ev);
+        DD(qk_tile)(R, KL, E, c, qb, t, j, s, lds);
+    }
+    for (; j < t->n; j++) {
+        DD(prefetch)(t, j, E, Ev);
+        DD(qk_key)(R, E, c, qb, t, j, s, lds);
+    }
+}
+
 /* s[i][j] = c (bf16(q_i) . k_j), i < rows <= FA_DIRECT_MAX_ROWS, j < t->n;
- * E % 32 == 0, E <= FA_FLASH16_MAX_E; prefetching as qk_rows. */
+ * E % 32 == 0, E <= FA_FLASH16_MAX_E: rows by fours, then the rest (a
+ * second part's prefetches find the rows cached). */
 static void DD(qk_rows)(int64_t rows, int64_t E, int64_t Ev, float c, const float *q,
                         const fa_krows *t, float *s, int64_t lds)
 {
     uint16_t qb[FA_DIRECT_MAX_ROWS * FA_FLASH16_MAX_E];
     for (int64_t i = 0; i < rows * E; i += 32) dd_store(qb + i, dd_round(vf_load(q + i + 16), vf_load(q + i)));
-    int64_t j = 0;
-    for (; j < t->n; j++) {
-        const char *kn = (const char *)t->k[j + FA_DIRECT_PF_KEYS], *vj = (const char *)t->v[j];
-        if (kn)
-            for (int64_t b = 0; b < 2 * E; b += 64) FA_PREFETCH(kn + b);
-        for (int64_t b = 0; b < 2 * Ev; b += 64) FA_PREFETCH(vj + b);
-        if ((j + 1) % VF_W == 0) DD(qk_keys)(rows, E, c, qb, t, j + 1 - VF_W, s, lds);
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4) DD(qk_part)(4, E, Ev, c, qb + i * E, t, s + i * lds, lds);
+    switch (rows - i) {
+    case 3: DD(qk_part)(3, E, Ev, c, qb + i * E, t, s + i * lds, lds); break;
+    case 2: DD(qk_part)(2, E, Ev, c, qb + i * E, t, s + i * lds, lds); break;
+    case 1: DD(qk_part)(1, E, Ev, c, qb + i * E, t, s + i * lds, lds); break;
+    default: break;
     }
-    for (j = t->n / VF_W * VF_W; j < t->n; j++) DD(qk_key)(rows, E, c, qb, t, j, s, lds);
 }
 
 /* The R rows' weights p[r][0 .. n) rounded to bfloat16 nearest even, as
