@@ -124,8 +124,9 @@ static void DD(weights)(int64_t R, const float *p, int64_t ldp, int64_t n, uint3
 
 /* o[r][c0 .. c0 + 32 NC) += sum_j bf16(p[r][j]) v_j[c0 ..], r < R, NC <= 2:
  * key pairs at once, the R x NC x 2 accumulators in registers over the
- * block; a pair with one zero weight keeps only the other key's values. */
-static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, const fa_krows *t, const uint32_t *w,
+ * block; a pair with one zero weight keeps only the other key's values;
+ * pf: the next block's key rows prefetched on the way. */
+static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int pf, const fa_krows *t, const uint32_t *w,
                                          int64_t c0, float *o, int64_t ldo)
 {
     vf lo[DD_PR][2], hi[DD_PR][2];
@@ -136,6 +137,7 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, const fa_krows *t, const
             dd_mix(vf_load(o + r * ldo + c0 + 32 * u), vf_load(o + r * ldo + c0 + 32 * u + 16),
                    &lo[r][u], &hi[r][u]);
     for (int64_t j = 0; j < t->n; j += 2) {
+        if (pf) fa_krows_prefetch_next(t, j), fa_krows_prefetch_next(t, j + 1);
         const uint16_t *va = (const uint16_t *)t->v[j] + c0;
         const uint16_t *vb = j + 1 < t->n ? (const uint16_t *)t->v[j + 1] + c0 : va;
         dd_vi pl[2], ph[2];
@@ -168,13 +170,14 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, const fa_krows *t, const
         }
 }
 
-/* Rows r < R (<= DD_PR) over every 32-column chunk: tiles of 2 chunks, then 1. */
-static FA_ALWAYS_INLINE void DD(pv_part)(int R, int64_t Ev, const fa_krows *t, const uint32_t *w,
-                                         float *o, int64_t ldo)
+/* Rows r < R (<= DD_PR) over every 32-column chunk: tiles of 2 chunks, then
+ * 1; the first tile prefetches the next block's keys where pf. */
+static FA_ALWAYS_INLINE void DD(pv_part)(int R, int pf, int64_t Ev, const fa_krows *t,
+                                         const uint32_t *w, float *o, int64_t ldo)
 {
     int64_t c = 0;
-    for (; c + 64 <= Ev; c += 64) DD(pv_tile)(R, 2, t, w, c, o, ldo);
-    if (c < Ev) DD(pv_tile)(R, 1, t, w, c, o, ldo);
+    for (; c + 64 <= Ev; c += 64) DD(pv_tile)(R, 2, pf && c == 0, t, w, c, o, ldo);
+    if (c < Ev) DD(pv_tile)(R, 1, pf && c == 0, t, w, c, o, ldo);
 }
 
 /* o[i][:Ev] += sum_j bf16(p[i][j]) v_j, i < rows <= FA_DIRECT_MAX_ROWS,
@@ -186,11 +189,12 @@ static void DD(pv_rows)(int64_t rows, int64_t Ev, const float *p, int64_t ldp, c
     DD(weights)(rows, p, ldp, t->n, w);
     int64_t i = 0;
     for (; i + DD_PR <= rows; i += DD_PR)
-        DD(pv_part)(DD_PR, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo);
+        DD(pv_part)(DD_PR, i == 0, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo);
+    const int pf = i == 0;
     switch (rows - i) {
-    case 3: DD(pv_part)(3, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
-    case 2: DD(pv_part)(2, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
-    case 1: DD(pv_part)(1, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 3: DD(pv_part)(3, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 2: DD(pv_part)(2, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 1: DD(pv_part)(1, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
     default: break;
     }
 }
