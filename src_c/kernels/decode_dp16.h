@@ -111,23 +111,33 @@ static void DD(qk_rows)(int64_t rows, int64_t E, int64_t Ev, float c, const floa
 
 /* The R rows' weights p[r][0 .. n) rounded to bfloat16 nearest even, as
  * dword pairs (key 2jp low, 2jp + 1 high) at w + r*FA_KC/2 + jp; an odd last
- * key's partner 0.  p's rows are read up to n rounded up to 32 (<= FA_KC). */
-static void DD(weights)(int64_t R, const float *p, int64_t ldp, int64_t n, uint32_t *w)
+ * key's partner 0.  p's rows are read up to n rounded up to 32 (<= FA_KC).
+ * Returns 1 if some pair has a zero half (a weight rounded to 0, or an odd
+ * n's partner): then P.V must test each pair. */
+static int DD(weights)(int64_t R, const float *p, int64_t ldp, int64_t n, uint32_t *w)
 {
+    uint32_t zero = (uint32_t)(n % 2);
     for (int64_t r = 0; r < R; r++) {
         uint16_t *wr = (uint16_t *)(w + r * (FA_KC / 2));
-        for (int64_t j = 0; j < n; j += 32)
-            dd_store(wr + j, dd_round(vf_load(p + r * ldp + j + 16), vf_load(p + r * ldp + j)));
+        for (int64_t j = 0; j < n; j += 32) {
+            const dd_vi x = dd_round(vf_load(p + r * ldp + j + 16), vf_load(p + r * ldp + j));
+            const uint32_t live = n - j >= 32 ? 0xffffffffu : (1u << (n - j)) - 1;
+            zero |= ~dd_nonzero(x) & live;
+            dd_store(wr + j, x);
+        }
         if (n % 2) wr[n] = 0;
     }
+    return zero != 0;
 }
 
 /* o[r][c0 .. c0 + 32 NC) += sum_j bf16(p[r][j]) v_j[c0 ..], r < R, NC <= 2:
  * key pairs at once, the R x NC x 2 accumulators in registers over the
- * block; a pair with one zero weight keeps only the other key's values;
- * pf: the next block's key rows prefetched on the way. */
-static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int pf, const fa_krows *t, const uint32_t *w,
-                                         int64_t c0, float *o, int64_t ldo)
+ * block; where zw (DD(weights)' answer), a pair with one zero weight keeps
+ * only the other key's values and one with two is skipped (else no pair
+ * has a zero weight: no test); pf: the next block's key rows prefetched on
+ * the way. */
+static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int zw, int pf, const fa_krows *t,
+                                         const uint32_t *w, int64_t c0, float *o, int64_t ldo)
 {
     vf lo[DD_PR][2], hi[DD_PR][2];
 #pragma GCC unroll 4
@@ -149,9 +159,9 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int pf, const fa_krows *
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint32_t x = w[r * (FA_KC / 2) + j / 2];
-            if (x == 0) continue;
+            if (zw && x == 0) continue;
             const dd_vi wv = dd_bcast(x);
-            const uint32_t m = !(x & 0xffffu) ? 0xffff0000u : !(x >> 16) ? 0xffffu : 0;
+            const uint32_t m = !zw ? 0 : !(x & 0xffffu) ? 0xffff0000u : !(x >> 16) ? 0xffffu : 0;
 #pragma GCC unroll 2
             for (int u = 0; u < NC; u++) {
                 lo[r][u] = dd_dp(lo[r][u], wv, m ? dd_keep(pl[u], m) : pl[u]);
@@ -171,13 +181,19 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int pf, const fa_krows *
 }
 
 /* Rows r < R (<= DD_PR) over every 32-column chunk: tiles of 2 chunks, then
- * 1; the first tile prefetches the next block's keys where pf. */
-static FA_ALWAYS_INLINE void DD(pv_part)(int R, int pf, int64_t Ev, const fa_krows *t,
+ * 1, with the pair tests where zw; the first tile prefetches the next
+ * block's keys where pf. */
+static FA_ALWAYS_INLINE void DD(pv_part)(int R, int zw, int pf, int64_t Ev, const fa_krows *t,
                                          const uint32_t *w, float *o, int64_t ldo)
 {
     int64_t c = 0;
-    for (; c + 64 <= Ev; c += 64) DD(pv_tile)(R, 2, pf && c == 0, t, w, c, o, ldo);
-    if (c < Ev) DD(pv_tile)(R, 1, pf && c == 0, t, w, c, o, ldo);
+    if (zw) {
+        for (; c + 64 <= Ev; c += 64) DD(pv_tile)(R, 2, 1, pf && c == 0, t, w, c, o, ldo);
+        if (c < Ev) DD(pv_tile)(R, 1, 1, pf && c == 0, t, w, c, o, ldo);
+    } else {
+        for (; c + 64 <= Ev; c += 64) DD(pv_tile)(R, 2, 0, pf && c == 0, t, w, c, o, ldo);
+        if (c < Ev) DD(pv_tile)(R, 1, 0, pf && c == 0, t, w, c, o, ldo);
+    }
 }
 
 /* o[i][:Ev] += sum_j bf16(p[i][j]) v_j, i < rows <= FA_DIRECT_MAX_ROWS,
@@ -186,15 +202,15 @@ static void DD(pv_rows)(int64_t rows, int64_t Ev, const float *p, int64_t ldp, c
                         float *o, int64_t ldo)
 {
     uint32_t w[FA_DIRECT_MAX_ROWS * FA_KC / 2];
-    DD(weights)(rows, p, ldp, t->n, w);
+    const int zw = DD(weights)(rows, p, ldp, t->n, w);
     int64_t i = 0;
     for (; i + DD_PR <= rows; i += DD_PR)
-        DD(pv_part)(DD_PR, i == 0, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo);
+        DD(pv_part)(DD_PR, zw, i == 0, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo);
     const int pf = i == 0;
     switch (rows - i) {
-    case 3: DD(pv_part)(3, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
-    case 2: DD(pv_part)(2, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
-    case 1: DD(pv_part)(1, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 3: DD(pv_part)(3, zw, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 2: DD(pv_part)(2, zw, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
+    case 1: DD(pv_part)(1, zw, pf, Ev, t, w + i * (FA_KC / 2), o + i * ldo, ldo); break;
     default: break;
     }
 }
