@@ -191,15 +191,15 @@ static void fa_paged_gather(const fa_paged_args *a, int64_t b, int64_t g, int64_
 
 /* The rows of keys [kb, kb + nk) (nk <= FA_KC) of kv head g of entry e's
  * sequence into t, page run by page run of its block table row, and the
- * FA_DIRECT_PF_KEYS key rows after them up to the entry's last key, to be
- * prefetched (NULL past it). */
+ * FA_KC key rows after them up to the entry's last key, to be prefetched
+ * (NULL past it). */
 static void fa_paged_rows(const fa_paged_args *a, const fa_paged_entry *e, int64_t g, int64_t kb,
                           int64_t nk, fa_krows *t)
 {
     const int64_t bs = a->block_size, *row = a->block_table + e->b * a->max_blocks;
-    const int64_t sz = fa_elem_size(a->kv_storage), end = fa_min64(kb + nk + FA_DIRECT_PF_KEYS, e->k1);
+    const int64_t sz = fa_elem_size(a->kv_storage), end = fa_min64(kb + nk + FA_KC, e->k1);
     const int64_t kps = a->k_ps * sz, vps = a->v_ps * sz;
-    t->n = nk;
+    t->n = nk, t->kbytes = a->E * sz;
     for (int64_t p = kb; p < end;) {
         const int64_t blk = row[p / bs], off = p % bs, n = fa_min64(bs - off, end - p);
         const char *k = (const char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * sz;
@@ -209,7 +209,7 @@ static void fa_paged_rows(const fa_paged_args *a, const fa_paged_entry *e, int64
             if (p < kb + nk) t->v[p - kb] = v + u * vps;
         }
     }
-    for (int64_t j = end - kb; j < nk + FA_DIRECT_PF_KEYS; j++) t->k[j] = NULL;
+    for (int64_t j = end - kb; j < nk + FA_KC; j++) t->k[j] = NULL;
 }
 
 /* The forward's one-problem call for query head h of sequence b over the

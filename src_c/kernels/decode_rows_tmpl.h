@@ -75,9 +75,11 @@ static void DR_QK(int64_t rows, int64_t E, int64_t Ev, const FA_T *q, const fa_k
 
 /* o[r][c0 + 0..NV*VW) += sum_j p[r][j] v_j[c0 ..] for the R rows at o (ld
  * ldo) and p (ld ldp): the R x NV tile in registers over the block's keys,
- * each value vector loaded once for the R rows; a zero weight skipped. */
-static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, const fa_krows *t, const FA_T *restrict p,
-                                         int64_t ldp, int64_t c0, FA_T *restrict o, int64_t ldo)
+ * each value vector loaded once for the R rows; a zero weight skipped; pf:
+ * the next block's key rows prefetched on the way. */
+static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, int pf, const fa_krows *t,
+                                         const FA_T *restrict p, int64_t ldp, int64_t c0,
+                                         FA_T *restrict o, int64_t ldo)
 {
     VT acc[4][8];
 #pragma GCC unroll 4
@@ -85,6 +87,7 @@ static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, const fa_krows *t, const
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++) acc[r][u] = V(load)(o + r * ldo + c0 + u * VW);
     for (int64_t j = 0; j < t->n; j++) {
+        if (pf) fa_krows_prefetch_next(t, j);
         const DR_SRC *vj = (const DR_SRC *)t->v[j] + c0;
         VT vv[8];
 #pragma GCC unroll 8
@@ -105,13 +108,15 @@ static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, const fa_krows *t, const
 }
 
 /* Rows r < R of P.V over the block: NV-vector tiles, single vectors, then
- * the last Ev % VW columns one by one (the sums of pv_direct's tail). */
-static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int64_t Ev, const FA_T *p, int64_t ldp,
-                                         const fa_krows *t, FA_T *o, int64_t ldo)
+ * the last Ev % VW columns one by one (the sums of pv_direct's tail); the
+ * first tile prefetches the next block's keys where pf (and none if Ev <
+ * VW: a head that small is no stream to keep up). */
+static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int pf, int64_t Ev, const FA_T *p,
+                                         int64_t ldp, const fa_krows *t, FA_T *o, int64_t ldo)
 {
     int64_t c = 0;
-    for (; c + NV * VW <= Ev; c += NV * VW) DR(pv_tile)(R, NV, t, p, ldp, c, o, ldo);
-    for (; c + VW <= Ev; c += VW) DR(pv_tile)(R, 1, t, p, ldp, c, o, ldo);
+    for (; c + NV * VW <= Ev; c += NV * VW) DR(pv_tile)(R, NV, pf && c == 0, t, p, ldp, c, o, ldo);
+    for (; c + VW <= Ev; c += VW) DR(pv_tile)(R, 1, pf && c == 0, t, p, ldp, c, o, ldo);
     if (c == Ev) return;
     for (int64_t j = 0; j < t->n; j++) {
         const DR_SRC *vj = (const DR_SRC *)t->v[j];
@@ -133,9 +138,11 @@ static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa
                   FA_T *o, int64_t ldo)
 {
     int64_t i = 0;
-    for (; DR_WIDEN && i + 4 <= rows; i += 4) DR(pv_part)(4, DR_ACC / 4, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
-    for (; DR_WIDEN && i + 2 <= rows; i += 2) DR(pv_part)(2, DR_ACC / 2, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
-    for (; i < rows; i++) DR(pv_part)(1, 8, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; DR_WIDEN && i + 4 <= rows; i += 4)
+        DR(pv_part)(4, DR_ACC / 4, i == 0, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; DR_WIDEN && i + 2 <= rows; i += 2)
+        DR(pv_part)(2, DR_ACC / 2, i == 0, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
+    for (; i < rows; i++) DR(pv_part)(1, 8, i == 0, Ev, p + i * ldp, ldp, t, o + i * ldo, ldo);
 }
 
 #undef DR_QR

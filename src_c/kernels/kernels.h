@@ -52,16 +52,26 @@ struct fa_q8_item; /* kernels/decode_q8.h */
 
 /* One key block of a decoding step for qk_rows and pv_rows: key j's row
  * at k[j], value j's at v[j], j < n <= FA_KC (any element type; unit
- * column stride); k[n .. n + FA_DIRECT_PF_KEYS): the key rows that follow
- * (the next block's; NULL past the last), only prefetched.  The drivers
- * fill it from a block table, so a block is one call whatever the page
- * size.  FA_KC keys: the value rows qk_rows prefetches (32-64 KiB at Ev =
- * 128 in bfloat16 / float32) wait in the L2 for pv_rows, and the rows x
- * FA_KC scores (4 KiB at 8 rows) stay in the L1 between them. */
+ * column stride); k[n .. n + FA_KC): the next block's key rows (NULL past
+ * the last), only prefetched.  The drivers fill it from a block table, so
+ * a block is one call whatever the page size.  qk_rows prefetches the
+ * value rows (32-64 KiB at Ev = 128 in bfloat16 / float32), which wait in
+ * the L2 for pv_rows, and the key rows FA_DIRECT_PF_KEYS ahead (a first
+ * block's); pv_rows the next block's key rows, so that the memory is read
+ * while this block's products run as well; the rows x FA_KC scores (4 KiB
+ * at 8 rows) stay in the L1 between them. */
 typedef struct fa_krows {
-    const void *k[FA_KC + FA_DIRECT_PF_KEYS], *v[FA_KC];
-    int64_t n;
+    const void *k[2 * FA_KC], *v[FA_KC];
+    int64_t n, kbytes; /* kbytes: a key row's bytes (for pv_rows' prefetches) */
 } fa_krows;
+
+/* pv_rows' prefetch of the next block's key row j (NULL past the last). */
+static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
+{
+    const char *k = (const char *)t->k[t->n + j];
+    if (k)
+        for (int64_t b = 0; b < t->kbytes; b += 64) FA_PREFETCH(k + b);
+}
 
 /* The 16-bit backward's kernels (driver/bw16.c; kernels/bw16.h), an entry
  * of the f32 tables: on amx and avx512_bf16, NULL elsewhere (there, BFMMLA's

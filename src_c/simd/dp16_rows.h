@@ -17,6 +17,8 @@
  *                         row into that order; dd_unmix the inverse
  *   dd_bcast(w)           the dword w in every lane
  *   dd_keep(x, m)         x & m per dword (a pair with one key dropped)
+ *   dd_put4(p, x, i)      float lanes 4i .. 4i + 3 of x to p[0 .. 4)
+ *   dd_nonzero(x)         bit i set where bfloat16 lane i of x is not +0
  * The SIMDe build (FA_BF16_EMULATED) takes VDPBF16PS from
  * simd/bf16_emulate.h, with the hardware's roundings. */
 #ifndef FASTATTN_DP16_ROWS_H
@@ -39,6 +41,15 @@ static inline dd_vi dd_pairs_lo(dd_vi a, dd_vi b) { return _mm512_unpacklo_epi16
 static inline dd_vi dd_pairs_hi(dd_vi a, dd_vi b) { return _mm512_unpackhi_epi16(a, b); }
 static inline dd_vi dd_bcast(uint32_t w) { return _mm512_set1_epi32((int)w); }
 static inline dd_vi dd_keep(dd_vi x, uint32_t m) { return _mm512_and_si512(x, _mm512_set1_epi32((int)m)); }
+
+static inline uint32_t dd_nonzero(dd_vi x) { return (uint32_t)_mm512_test_epi16_mask(x, x); }
+
+static inline void dd_put4(float *p, vf x, int i)
+{
+    const __m512i at = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                                        _mm512_set1_epi32(4 * i));
+    _mm_storeu_ps(p, _mm512_castps512_ps128(_mm512_permutexvar_ps(at, x)));
+}
 
 static inline void dd_mix(vf o0, vf o1, vf *lo, vf *hi)
 {

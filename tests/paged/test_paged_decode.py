@@ -15,6 +15,9 @@ from paged_common import bf16_weights_bound, make_batch, reference_paged
 
 LENS = [1, 5, 130, 700, 257, 1300]
 CACHES = ["float32", "bfloat16", "float16"]
+# the pool's dtype as a parameter, so that the bfloat16 tiers (whose
+# VDPBF16PS kernels these tests are about) run the tests too (conftest.py)
+BF16_POOL = pytest.mark.parametrize("pool", ["bfloat16"])
 
 
 def _call(args, **kw):
@@ -81,10 +84,20 @@ def test_groups_and_block_sizes_match_reference(isa, cache, block_size, group):
     _check(args, cache)
 
 
+@BF16_POOL
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 8], ids=lambda g: f"group{g}")
+def test_bfloat16_queries_in_groups_of_1_to_8_rows_match_reference(isa, pool, group):
+    # Q.K^T on VDPBF16PS takes rows by fours, then 3, 2 or 1, each over key
+    # tiles of 4, 8 or 16 and the last keys one by one (LENS: 1, 5, 130, ...)
+    args = _batch(LENS, 16, pool, query_16_bit=True, hq=2 * group, hkv=2, e=96, ev=64)
+    _check(args, pool)
+
+
+@BF16_POOL
 @pytest.mark.parametrize("e,ev", [(72, 64), (64, 40), (8, 8)])
-def test_head_sizes_off_the_pairs_fall_back_to_widening(isa, e, ev):
-    args = _batch(LENS, 16, "bfloat16", query_16_bit=True, e=e, ev=ev)
-    _check(args, "bfloat16")
+def test_head_sizes_off_the_pairs_fall_back_to_widening(isa, pool, e, ev):
+    args = _batch(LENS, 16, pool, query_16_bit=True, e=e, ev=ev)
+    _check(args, pool)
 
 
 OPTIONS = {
@@ -96,27 +109,52 @@ OPTIONS = {
 }
 
 
+@BF16_POOL
 @pytest.mark.parametrize("name", list(OPTIONS))
 @pytest.mark.parametrize("query_16_bit", [False, True], ids=["float32_query", "bfloat16_query"])
-def test_score_options_on_bfloat16_pools(isa, name, query_16_bit):
-    args = _batch(LENS, 16, "bfloat16", query_16_bit=query_16_bit)
-    _check(args, "bfloat16", **OPTIONS[name])
+def test_score_options_on_bfloat16_pools(isa, pool, name, query_16_bit):
+    args = _batch(LENS, 16, pool, query_16_bit=query_16_bit)
+    _check(args, pool, **OPTIONS[name])
 
 
+@BF16_POOL
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_shared_blocks_and_layouts_on_bfloat16_pools(isa, rng, layout):
+def test_shared_blocks_and_layouts_on_bfloat16_pools(isa, pool, rng, layout):
     args = make_batch(rng, [300, 200, 129, 1], block_size=16, hq=8, hkv=2, e=64,
-                      layout=layout, dtype="bfloat16", shared=5)
-    args["query"] = args["query"].astype(_half.as_storage_dtype("bfloat16"))
-    _check(args, "bfloat16")
+                      layout=layout, dtype=pool, shared=5)
+    args["query"] = args["query"].astype(_half.as_storage_dtype(pool))
+    _check(args, pool)
 
 
-def test_zero_weights_keep_nan_and_inf_values_out(isa):
+@BF16_POOL
+@pytest.mark.parametrize("n,bad", [(4, 1), (64, 37), (130, 129)],
+                         ids=["even_block", "second_chunk", "second_block"])
+def test_zero_weight_in_a_block_of_even_keys_keeps_nan_out(isa, pool, n, bad):
+    # a block whose keys pair up evenly and whose only zero weight is key
+    # bad's: P.V finds it while rounding the weights and tests the pairs
+    args = _batch([n], 16, pool, query_16_bit=True, hq=4, hkv=1)
+    q = np.zeros(args["query"].shape, np.float32)
+    q[..., 0] = 8.0                           # score of key p: k[p][0]
+    args["query"] = q.astype(args["query"].dtype)
+    k, v = args["key_cache"], args["value_cache"]   # HND: (blocks, Hkv, bs, E)
+    table = args["block_table"][0]
+    k[table[: (n + 15) // 16], 0] = 0
+    k[table[bad // 16], 0, bad % 16, 0] = -120.0     # its weight exp(-120): 0 in float32
+    v[table[bad // 16], 0, bad % 16] = np.nan
+    out = _call(args).astype(np.float64)
+    keep = [p for p in range(n) if p != bad]
+    rows = np.stack([v[table[p // 16], 0, p % 16].astype(np.float64) for p in keep])
+    np.testing.assert_allclose(out[0], np.broadcast_to(rows.mean(0), out[0].shape),
+                               rtol=2.0 ** -7, atol=1e-2)
+
+
+@BF16_POOL
+def test_zero_weights_keep_nan_and_inf_values_out(isa, pool):
     # key 1's score is 130 below key 0's: its weight is 0 (below float32's
     # range) and its NaN / Inf value must not reach the output; key 1 shares
     # a VDPBF16PS pair with key 0, key 2 is the block's odd last key
     for bad in (np.nan, np.inf):
-        args = _batch([3], 16, "bfloat16", query_16_bit=True, hq=4, hkv=1)
+        args = _batch([3], 16, pool, query_16_bit=True, hq=4, hkv=1)
         q = np.zeros(args["query"].shape, np.float32)
         q[..., 0] = 8.0                       # scores: 8 k[0] / sqrt(64) = k[0]
         args["query"] = q.astype(args["query"].dtype)
