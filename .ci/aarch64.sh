@@ -105,6 +105,8 @@ subset() {  # CPU PYTEST-ARGS...
 # step does).  First each model's default path and the paths it offers,
 # which say where each subset runs.
 cd "$WORK"
+# (two lanes on two cores: an OpenMP thread that waits sleeps, not spins)
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 step "qemu: each CPU model's default path and the paths it offers"
 NEON_CPU=${CPUS%% *} BF16_CPU="" SVE_CPU=""
 declare -A ISAS_OF

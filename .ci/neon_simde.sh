@@ -3,8 +3,10 @@
 # (setup.py: FASTATTN_NEON_EMULATION=simde; SIMDe >= 0.8.2 from the simde-py
 # package, pip-installed into a temporary folder, or FASTATTN_SIMDE_INCLUDE),
 # with AVX2 + FMA so that a fused multiply-add rounds as the hardware's FMLA,
-# then the whole suite against it with neon the default path: every test runs
-# the neon kernels, those parametrized over the ISA paths the others as well.
+# then the suite against it with neon the default path: every test runs the
+# neon kernels, those parametrized over the ISA paths neon_bf16's as well
+# (FASTATTN_TEST_ISAS, tests/conftest.py: the build's other paths, generic
+# and x86's, are compiled as in the plain build, whose step runs them).
 #
 #   bash .ci/neon_simde.sh [extra pytest args]
 #
@@ -45,12 +47,15 @@ echo "built in $((SECONDS - T0)) s"
 
 export PYTHONPATH="$LIB${PYTHONPATH:+:$PYTHONPATH}"
 export FASTATTN_ISA=neon
+FASTATTN_TEST_ISAS=$(cd "$WORK" && "$PY" -c 'import fastattn; print(",".join(n for n in fastattn.available_isas() if n.startswith("neon")))')
+export FASTATTN_TEST_ISAS
 cd "$WORK"
 "$PY" - "$LIB" <<'PYEOF'
-import sys, fastattn, fastattn._core as c
+import os, sys, fastattn, fastattn._core as c
 assert c.__file__.startswith(sys.argv[1]), f"imported {c.__file__}, not the SIMDe build"
 assert c.neon_emulated() and fastattn.get_isa() == "neon", (c.neon_emulated(), fastattn.get_isa())
-print("importing", c.__file__, "| ISA paths:", fastattn.available_isas())
+print("importing", c.__file__, "| ISA paths:", fastattn.available_isas(),
+      "| the tests' ISA paths:", os.environ["FASTATTN_TEST_ISAS"])
 PYEOF
 ARGS=()
 PATHS=()
@@ -65,6 +70,8 @@ XDIST=()
 if [ "$JOBS" -gt 1 ]; then
     if "$PY" -c 'import xdist' 2> /dev/null; then XDIST=(-n "$JOBS"); else echo "(no pytest-xdist: one process)"; fi
 fi
+# (the workers share the CPUs: an OpenMP thread that waits sleeps, not spins)
+[ ${#XDIST[@]} = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
     --ignore="$REPO/tests/api/test_module_structure.py" --ignore="$REPO/tests/test_packaging.py" \
