@@ -125,6 +125,8 @@ XDIST=()
 if [ "$JOBS" -gt 1 ]; then
     if "$PY" -c 'import xdist' 2> /dev/null; then XDIST=(-n "$JOBS"); else echo "(no pytest-xdist: one process)"; fi
 fi
+# (the workers share the CPUs: an OpenMP thread that waits sleeps, not spins)
+[ ${#XDIST[@]} = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
     -k "not test_no_memory_growth and not extra_memory" \
