@@ -136,7 +136,8 @@ background_lane() {
 background_lane > "$WORK/lane.log" 2>&1 &
 LANE=$!
 # (its children first: a killed lane leaves its qemu running otherwise)
-trap 'pkill -P "$LANE" 2> /dev/null; kill "$LANE" 2> /dev/null; rm -rf "$WORK"' EXIT
+# (|| true: errexit holds in the trap, and a lane that is done leaves nothing to kill)
+trap '{ pkill -P "$LANE"; kill "$LANE"; } 2> /dev/null || true; rm -rf "$WORK"' EXIT
 echo "(background lane: bitwise neon, the neon subset${BF16_CPU:+, bitwise neon_bf16}; pid $LANE)"
 
 for cpu in $CPUS; do
