@@ -21,6 +21,10 @@
 #      SIMDe has no SVE worth the name: the sve tier runs under qemu only.
 #      Likewise neon_bf16 (BFMMLA) on the first CPU model that offers it
 #      (max: FEAT_BF16; neoverse-n1 has none), after its own subset.
+#   4.-6. run in two lanes, one per core (each a single-threaded qemu at a
+#      time): the bitwise comparisons and the neon subset in the background.
+#      The SIMDe build is FASTATTN_NEON_SIMDE_BUILD's where that holds one
+#      (.ci/run: .ci/neon_simde.sh's), else built here.
 # Needs root for apt-get and network for the Debian and PyPI downloads the
 # first time (then the cache).  Nothing here has run on ARM hardware.
 #
@@ -31,7 +35,7 @@
 # corpus on the SIMDe build: default python), FASTATTN_AARCH64_CACHE, FASTATTN_QEMU_CPUS,
 # FASTATTN_DEBIAN_MIRROR (default http://deb.debian.org/debian),
 # FASTATTN_SIMDE_INCLUDE (SIMDe >= 0.8.2's include folder; else simde-py is
-# pip-installed into the cache and used).
+# pip-installed into the cache and used), FASTATTN_NEON_SIMDE_BUILD.
 source "$(dirname "$0")/aarch64_env.sh"
 CPUS=${FASTATTN_QEMU_CPUS:-neoverse-n1 max,sve=off max,sve128=on max,sve256=on}
 
@@ -41,16 +45,28 @@ A64=$(echo "$WORK"/a64/lib.*)
 file "$A64"/fastattn/_core*.so | grep -q "ARM aarch64" || { echo "no aarch64 extension in $A64"; exit 1; }
 
 step "SIMDe build of the neon kernels (x86-64), for the bitwise comparison"
-if [ -z "${FASTATTN_SIMDE_INCLUDE:-}" ]; then
-    [ -f "$CACHE/simde/.installed" ] || {
-        "$PY" -m pip install -q --disable-pip-version-check --target "$CACHE/simde" "simde-py>=0.8.2"
-        touch "$CACHE/simde/.installed"; }
-    FASTATTN_SIMDE_INCLUDE=$(PYTHONPATH="$CACHE/simde" "$PY" -c 'import simde_py; print(simde_py.get_include())')
+# .ci/run hands over .ci/neon_simde.sh's build (the same configuration) in
+# FASTATTN_NEON_SIMDE_BUILD; without one there, it is built here.
+SIMDE_BASE=${FASTATTN_NEON_SIMDE_BUILD:-$WORK/simde}
+if compgen -G "$SIMDE_BASE/lib.*/fastattn/_core*.so" > /dev/null; then
+    echo "the build in $SIMDE_BASE (FASTATTN_NEON_SIMDE_BUILD)"
+else
+    if [ -z "${FASTATTN_SIMDE_INCLUDE:-}" ]; then
+        [ -f "$CACHE/simde/.installed" ] || {
+            "$PY" -m pip install -q --disable-pip-version-check --target "$CACHE/simde" "simde-py>=0.8.2"
+            touch "$CACHE/simde/.installed"; }
+        FASTATTN_SIMDE_INCLUDE=$(PYTHONPATH="$CACHE/simde" "$PY" -c 'import simde_py; print(simde_py.get_include())')
+    fi
+    FASTATTN_SIMDE_INCLUDE=$FASTATTN_SIMDE_INCLUDE FASTATTN_NEON_EMULATION=simde \
+        "$PY" setup.py -q build --build-base "$SIMDE_BASE" --force > "$WORK/simde.log" 2>&1 \
+        || { tail -n 40 "$WORK/simde.log"; exit 1; }
 fi
-FASTATTN_SIMDE_INCLUDE=$FASTATTN_SIMDE_INCLUDE FASTATTN_NEON_EMULATION=simde \
-    "$PY" setup.py -q build --build-base "$WORK/simde" --force > "$WORK/simde.log" 2>&1 \
-    || { tail -n 40 "$WORK/simde.log"; exit 1; }
-EMU=$(echo "$WORK"/simde/lib.*)
+EMU=$(echo "$SIMDE_BASE"/lib.*)
+(cd "$WORK" && PYTHONPATH="$EMU" "$PY" - "$EMU" <<'PYEOF'
+import sys, fastattn._core as c
+assert c.__file__.startswith(sys.argv[1]) and c.neon_emulated(), (c.__file__, "not the SIMDe build")
+PYEOF
+)
 
 # the path a CPU model's default should be: sve where its vector length is
 # 256 bits (qemu-user starts a thread at the model's largest length, at most
@@ -82,13 +98,51 @@ subset() {  # CPU PYTEST-ARGS...
     PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -m pytest -q -p no:cacheprovider \
         --rootdir="$REPO" -c "$REPO/pyproject.toml" "$@"
 }
+# Each check below is one qemu process, mostly on one thread, so they run in
+# two lanes, one per core: the CPU models' checks and the bf16 and sve
+# subsets here, the bitwise comparisons and the neon subset in a background
+# lane (its output printed when both are done; it fails the script as any
+# step does).  First each model's default path and the paths it offers,
+# which say where each subset runs.
 cd "$WORK"
-neon_done=0 sve_done=0 BF16_CPU=""
+# (two lanes on two cores: an OpenMP thread that waits sleeps, not spins)
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+step "qemu: each CPU model's default path and the paths it offers"
+NEON_CPU=${CPUS%% *} BF16_CPU="" SVE_CPU=""
+declare -A ISAS_OF
 for cpu in $CPUS; do
     want=$(expected_default "$cpu")
-    isas=$(PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -c \
+    ISAS_OF[$cpu]=$(PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -c \
         'import fastattn; assert fastattn.get_isa() == "'"$want"'", fastattn.get_isa(); print(" ".join(fastattn.available_isas()))')
-    step "qemu -cpu $cpu: default path $want, available: $isas; FASTATTN_ISA forcing each"
+    echo "qemu -cpu $cpu: default path $want, available: ${ISAS_OF[$cpu]}"
+    if [ -z "$BF16_CPU" ] && [[ " ${ISAS_OF[$cpu]} " == *" neon_bf16 "* ]]; then BF16_CPU=$cpu; fi
+    if [ -z "$SVE_CPU" ] && [[ " ${ISAS_OF[$cpu]} " == *" sve "* ]]; then SVE_CPU=$cpu; fi
+done
+
+bitwise() {  # ISA CPU: bench/bitwise_corpus.py on ISA under qemu -cpu CPU and in the SIMDe build
+    local isa=$1 cpu=$2
+    step "bitwise: $isa under qemu (-cpu $cpu) vs the SIMDe build on x86-64"
+    FASTATTN_ISA=$isa PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" "$REPO/bench/bitwise_corpus.py" \
+        save "$WORK/qemu_$isa.npz" "$isa"
+    FASTATTN_ISA=$isa PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_$isa.npz" "$isa"
+    "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu_$isa.npz" "$WORK/simde_$isa.npz"
+}
+background_lane() {
+    bitwise neon "$NEON_CPU"
+    step "qemu -cpu $NEON_CPU: numerics subset on neon (-k neon): ${NEON_TESTS[*]##*/}"
+    subset "$NEON_CPU" -k neon "${NEON_TESTS[@]/#/$REPO/}"
+    if [ -n "$BF16_CPU" ]; then bitwise neon_bf16 "$BF16_CPU"; fi
+}
+background_lane > "$WORK/lane.log" 2>&1 &
+LANE=$!
+# (its children first: a killed lane leaves its qemu running otherwise)
+# (|| true: errexit holds in the trap, and a lane that is done leaves nothing to kill)
+trap '{ pkill -P "$LANE"; kill "$LANE"; } 2> /dev/null || true; rm -rf "$WORK"' EXIT
+echo "(background lane: bitwise neon, the neon subset${BF16_CPU:+, bitwise neon_bf16}; pid $LANE)"
+
+for cpu in $CPUS; do
+    isas=${ISAS_OF[$cpu]}
+    step "qemu -cpu $cpu: FASTATTN_ISA forcing each of $isas"
     for isa in $isas; do
         FASTATTN_ISA=$isa PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" -c \
             'import fastattn; assert fastattn.get_isa() == "'"$isa"'", fastattn.get_isa()'
@@ -103,34 +157,22 @@ for cpu in $CPUS; do
     esac
     step "qemu -cpu $cpu: smoke test on each of $isas"
     PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" "$REPO/.ci/aarch64_smoke.py" $isas
-    if [ $neon_done = 0 ]; then
-        neon_done=1
-        step "qemu -cpu $cpu: numerics subset on neon (-k neon): ${NEON_TESTS[*]##*/}"
-        subset "$cpu" -k neon "${NEON_TESTS[@]/#/$REPO/}"
-    fi
-    if [ -z "$BF16_CPU" ] && [[ " $isas " == *" neon_bf16 "* ]]; then
-        BF16_CPU=$cpu
-        step "qemu -cpu $cpu: numerics subset on neon_bf16 (-k neon_bf16): ${BF16_TESTS[*]##*/}"
-        subset "$cpu" -k neon_bf16 "${BF16_TESTS[@]/#/$REPO/}"
-    fi
-    if [ $sve_done = 0 ] && [[ " $isas " == *" sve "* ]]; then
-        sve_done=1
-        step "qemu -cpu $cpu: numerics subset on sve (-k sve), test_sve.py: ${SVE_TESTS[*]##*/}"
-        subset "$cpu" -k sve "${SVE_TESTS[@]/#/$REPO/}" "$REPO/tests/kernels/test_sve.py"
-    fi
 done
-[ $sve_done = 1 ] || echo "(no CPU model of FASTATTN_QEMU_CPUS has a 256-bit SVE: sve not run)"
-
-step "bitwise: neon under qemu (-cpu ${CPUS%% *}) vs the SIMDe build on x86-64"
-FASTATTN_ISA=neon PYTHONPATH="$A64:$SITE" qemu "${CPUS%% *}" "$APY" "$REPO/bench/bitwise_corpus.py" \
-    save "$WORK/qemu.npz" neon
-FASTATTN_ISA=neon PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde.npz" neon
-"$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu.npz" "$WORK/simde.npz"
 if [ -n "$BF16_CPU" ]; then
-    step "bitwise: neon_bf16 under qemu (-cpu $BF16_CPU) vs the SIMDe build on x86-64"
-    FASTATTN_ISA=neon_bf16 PYTHONPATH="$A64:$SITE" qemu "$BF16_CPU" "$APY" "$REPO/bench/bitwise_corpus.py" \
-        save "$WORK/qemu_bf16.npz" neon_bf16
-    FASTATTN_ISA=neon_bf16 PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_bf16.npz" neon_bf16
-    "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu_bf16.npz" "$WORK/simde_bf16.npz"
+    step "qemu -cpu $BF16_CPU: numerics subset on neon_bf16 (-k neon_bf16): ${BF16_TESTS[*]##*/}"
+    subset "$BF16_CPU" -k neon_bf16 "${BF16_TESTS[@]/#/$REPO/}"
 fi
+if [ -n "$SVE_CPU" ]; then
+    step "qemu -cpu $SVE_CPU: numerics subset on sve (-k sve), test_sve.py: ${SVE_TESTS[*]##*/}"
+    subset "$SVE_CPU" -k sve "${SVE_TESTS[@]/#/$REPO/}" "$REPO/tests/kernels/test_sve.py"
+else
+    echo "(no CPU model of FASTATTN_QEMU_CPUS has a 256-bit SVE: sve not run)"
+fi
+
+step "waiting for the background lane (pid $LANE)"
+lane_rc=0
+wait "$LANE" || lane_rc=$?
+echo "== the background lane's output:"
+cat "$WORK/lane.log"
+[ "$lane_rc" = 0 ] || { echo "the background lane exited $lane_rc"; exit 1; }
 step "aarch64.sh: all good"

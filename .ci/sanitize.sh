@@ -24,7 +24,9 @@
 # so a report in a child process (tests that spawn python) fails this script
 # even if the test that spawned it did not notice.
 # Environment: FASTATTN_HYPOTHESIS_PROFILE (default: ci-sanitize when
-# tests/conftest.py registers it, else the suite's default profile); CC.
+# tests/conftest.py registers it, else the suite's default profile); CC;
+# FASTATTN_TEST_JOBS (pytest-xdist workers, default one per CPU; each worker
+# writes its own reports to the log folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -103,9 +105,11 @@ PYEOF
 # Left out: the RSS tests (test_no_memory_growth*, *extra_memory*:
 # they measure the allocator, and ASan's allocator holds freed memory in
 # quarantine and maps shadow memory: nothing of the sanitizers' concern); the
-# benchmark harness and packaging tests (Python and build tooling: they call
-# the kernels only on shapes the rest of the suite covers, and took 70 s of
-# this step).  All run in the plain pytest step.
+# tests of the Python tooling: the benchmark harness (tests/cli/test_bench_*),
+# the trace printer (tests/cli/test_trace*: NumPy steps, checked against
+# fastattn on the walkthrough's few tokens), the module structure (reads the
+# sources) and packaging (builds wheels).  They call the kernels only on
+# shapes the rest of the suite covers.  All run in the plain pytest step.
 # Test paths given as arguments are relative to the checkout (pytest runs
 # from $WORK); without any, the whole tests/ folder.
 ARGS=()
@@ -114,11 +118,21 @@ for a in "$@"; do
     if [[ "$a" != -* && -e "$REPO/${a%%::*}" ]]; then PATHS+=("$REPO/$a"); else ARGS+=("$a"); fi
 done
 [ ${#PATHS[@]} -gt 0 ] || PATHS=("$REPO/tests")
+# FASTATTN_TEST_JOBS pytest-xdist workers (default: one per CPU); 0 or 1, or
+# no pytest-xdist in this Python: the tests run in this process.
+JOBS=${FASTATTN_TEST_JOBS:-$(nproc)}
+XDIST=()
+if [ "$JOBS" -gt 1 ]; then
+    if "$PY" -c 'import xdist' 2> /dev/null; then XDIST=(-n "$JOBS"); else echo "(no pytest-xdist: one process)"; fi
+fi
+# (the workers share the CPUs: an OpenMP thread that waits sleeps, not spins)
+[ ${#XDIST[@]} = 0 ] || export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 "$PY" -m pytest -q -p no:cacheprovider --rootdir="$REPO" -c "$REPO/pyproject.toml" \
     -k "not test_no_memory_growth and not extra_memory" \
-    --ignore="$REPO/tests/cli/test_bench_cli.py" --ignore="$REPO/tests/test_packaging.py" \
-    "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
+    --ignore-glob="$REPO/tests/cli/test_bench_*.py" --ignore-glob="$REPO/tests/cli/test_trace*.py" \
+    --ignore="$REPO/tests/api/test_module_structure.py" --ignore="$REPO/tests/test_packaging.py" \
+    ${XDIST[@]+"${XDIST[@]}"} "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"
 if compgen -G "$WORK/logs/*" > /dev/null; then
     echo "== sanitizer reports:"

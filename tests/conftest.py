@@ -109,7 +109,23 @@ def _has_16_bit_param(params: dict) -> bool:
     return False
 
 
+# FASTATTN_TEST_ISAS=neon,neon_bf16: the tests parametrized over the ISA paths
+# run on those paths only, for a CI step whose build adds paths to those
+# another step runs: the SIMDe build of the neon kernels (.ci/neon_simde.sh)
+# also offers this machine's x86 paths, compiled as in the plain build that
+# the plain pytest step runs.  Deselected, not skipped; a name this build does
+# not offer is an error.
+def _only_isas():
+    names = [n.strip() for n in os.environ.get("FASTATTN_TEST_ISAS", "").split(",") if n.strip()]
+    unknown = [n for n in names if n not in ISAS]
+    if unknown:
+        raise pytest.UsageError(f"FASTATTN_TEST_ISAS={os.environ['FASTATTN_TEST_ISAS']!r}: "
+                                f"{unknown} not among this build's ISA paths {list(ISAS)}")
+    return names
+
+
 def pytest_collection_modifyitems(config, items):
+    only = _only_isas()
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -117,7 +133,8 @@ def pytest_collection_modifyitems(config, items):
         redundant = (params.get("isa") in _BF16_TIERS and not _has_16_bit_param(params)
                      and "int8" not in item.name
                      and not item.path.name.startswith(("test_amx", "test_isa", "test_neon_bf16")))
-        (drop if redundant else keep).append(item)
+        elsewhere = bool(only) and "isa" in params and params["isa"] not in only
+        (drop if redundant or elsewhere else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
