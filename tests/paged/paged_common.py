@@ -4,6 +4,8 @@ the reference per sequence (fastattn.reference.attention on those keys)."""
 
 import numpy as np
 
+import fastattn
+from conftest import assert_close, finite_absmax, q8_dot_bound, q8_query
 from fastattn import _half, reference
 
 
@@ -119,3 +121,33 @@ def reference_paged(args, *, is_causal=True, window=None, alibi_slopes=None, sof
         out[r0:r1] = o.swapaxes(0, 1)
         lse[:, r0:r1] = l
     return out, lse
+
+
+def call_paged(args, **kw):
+    return fastattn.attention_paged(args["query"], args["key_cache"], args["value_cache"],
+                                    args["block_table"], args["seq_lens"],
+                                    cu_seqlens_q=args["cu_seqlens_q"], layout=args["layout"],
+                                    **kw)
+
+
+def check_int8(isa, args, ks, vs, **opts):
+    """attention_paged on int8 pools against the reference over the
+    dequantised pools.  The decoding sequences (at most 8 queries: the int8
+    kernel's) take their queries as that kernel quantises them on the tiers
+    with integer dot products (conftest.q8_query), and the tolerance adds
+    the weights' typical quantisation error there (conftest.q8_dot_bound);
+    the others are read by the copy, in float32."""
+    out, lse = call_paged(args, return_lse=True, key_scales=ks, value_scales=vs, **opts)
+    q = args["query"].astype(np.float64)
+    cu = args["cu_seqlens_q"]
+    cu = np.arange(len(args["seq_lens"]) + 1) if cu is None else cu
+    for r0, r1 in zip(cu[:-1], cu[1:]):
+        if r1 - r0 <= 8:
+            q[r0:r1] = q8_query(isa, args["query"][r0:r1])
+    ref, ref_lse = reference_paged(dict(args, query=q), key_scales=ks, value_scales=vs, **opts)
+    pools = [args[n] if args["layout"] == "NHD" else args[n].swapaxes(1, 2)
+             for n in ("key_cache", "value_cache")]
+    wt = q8_dot_bound(isa, args["query"], pools[0], ks, pools[1], vs, 1.0)[3]
+    m = finite_absmax(ref)
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * m + wt)
+    assert_close(lse, ref_lse, np.float32, factor=10)

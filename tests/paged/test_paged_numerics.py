@@ -10,16 +10,13 @@ from hypothesis import given, settings, strategies as st
 import fastattn
 from fastattn import _half
 from conftest import assert_close, examples, finite_absmax, q8_dot_bound, q8_query
-from paged_common import bf16_weights_bound, make_batch, reference_paged
+from paged_common import bf16_weights_bound, call_paged, check_int8, make_batch, reference_paged
 
 LENS = [1, 37, 300, 1300, 16, 129]        # 1300: a long context, split over items
 
 
 def _call(args, **kw):
-    return fastattn.attention_paged(args["query"], args["key_cache"], args["value_cache"],
-                                    args["block_table"], args["seq_lens"],
-                                    cu_seqlens_q=args["cu_seqlens_q"], layout=args["layout"],
-                                    **kw)
+    return call_paged(args, **kw)
 
 
 def _check(args, dtype=np.float32, factor=1.0, **opts):
@@ -115,29 +112,6 @@ def _int8_pools(args):
     return args, scales[0], scales[1]
 
 
-def _check_int8(isa, args, ks, vs, **opts):
-    """attention_paged on int8 pools against the reference over the
-    dequantised pools.  The decoding sequences (at most 8 queries: the int8
-    kernel's) take their queries as that kernel quantises them on the tiers
-    with integer dot products (conftest.q8_query), and the tolerance adds
-    the weights' typical quantisation error there (conftest.q8_dot_bound);
-    the others are read by the copy, in float32."""
-    out, lse = _call(args, return_lse=True, key_scales=ks, value_scales=vs, **opts)
-    q = args["query"].astype(np.float64)
-    cu = args["cu_seqlens_q"]
-    cu = np.arange(len(args["seq_lens"]) + 1) if cu is None else cu
-    for r0, r1 in zip(cu[:-1], cu[1:]):
-        if r1 - r0 <= 8:
-            q[r0:r1] = q8_query(isa, args["query"][r0:r1])
-    ref, ref_lse = reference_paged(dict(args, query=q), key_scales=ks, value_scales=vs, **opts)
-    pools = [args[n] if args["layout"] == "NHD" else args[n].swapaxes(1, 2)
-             for n in ("key_cache", "value_cache")]
-    wt = q8_dot_bound(isa, args["query"], pools[0], ks, pools[1], vs, 1.0)[3]
-    m = finite_absmax(ref)
-    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * m + wt)
-    assert_close(lse, ref_lse, np.float32, factor=10)
-
-
 def _int8_batch(rng, layout="NHD"):
     return _int8_pools(make_batch(rng, [1300, 64, 5], [1, 10, 1], dtype=np.float32,
                                   layout=layout))
@@ -146,7 +120,7 @@ def _int8_batch(rng, layout="NHD"):
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_int8_caches_match_the_dequantised_reference(isa, rng, layout):
     args, ks, vs = _int8_batch(rng, layout)
-    _check_int8(isa, args, ks, vs)
+    check_int8(isa, args, ks, vs)
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
@@ -155,7 +129,7 @@ def test_int8_decoding_steps_with_score_options_and_long_contexts_split(isa, rng
     # kernel's rows), a prefill chunk of 30 (the copy) with them
     args, ks, vs = _int8_pools(make_batch(rng, [3000, 90, 33, 200], [1, 30, 8, 3],
                                           block_size=16))
-    _check_int8(isa, args, ks, vs, **OPTIONS[name])
+    check_int8(isa, args, ks, vs, **OPTIONS[name])
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
@@ -166,7 +140,7 @@ def test_int8_decoding_steps_for_block_sizes_layouts_and_groups(isa, rng, layout
     # a group of 16 query heads: two passes of the int8 kernel's 8 rows
     args, ks, vs = _int8_pools(make_batch(rng, [700, 129, 1], [1, 2, 1], block_size=block_size,
                                           hq=hq, hkv=hkv, e=24, ev=40, layout=layout))
-    _check_int8(isa, args, ks, vs)
+    check_int8(isa, args, ks, vs)
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 16, 128])
@@ -179,7 +153,7 @@ def test_int8_block_sizes_and_gqa_groups_with_every_option(isa, rng, block_size,
                                           hq=2 * group, hkv=2, e=128))
     opts = dict(OPTIONS["everything"], alibi_slopes=np.linspace(0.05, 0.4, 2 * group),
                 sinks=np.linspace(-1, 2, 2 * group))
-    _check_int8(isa, args, ks, vs, **opts)
+    check_int8(isa, args, ks, vs, **opts)
 
 
 @pytest.mark.parametrize("e,ev", [(32, 31), (256, 33), (257, 100), (5, 256)])
@@ -188,7 +162,7 @@ def test_int8_head_dims_at_the_integer_paths_limits(isa, rng, e, ev):
     # float Q.K^T; column tails of the value chunks (31, 33, 100)
     args, ks, vs = _int8_pools(make_batch(rng, [150, 7], [1, 3], block_size=16, hq=4, hkv=1,
                                           e=e, ev=ev))
-    _check_int8(isa, args, ks, vs)
+    check_int8(isa, args, ks, vs)
 
 
 @pytest.mark.parametrize("tiny", [1e-30, 1e-35])
@@ -268,7 +242,7 @@ def test_bitwise_identical_for_any_thread_count_with_long_contexts_split(isa, rn
         for a, b in zip(runs[0], got):
             assert a.tobytes() == b.tobytes()
     if cache == "int8":
-        _check_int8(isa, args, ks, vs)
+        check_int8(isa, args, ks, vs)
         return
     ref, ref_lse = reference_paged(args, **opts)
     assert_close(runs[0][0], ref, np.float32, finite_absmax(ref))

@@ -11,7 +11,7 @@ import pytest
 
 import fastattn
 from conftest import assert_close, finite_absmax
-from paged_common import bf16_weights_bound, gather, make_batch, reference_paged
+from paged_common import bf16_weights_bound, check_int8, gather, make_batch, reference_paged
 
 CHUNKS = [1, 9, 15, 16, 17, 64, 65, 512]
 
@@ -107,7 +107,7 @@ def test_int8_pools_chunks_dequantised_when_staged(isa, rng):
         sc = np.abs(args[name]).max(-1) / 127
         args[name] = np.rint(args[name] / sc[..., None]).astype(np.int8)
         scales.append(sc.astype(np.float32))
-    _check(args, key_scales=scales[0], value_scales=scales[1])
+    check_int8(isa, args, scales[0], scales[1])
 
 
 def _repaged(args, block_size, rng):
