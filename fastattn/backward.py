@@ -13,8 +13,9 @@ order, and each is rounded once to its input's dtype.  So the extra memory
 is those per-index gradients (at most the broadcast factor times an input),
 never ``L x S``; where nothing is summed and the kernel can (16-bit inputs
 on its matrix path, :func:`fastattn._core.backward_rounds`), it rounds the
-gradients once itself and writes them in the inputs' dtype directly.  The sinks' gradient comes back per batch index too, and is
-summed to the shape of ``sinks`` likewise.
+gradients once itself and writes them in the inputs' dtype directly.  The
+sinks' gradient comes back per batch index too, and is summed to the shape
+of ``sinks`` likewise.
 """
 
 from __future__ import annotations
