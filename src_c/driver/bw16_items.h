@@ -142,11 +142,14 @@ static void bw16_delta_item(void *ctx, int64_t b, int tid)
         pl->M->dots(pl->f16, (const uint16_t *)g->dout.data + go.dout, g->dout.rs,
                     (const uint16_t *)a->out.data + off.o, a->out.rs, nv, a->Ev, delta);
     for (int64_t i = 0; i < a->L; i++) {
-        float d = i < nv ? delta[i] : 0;
         const int64_t o0 = off.o + i * a->out.rs, d0 = go.dout + i * g->dout.rs;
-        for (int64_t c = 0; c < a->Ev && i >= nv; c++)
-            d += ld_f32(g->dout.data, d0 + c * g->dout.cs, a->storage) *
-                 ld_f32(a->out.data, o0 + c * a->out.cs, a->storage);
+        float d = 0;
+        if (i < nv)
+            d = delta[i];
+        else
+            for (int64_t c = 0; c < a->Ev; c++)
+                d += ld_f32(g->dout.data, d0 + c * g->dout.cs, a->storage) *
+                     ld_f32(a->out.data, o0 + c * a->out.cs, a->storage);
         if (g->glse.data) d -= ((const float *)g->glse.data)[go.glse + i * g->glse.rs];
         delta[i] = d;
         const float l = lse[i * a->lse.rs];
