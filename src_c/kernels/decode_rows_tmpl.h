@@ -75,9 +75,11 @@ static void DR_QK(int64_t rows, int64_t E, int64_t Ev, const FA_T *q, const fa_k
 
 /* o[r][c0 + 0..NV*VW) += sum_j p[r][j] v_j[c0 ..] for the R rows at o (ld
  * ldo) and p (ld ldp): the R x NV tile in registers over the block's keys,
- * each value vector loaded once for the R rows; a zero weight skipped; pf:
- * the next block's key rows prefetched on the way. */
-static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, int pf, const fa_krows *t,
+ * each value vector loaded once for the R rows; a zero weight skipped,
+ * unless nz (none of the R rows' weights in the block is zero: no test,
+ * each weight broadcast straight from memory, the same sums); pf: the next
+ * block's key rows prefetched on the way. */
+static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, int nz, int pf, const fa_krows *t,
                                          const FA_T *restrict p, int64_t ldp, int64_t c0,
                                          FA_T *restrict o, int64_t ldo)
 {
@@ -95,7 +97,7 @@ static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, int pf, const fa_krows *
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const FA_T w = p[r * ldp + j];
-            if (w == 0) continue;
+            if (!nz && w == 0) continue;
             const VT vw = V(set1)(w);
 #pragma GCC unroll 8
             for (int u = 0; u < NV; u++) acc[r][u] = V(fma)(vw, vv[u], acc[r][u]);
@@ -107,16 +109,40 @@ static FA_ALWAYS_INLINE void DR(pv_tile)(int R, int NV, int pf, const fa_krows *
         for (int u = 0; u < NV; u++) V(store)(o + r * ldo + c0 + u * VW, acc[r][u]);
 }
 
-/* Rows r < R of P.V over the block: NV-vector tiles, single vectors, then
- * the last Ev % VW columns one by one (the sums of pv_direct's tail); the
- * first tile prefetches the next block's keys where pf (and none if Ev <
- * VW: a head that small is no stream to keep up). */
+/* 1 if none of the R rows' weights p[r*ldp + j], j < n, is zero. */
+static FA_ALWAYS_INLINE int DR(no_zero)(int R, const FA_T *p, int64_t ldp, int64_t n)
+{
+    int z = 0;
+    for (int r = 0; r < R; r++)
+        for (int64_t j = 0; j < n; j++) z |= p[r * ldp + j] == 0;
+    return !z;
+}
+
+/* The vector columns of rows r < R: NV-vector tiles, then single vectors;
+ * the first tile prefetches the next block's keys where pf (and none if Ev
+ * < VW: a head that small is no stream to keep up).  Returns the first
+ * column left. */
+static FA_ALWAYS_INLINE int64_t DR(pv_vectors)(int R, int NV, int nz, int pf, int64_t Ev,
+                                               const FA_T *p, int64_t ldp, const fa_krows *t,
+                                               FA_T *o, int64_t ldo)
+{
+    int64_t c = 0;
+    for (; c + NV * VW <= Ev; c += NV * VW)
+        DR(pv_tile)(R, NV, nz, pf && c == 0, t, p, ldp, c, o, ldo);
+    for (; c + VW <= Ev; c += VW) DR(pv_tile)(R, 1, nz, pf && c == 0, t, p, ldp, c, o, ldo);
+    return c;
+}
+
+/* Rows r < R of P.V over the block: the vector columns (without a weight
+ * test where no weight is zero, which is most blocks of a decoding step:
+ * only hidden keys and underflows give zeros), then the last Ev % VW
+ * columns one by one (the sums of pv_direct's tail). */
 static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int pf, int64_t Ev, const FA_T *p,
                                          int64_t ldp, const fa_krows *t, FA_T *o, int64_t ldo)
 {
-    int64_t c = 0;
-    for (; c + NV * VW <= Ev; c += NV * VW) DR(pv_tile)(R, NV, pf && c == 0, t, p, ldp, c, o, ldo);
-    for (; c + VW <= Ev; c += VW) DR(pv_tile)(R, 1, pf && c == 0, t, p, ldp, c, o, ldo);
+    const int64_t c = DR(no_zero)(R, p, ldp, t->n)
+                          ? DR(pv_vectors)(R, NV, 1, pf, Ev, p, ldp, t, o, ldo)
+                          : DR(pv_vectors)(R, NV, 0, pf, Ev, p, ldp, t, o, ldo);
     if (c == Ev) return;
     for (int64_t j = 0; j < t->n; j++) {
         const DR_SRC *vj = (const DR_SRC *)t->v[j];
