@@ -200,8 +200,9 @@ def finite_absmax(*arrays) -> float:
 
 
 # The tiers whose int8 KV cache kernel runs on integer dot products
-# (src_c/kernels/decode_q8_dot.h: AVX512-VNNI), and its keys per block.
-Q8_DOT_ISAS = ("avx512_bf16", "amx")
+# (src_c/kernels/decode_q8_dot.h: VPMADDWD on avx2, AVX512-VNNI on the
+# bfloat16 tiers), and its keys per block.
+Q8_DOT_ISAS = ("avx2", "avx512_bf16", "amx")
 Q8_KC = 128
 
 

@@ -1,22 +1,25 @@
 /* decode_q8_dot.h -- Q.K^T and P.V of the int8 KV cache's kernel on integer
- * dot products (VPDPWSSD over simd/q8_dot.h), on the x86 bfloat16 tiers;
- * included by kernels/decode_q8_tmpl.h (which defines Q8, Q8(blk), NB, RB,
+ * dot products (the qd_* of the mapping's FA_SIMD_Q8_DOT: simd/q8_dot_avx2.h,
+ * simd/q8_dot_avx512.h), on avx2 and the x86 bfloat16 tiers; included by
+ * kernels/decode_q8_tmpl.h (which defines Q8, Q8(blk), NB, RB,
  * Q8_ROW_CASES, Q8(prefetch) and the float Q8(pv) it falls back to), names
- * Q8(name) -> name_q8_<FA_ISA_NAME> (qk_dot_q8_amx, ...).
+ * Q8(name) -> name_q8_<FA_ISA_NAME> (qk_dot_q8_amx, ...).  Every sum is an
+ * exact integer and every float32 step is per element, so each tier gives
+ * these products the same bits, whatever its width QD_W.
  *
  * Q.K^T: each query row quantised once per item to int16 with its own
  * scale, q16 = rint((q / a) 32767), a = max|q_r| (error <= 2^-16 a per
  * element, plus the float32 rounding of the quotient); the keys' int8
- * levels sign-extended to int16, 16 keys at a time into a buffer that
+ * levels sign-extended to int16, QD_W keys at a time into a buffer that
  * serves every row; int32 sums (exact: |q16 k8| <= 32767 * 128 < 2^22, a
- * pair < 2^23, E/2 <= 128 pairs < 2^30 for E <= FA_Q8_DOT_MAX_E), the 16
+ * pair < 2^23, E/2 <= 128 pairs < 2^30 for E <= FA_Q8_DOT_MAX_E), the QD_W
  * keys' partial vectors reduced by one transpose-add; score j =
  * ((scale (a / 32767)) k_scale[j]) dot, in float32.
  * P.V: per (row, key block) w_j = p_j v_scale[j] quantised to int16 with
  * scale b = max_j |w_j|: rint(w_j fl(32767 / b)) (error <= 2^-16 b per
  * weight, plus float32 roundings of 2^-8 levels; a zero weight, so every
- * hidden key, is exactly 0 and adds nothing); value pairs (key j, j + 1) interleaved to int16 pairs per
- * column; int32 sums in registers over the block (|w16 v8| < 2^22, a pair
+ * hidden key, is exactly 0 and adds nothing); value pairs (key j, j + 1)
+ * interleaved to int16 pairs per column; int32 sums in registers over the block (|w16 v8| < 2^22, a pair
  * < 2^23, FA_Q8_KC/2 = 64 pairs < 2^29), then o += ((float)sum / 32767) b
  * once per block.  Rows r0 .. r0+R (Q8(rows)) with a NaN or infinity in a
  * query run the float Q8(scores) (such a row's output is NaN), and a
@@ -44,8 +47,8 @@ static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, f
     return 1;
 }
 
-/* Keys j0 .. j0+m (m <= 16) of block t as int16 rows of kq,
- * FA_Q8_DOT_MAX_E apart (a constant: one base register addresses all 16
+/* Keys j0 .. j0+m (m <= QD_W) of block t as int16 rows of kq,
+ * FA_Q8_DOT_MAX_E apart (a constant: one base register addresses all QD_W
  * rows), zeros from E to Ep and in the rows from m; their value rows and
  * the next block's keys asked for. */
 static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, int64_t m,
@@ -55,11 +58,12 @@ static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, i
     for (int64_t l = 0; l < m; l++) {
         const int8_t *kp = t->k[j0 + l];
         Q8(prefetch)(it, t, j0 + l);
-        for (int64_t d = 0; d < Ep; d += 32)
-            qd_store(kq + l * FA_Q8_DOT_MAX_E + d,
-                     d + 32 <= E ? qd_widen(kp + d) : qd_widen_part(kp + d, E - d));
+        for (int64_t d = 0; d < Ep; d += 2 * QD_W) /* past E: zeros (Ep > E + 2 QD_W on avx2) */
+            qd_store(kq + l * FA_Q8_DOT_MAX_E + d, d + 2 * QD_W <= E ? qd_widen(kp + d)
+                                                   : d < E           ? qd_widen_part(kp + d, E - d)
+                                                                     : qd_zero());
     }
-    for (int64_t l = m; l < 16; l++) memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
+    for (int64_t l = m; l < QD_W; l++) memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
 }
 
 /* s[r*NB + jj] = ((scale sq[r]) ks[jj]) (q16_r . k8[jj]) for the R rows and
@@ -68,17 +72,17 @@ static void Q8(qk_dot)(int R, const fa_q8_item *it, const int16_t *q16, const fl
                        const Q8(blk) *t, float *restrict s)
 {
     const int64_t Ep = Q8_EP(it->E);
-    int16_t kq[16 * FA_Q8_DOT_MAX_E];
-    for (int64_t j0 = 0; j0 < t->n; j0 += 16) {
-        Q8(widen_keys)(it, t, j0, t->n - j0 < 16 ? t->n - j0 : 16, kq);
+    int16_t kq[QD_W * FA_Q8_DOT_MAX_E];
+    for (int64_t j0 = 0; j0 < t->n; j0 += QD_W) {
+        Q8(widen_keys)(it, t, j0, t->n - j0 < QD_W ? t->n - j0 : QD_W, kq);
         for (int r = 0; r < R; r++) {
-            qd_vi acc[16];
+            qd_vi acc[QD_W];
 #pragma GCC unroll 16
-            for (int l = 0; l < 16; l++) acc[l] = qd_zero();
-            for (int64_t d = 0; d < Ep; d += 32) {
+            for (int l = 0; l < QD_W; l++) acc[l] = qd_zero();
+            for (int64_t d = 0; d < Ep; d += 2 * QD_W) {
                 const qd_vi qv = qd_load(q16 + r * Ep + d);
 #pragma GCC unroll 16
-                for (int l = 0; l < 16; l++)
+                for (int l = 0; l < QD_W; l++)
                     acc[l] = qd_dp(acc[l], qv, qd_load(kq + l * FA_Q8_DOT_MAX_E + d));
             }
             const vf c = vf_mul(vf_set1(it->scale * sq[r]), vf_load(t->ks + j0));
@@ -88,10 +92,10 @@ static void Q8(qk_dot)(int R, const fa_q8_item *it, const int16_t *q16, const fl
 }
 
 /* The R rows' weights p[r*NB + jj] vs[jj], jj < t->n, as int16 at
- * w + r*NB (zeros to the end of the last 16) and their scales b[r] (0: a
- * row without weight here); 0 if a weight is not finite or 32767 / b[r]
- * is not.  p's rows are
- * zeroed past t->n first (t->vs is zero there, Q8(locate)). */
+ * w + r*NB (zeros to the end of the last 16: whole vectors on every tier)
+ * and their scales b[r] (0: a row without weight here); 0 if a weight is
+ * not finite or 32767 / b[r] is not.  p's rows are zeroed past t->n first
+ * (t->vs is zero there, Q8(locate)). */
 static int Q8(quant_w)(int R, const Q8(blk) *t, float *p, int16_t *w, float *b)
 {
     const int64_t n = t->n, np = (n + 15) / 16 * 16;
@@ -99,7 +103,7 @@ static int Q8(quant_w)(int R, const Q8(blk) *t, float *p, int16_t *w, float *b)
         float *pr = p + r * NB;
         for (int64_t jj = n; jj < np; jj++) pr[jj] = 0;
         vf mx = vf_zero(), bad = vf_zero();
-        for (int64_t jj = 0; jj < np; jj += 16) {
+        for (int64_t jj = 0; jj < np; jj += QD_W) {
             const vf x = vf_mul(vf_load(pr + jj), vf_load(t->vs + jj));
             mx = vf_max(vf_abs(x), mx);
             bad = vf_add(bad, vf_mul(x, vf_zero())); /* NaN once a weight is NaN or inf */
@@ -113,22 +117,22 @@ static int Q8(quant_w)(int R, const Q8(blk) *t, float *p, int16_t *w, float *b)
         const float inv = 32767.0f / b[r];
         if (!(inv <= FLT_MAX)) return 0;
         const vf sc = vf_set1(inv);
-        for (int64_t jj = 0; jj < np; jj += 16)
+        for (int64_t jj = 0; jj < np; jj += QD_W)
             qd_quant(w + r * NB + jj, vf_mul(vf_load(pr + jj), vf_load(t->vs + jj)), sc);
     }
     return 1;
 }
 
-/* o[r*ldo + c0 + 0..32 NC) += (sum_jj w16[r][jj] v8[jj][c0 ..]) b[r] / 32767,
- * r < PR, for the keys of block t: key pairs at once, the PR x NC x 2
+/* o[r*ldo + c0 + 0..2 QD_W NC) += (sum_jj w16[r][jj] v8[jj][c0 ..]) b[r] /
+ * 32767, r < PR, for the keys of block t: key pairs at once, the PR x NC x 2
  * accumulators in registers over the block.  full: every column of the
- * tile is below Ev; else its one chunk (NC = 1) has Ev - c0 < 32. */
+ * tile is below Ev; else its one chunk (NC = 1) has Ev - c0 < 2 QD_W. */
 static FA_ALWAYS_INLINE void Q8(pv_dot_tile)(int PR, int NC, int full, const fa_q8_item *it,
                                              const Q8(blk) *t, const int16_t *w, const float *b,
                                              float *restrict o, int64_t ldo, int64_t c0)
 {
     const int64_t n = t->n, cols = it->Ev - c0;
-    qd_vi lo[RB][4], hi[RB][4];
+    qd_vi lo[QD_TILE_ROWS][4], hi[QD_TILE_ROWS][4];
 #pragma GCC unroll 8
     for (int r = 0; r < PR; r++)
 #pragma GCC unroll 4
@@ -138,8 +142,8 @@ static FA_ALWAYS_INLINE void Q8(pv_dot_tile)(int PR, int NC, int full, const fa_
         qd_vi pl[4], ph[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NC; u++) {
-            const qd_vi x = full ? qd_widen(va + 32 * u) : qd_widen_part(va, cols);
-            const qd_vi y = full ? qd_widen(vb + 32 * u) : qd_widen_part(vb, cols);
+            const qd_vi x = full ? qd_widen(va + 2 * QD_W * u) : qd_widen_part(va, cols);
+            const qd_vi y = full ? qd_widen(vb + 2 * QD_W * u) : qd_widen_part(vb, cols);
             pl[u] = qd_pairs_lo(x, y), ph[u] = qd_pairs_hi(x, y);
         }
 #pragma GCC unroll 8
@@ -158,30 +162,46 @@ static FA_ALWAYS_INLINE void Q8(pv_dot_tile)(int PR, int NC, int full, const fa_
         const vf br = vf_set1(b[r]);
 #pragma GCC unroll 4
         for (int u = 0; u < NC; u++) {
-            float *op = o + r * ldo + c0 + 32 * u;
+            float *op = o + r * ldo + c0 + 2 * QD_W * u;
             vf o0, o1;
             qd_unmix(qd_to_f(lo[r][u]), qd_to_f(hi[r][u]), &o0, &o1);
             vf_store(op, vf_fma(vf_mul(o0, k), br, vf_load(op)));
-            vf_store(op + 16, vf_fma(vf_mul(o1, k), br, vf_load(op + 16)));
+            vf_store(op + QD_W, vf_fma(vf_mul(o1, k), br, vf_load(op + QD_W)));
         }
     }
 }
 
-/* Every column of the PR rows: tiles of NC chunks of 32, then single
- * chunks, the last one partial (ldo is a multiple of 32: fa_q8_ldo). */
+/* Every column of the PR rows: tiles of NC chunks of 2 QD_W, then single
+ * chunks, the last one partial (ldo is a multiple of 32, so of 2 QD_W:
+ * fa_q8_ldo). */
 static FA_ALWAYS_INLINE void Q8(pv_dot_rows)(int PR, int NC, const fa_q8_item *it,
                                              const Q8(blk) *t, const int16_t *w, const float *b,
                                              float *o, int64_t ldo)
 {
     int64_t c = 0;
-    for (; c + 32 * NC <= it->Ev; c += 32 * NC) Q8(pv_dot_tile)(PR, NC, 1, it, t, w, b, o, ldo, c);
-    for (; c + 32 <= it->Ev; c += 32) Q8(pv_dot_tile)(PR, 1, 1, it, t, w, b, o, ldo, c);
+    for (; c + 2 * QD_W * NC <= it->Ev; c += 2 * QD_W * NC)
+        Q8(pv_dot_tile)(PR, NC, 1, it, t, w, b, o, ldo, c);
+    for (; c + 2 * QD_W <= it->Ev; c += 2 * QD_W) Q8(pv_dot_tile)(PR, 1, 1, it, t, w, b, o, ldo, c);
     if (c < it->Ev) Q8(pv_dot_tile)(PR, 1, 0, it, t, w, b, o, ldo, c);
 }
 
-/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] vs[jj] v8[jj] for the R rows (all
- * in one tile, so each value row is widened once: 8 rows x 1 chunk, 4 x 2,
- * 2 x 4, 1 x 4), or by the float Q8(pv) if a weight is not finite. */
+/* The R (<= QD_TILE_ROWS) rows of one tile: QD_PV_CHUNKS(R) chunks wide
+ * (the mapping's choice, as many as its registers hold: on avx512, 8 rows
+ * x 1 chunk, 4 x 2, 2 x 4, 1 x 4). */
+static void Q8(pv_dot_tile_rows)(int R, const fa_q8_item *it, const Q8(blk) *t, const int16_t *w,
+                                 const float *b, float *o, int64_t ldo)
+{
+    /* rows past QD_TILE_ROWS never come here: the cases only keep it in bounds */
+#define Q8_PV_DOT(c)                                                                   \
+    Q8(pv_dot_rows)((c) < QD_TILE_ROWS ? (c) : QD_TILE_ROWS, QD_PV_CHUNKS(c), it, t, w, b, o, \
+                    ldo)
+    Q8_ROW_CASES(Q8_PV_DOT)
+#undef Q8_PV_DOT
+}
+
+/* o[r*ldo + 0..Ev) += sum_jj p[r*NB + jj] vs[jj] v8[jj] for the R rows (in
+ * tiles of QD_TILE_ROWS: each value row widened once per tile), or by the
+ * float Q8(pv) if a weight is not finite. */
 static void Q8(pv_dot)(int R, const fa_q8_item *it, const Q8(blk) *t, float *p, float *o,
                        int64_t ldo)
 {
@@ -191,9 +211,9 @@ static void Q8(pv_dot)(int R, const fa_q8_item *it, const Q8(blk) *t, float *p, 
         Q8(pv)(R, it, t, p, o, ldo);
         return;
     }
-#define Q8_PV_DOT(c) Q8(pv_dot_rows)(c, (c) <= 2 ? 4 : (c) <= 4 ? 2 : 1, it, t, w, b, o, ldo)
-    Q8_ROW_CASES(Q8_PV_DOT)
-#undef Q8_PV_DOT
+    for (int r = 0; r < R; r += QD_TILE_ROWS)
+        Q8(pv_dot_tile_rows)(R - r < QD_TILE_ROWS ? R - r : QD_TILE_ROWS, it, t, w + r * NB, b + r,
+                             o + r * ldo, ldo);
 }
 
 #undef Q8_EP

@@ -14,10 +14,12 @@
  * table of a paged cache, or at fixed strides) into a table of row
  * pointers and scales that the loops read.
  *
- * The int8 levels are converted to float in registers (vf_load_i8) and the
- * row scales applied to scalars: score j = (scale k_scale[j]) (q . k8[j]),
- * and value j enters P.V with the weight p[j] v_scale[j].  Nothing is
- * dequantised to memory.  Query rows are taken FA_Q8_ROWS at a time so that
+ * Where the mapping names integer dot products (FA_SIMD_Q8_DOT: avx2 and
+ * the x86 bfloat16 tiers), Q.K^T and P.V run on them (decode_q8_dot.h);
+ * elsewhere, and for the rows or blocks it hands back, the int8 levels are
+ * converted to float in registers (vf_load_i8) and the row scales applied
+ * to scalars: score j = (scale k_scale[j]) (q . k8[j]), and value j enters
+ * P.V with the weight p[j] v_scale[j].  Nothing is dequantised to memory.  Query rows are taken FA_Q8_ROWS at a time so that
  * one conversion of a key or value serves a whole GQA group; the keys in
  * blocks of FA_Q8_KC, with the online (streaming) softmax in between. */
 #if FA_IS_F64(FA_SFX)
@@ -226,11 +228,12 @@ static void Q8(pv)(int R, const fa_q8_item *it, const Q8(blk) *t, const float *p
     for (; r < R; r++) Q8(pv_rows)(1, 8, it, t, p + r * NB, o + r * ldo, ldo);
 }
 
-#if defined(FA_SIMD_BF16) && !defined(FA_SIMD_NEON_BF16)
-/* the x86 bfloat16 tiers (AVX512-VNNI): Q.K^T and P.V on integer dot products */
+#if defined(FA_SIMD_Q8_DOT)
+/* a mapping with integer dot products (avx2: VPMADDWD; the x86 bfloat16
+ * tiers: VPDPWSSD): Q.K^T and P.V on them */
 #define FA_Q8_DOT 1
-#include "simd/q8_dot.h"
-#include "kernels/decode_q8_dot.h" /* qk_dot_q8_amx, pv_dot_q8_avx512_bf16, ... */
+#include FA_SIMD_Q8_DOT
+#include "kernels/decode_q8_dot.h" /* qk_dot_q8_amx, pv_dot_q8_avx2, ... */
 #else
 #define FA_Q8_DOT 0
 #endif

@@ -24,9 +24,9 @@
  * the softmax step, writing out; driver/flash16.c runs their loops), the
  * 16-bit backward's products (fa_bw16_kernels below; driver/bw16.c), the
  * int8 KV cache's kernel (kernels/decode_q8_tmpl.h, on the f32 kernels of
- * its ISA; on the x86 bfloat16 tiers Q.K^T and P.V on VPDPWSSD,
- * kernels/decode_q8_dot.h: int16 queries, per-block int16 weights, exact
- * int32 sums) and the test hook's native instructions, so runtime/dispatch.c
+ * its ISA; on avx2 and the x86 bfloat16 tiers Q.K^T and P.V on integer
+ * dot products, VPMADDWD or VPDPWSSD, kernels/decode_q8_dot.h: int16
+ * queries, per-block int16 weights, exact int32 sums) and the test hook's native instructions, so runtime/dispatch.c
  * keeps one selector array per element type and nothing else.  They sit in
  * the f32 table because all their arithmetic is float32.
  */

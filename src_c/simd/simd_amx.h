@@ -6,5 +6,7 @@
 #include "simd/simd_avx512.h"
 #ifndef FA_SFX
 #define FA_SIMD_BF16 1
+/* the int8 KV cache's integer dot products (AVX512-VNNI) */
+#define FA_SIMD_Q8_DOT "simd/q8_dot_avx512.h"
 #define FA_SIMD_AMX 1
 #endif

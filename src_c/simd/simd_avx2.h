@@ -15,6 +15,8 @@ typedef __m256d vd;
 #define VD_NRV 2
 #define VF_PV_MR 6
 #define VD_PV_MR 6
+/* the int8 KV cache's integer dot products (VPMADDWD) */
+#define FA_SIMD_Q8_DOT "simd/q8_dot_avx2.h"
 #include "simd/transpose_x86.h"
 /* 16-bit storage widened to a float vector: F16C (float16), a shift
  * (bfloat16: the upper half of a float32); every lane exact. */

@@ -6,6 +6,8 @@
 #include "simd/simd_avx512.h"
 #ifndef FA_SFX
 #define FA_SIMD_BF16 1
+/* the int8 KV cache's integer dot products (AVX512-VNNI) */
+#define FA_SIMD_Q8_DOT "simd/q8_dot_avx512.h"
 /* The register tile of those steps: FA_DP16_ROWS rows of C x 32 query lanes,
  * 16 accumulators + 2 B rows + a broadcast, 19 of the 32 zmm registers (a
  * divisor of 16, the rows of a key tile; half as many rows would load each

@@ -1,12 +1,16 @@
-/* q8_dot.h -- the integer dot products of the int8 KV cache's kernel
+/* q8_dot_avx512.h -- the integer dot products of the int8 KV cache's kernel
  * (kernels/decode_q8_dot.h) on the x86 bfloat16 tiers, avx512_bf16 and amx
  * (AVX512-VNNI: every CPU with AVX512-BF16 has it, and their lines in
- * runtime/isa_list.h require it); included by kernels/decode_q8_tmpl.h.
- * A qd_vi holds 32 int16 (16 dword pairs) or 16 int32; the vf are
- * simd_avx512.h's.
- *   qd_zero(), qd_load(p), qd_store(p, x)   32 int16 at p (unaligned)
- *   qd_widen(p)          32 int8 at p sign-extended to int16 (VPMOVSXBW)
- *   qd_widen_part(p, n)  the first n (< 32) of them, zeros after; reads
+ * runtime/isa_list.h require it); included by kernels/decode_q8_tmpl.h
+ * through FA_SIMD_Q8_DOT (simd_avx512_bf16.h, simd_amx.h).  The vocabulary
+ * (q8_dot_avx2.h has the same on 256-bit registers):
+ *   QD_W                 int32 lanes of a qd_vi (16; = VF_W): it holds
+ *                        2 QD_W int16 (QD_W dword pairs)
+ *   QD_TILE_ROWS         the most rows of a P.V register tile (8: 2 x 8
+ *                        accumulators of the 32 zmm registers)
+ *   qd_zero(), qd_load(p), qd_store(p, x)   2 QD_W int16 at p (unaligned)
+ *   qd_widen(p)          2 QD_W int8 at p sign-extended to int16 (VPMOVSXBW)
+ *   qd_widen_part(p, n)  the first n (< 2 QD_W) of them, zeros after; reads
  *                        nothing past p + n
  *   qd_dp(acc, a, b)     acc[i] += a.pair[i] . b.pair[i] in int32
  *                        (VPDPWSSD; wraps, so callers bound the sums)
@@ -15,14 +19,15 @@
  *                        the columns c = 8L + 0..3 (lo), 8L + 4..7 (hi) of
  *                        each 128-bit lane L: dword lane 4L + i is column
  *                        8L + i (lo), 8L + 4 + i (hi)
- *   qd_unmix(lo, hi, &o0, &o1)   those two orders back to columns 0..15
- *                        (o0) and 16..31 (o1)
- *   qd_hsum_lanes(x)     x[0..16) (int32) -> the vector of their lane sums,
- *                        exact (the transpose-add of vf_hsum_lanes)
- *   qd_to_f(x)           16 int32 to float, rounded to nearest
- *   qd_quant(p, x, s)    16 floats to int16 at p: rint(x s) in float32, ties
- *                        to even; |x s| < 32767.5 (the caller's s = 32767 / a
- *                        for |x| <= a keeps |x s| within 32767 (1 + 2^-23))
+ *   qd_unmix(lo, hi, &o0, &o1)   those two orders back to columns
+ *                        0..QD_W (o0) and QD_W..2 QD_W (o1), as floats
+ *   qd_hsum_lanes(x)     x[0..QD_W) (int32) -> the vector of their lane
+ *                        sums, exact (the transpose-add of vf_hsum_lanes)
+ *   qd_to_f(x)           QD_W int32 to float, rounded to nearest
+ *   qd_quant(p, x, s)    QD_W floats to int16 at p: rint(x s) in float32,
+ *                        ties to even; |x s| < 32767.5 (the caller's s =
+ *                        32767 / a for |x| <= a keeps |x s| within 32767
+ *                        (1 + 2^-23))
  * The SIMDe build has no 512-bit int32 <-> float conversions or VPMOVDW:
  * element by element there, the same float32 operations in the same order. */
 #ifndef FASTATTN_Q8_DOT_H
@@ -34,6 +39,9 @@
 #include <string.h>
 
 typedef __m512i qd_vi;
+#define QD_W 16
+#define QD_PV_CHUNKS(rows) ((rows) <= 2 ? 4 : (rows) <= 4 ? 2 : 1)
+#define QD_TILE_ROWS 8
 
 static inline qd_vi qd_zero(void) { return _mm512_setzero_si512(); }
 static inline qd_vi qd_load(const int16_t *p) { return _mm512_loadu_si512((const void *)p); }
