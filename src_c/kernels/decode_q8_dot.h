@@ -54,14 +54,16 @@ static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, f
 static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, int64_t m,
                            int16_t *kq)
 {
-    const int64_t E = it->E, Ep = Q8_EP(E);
+    const int64_t E = it->E, Ep = Q8_EP(E), Ew = E / (2 * QD_W) * (2 * QD_W);
     for (int64_t l = 0; l < m; l++) {
         const int8_t *kp = t->k[j0 + l];
+        int16_t *kr = kq + l * FA_Q8_DOT_MAX_E;
         Q8(prefetch)(it, t, j0 + l);
-        for (int64_t d = 0; d < Ep; d += 2 * QD_W) /* past E: zeros (Ep > E + 2 QD_W on avx2) */
-            qd_store(kq + l * FA_Q8_DOT_MAX_E + d, d + 2 * QD_W <= E ? qd_widen(kp + d)
-                                                   : d < E           ? qd_widen_part(kp + d, E - d)
-                                                                     : qd_zero());
+#pragma GCC unroll 4
+        for (int64_t d = 0; d < Ew; d += 2 * QD_W) qd_store(kr + d, qd_widen(kp + d));
+        if (Ew < E) qd_store(kr + Ew, qd_widen_part(kp + Ew, E - Ew));
+        /* zeros to Ep (past E + 2 QD_W on avx2) */
+        for (int64_t d = Ew < E ? Ew + 2 * QD_W : Ew; d < Ep; d += 2 * QD_W) qd_store(kr + d, qd_zero());
     }
     for (int64_t l = m; l < QD_W; l++) memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
 }
@@ -138,7 +140,7 @@ static FA_ALWAYS_INLINE void Q8(pv_dot_tile)(int PR, int NC, int full, const fa_
 #pragma GCC unroll 4
         for (int u = 0; u < NC; u++) lo[r][u] = hi[r][u] = qd_zero();
     for (int64_t jj = 0; jj < n; jj += 2) {
-        const int8_t *va = t->v[jj] + c0, *vb = jj + 1 < n ? t->v[jj + 1] + c0 : va;
+        const int8_t *va = t->v[jj] + c0, *vb = t->v[jj + 1] + c0; /* v[n]: Q8(locate) */
         qd_vi pl[4], ph[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NC; u++) {

@@ -42,7 +42,8 @@
     }
 
 /* A key block's rows: key j0 + jj's levels k[jj], v[jj] and scales ks[jj],
- * vs[jj], for jj < n; nx: the next block's (its key rows prefetched). */
+ * vs[jj], for jj < n (and v[n] = v[n - 1] for an odd n); nx: the next
+ * block's (its key rows prefetched). */
 typedef struct Q8(blk) {
     const int8_t *k[NB], *v[NB];
     float ks[NB], vs[NB];
@@ -68,6 +69,7 @@ static void Q8(locate)(const fa_q8_item *it, int64_t j0, int64_t n, Q8(blk) *t)
         }
     }
     for (int64_t jj = n; jj < NB; jj++) t->ks[jj] = t->vs[jj] = 0; /* whole vectors past n */
+    if (n % 2) t->v[n] = t->v[n - 1]; /* a pair's second row for the integer P.V (weight 0) */
 }
 
 /* The keys of the block from j0 when the last is jhi: at most NB. */
