@@ -89,8 +89,9 @@ class KVCache:
     :attr:`keys` and :attr:`values` are then the int8 levels and
     :attr:`key_scales`, :attr:`value_scales` the scales.  :meth:`attend`
     and :func:`fastattn.multi_head_attention` read the levels directly,
-    nothing is dequantised to memory.  On the avx512_bf16 and amx paths the
-    dot products are integer (AVX512-VNNI): each query row is quantised to
+    nothing is dequantised to memory.  On the avx2, avx512_bf16 and amx
+    paths the dot products are integer (VPMADDWD; AVX512-VNNI), with exact
+    int32 sums: each query row is quantised to
     int16 (``round(q / max|q| * 32767)``, within ``2**-16 max|q|``), and per
     block of 128 keys each row's weights ``p_j * value_scales[j]`` to int16
     against the block's largest (within ``2**-16`` of it); on the other

@@ -19,12 +19,13 @@
  * scale b = max_j |w_j|: rint(w_j fl(32767 / b)) (error <= 2^-16 b per
  * weight, plus float32 roundings of 2^-8 levels; a zero weight, so every
  * hidden key, is exactly 0 and adds nothing); value pairs (key j, j + 1)
- * interleaved to int16 pairs per column; int32 sums in registers over the block (|w16 v8| < 2^22, a pair
- * < 2^23, FA_Q8_KC/2 = 64 pairs < 2^29), then o += ((float)sum / 32767) b
- * once per block.  Rows r0 .. r0+R (Q8(rows)) with a NaN or infinity in a
- * query run the float Q8(scores) (such a row's output is NaN), and a
- * block whose weights are not all finite (a non-finite value scale), or
- * so small that 32767 / b overflows (b < 2^-113), the float Q8(pv). */
+ * interleaved to int16 pairs per column; int32 sums in registers over the
+ * block (|w16 v8| < 2^22, a pair < 2^23, FA_Q8_KC/2 = 64 pairs < 2^29),
+ * then o += ((float)sum / 32767) b once per block.  Rows r0 .. r0+R
+ * (Q8(rows)) with a NaN or infinity in a query run the float Q8(scores)
+ * (such a row's output is NaN), and a block whose weights are not all
+ * finite (a non-finite value scale), or so small that 32767 / b overflows
+ * (b < 2^-113), the float Q8(pv). */
 #define FA_Q8_DOT_MAX_E 256 /* the int32 sums of Q.K^T are exact up to here */
 #define Q8_EP(E) (((E) + 31) / 32 * 32) /* a quantised row's length, zeros after E */
 
@@ -63,9 +64,11 @@ static void Q8(widen_keys)(const fa_q8_item *it, const Q8(blk) *t, int64_t j0, i
         for (int64_t d = 0; d < Ew; d += 2 * QD_W) qd_store(kr + d, qd_widen(kp + d));
         if (Ew < E) qd_store(kr + Ew, qd_widen_part(kp + Ew, E - Ew));
         /* zeros to Ep (past E + 2 QD_W on avx2) */
-        for (int64_t d = Ew < E ? Ew + 2 * QD_W : Ew; d < Ep; d += 2 * QD_W) qd_store(kr + d, qd_zero());
+        for (int64_t d = Ew < E ? Ew + 2 * QD_W : Ew; d < Ep; d += 2 * QD_W)
+            qd_store(kr + d, qd_zero());
     }
-    for (int64_t l = m; l < QD_W; l++) memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
+    for (int64_t l = m; l < QD_W; l++)
+        memset(kq + l * FA_Q8_DOT_MAX_E, 0, (size_t)Ep * sizeof(int16_t));
 }
 
 /* s[r*NB + jj] = ((scale sq[r]) ks[jj]) (q16_r . k8[jj]) for the R rows and
