@@ -19,9 +19,10 @@
  * elsewhere, and for the rows or blocks it hands back, the int8 levels are
  * converted to float in registers (vf_load_i8) and the row scales applied
  * to scalars: score j = (scale k_scale[j]) (q . k8[j]), and value j enters
- * P.V with the weight p[j] v_scale[j].  Nothing is dequantised to memory.  Query rows are taken FA_Q8_ROWS at a time so that
- * one conversion of a key or value serves a whole GQA group; the keys in
- * blocks of FA_Q8_KC, with the online (streaming) softmax in between. */
+ * P.V with the weight p[j] v_scale[j].  Nothing is dequantised to memory.
+ * Query rows are taken FA_Q8_ROWS at a time so that one conversion of a
+ * key or value serves a whole GQA group; the keys in blocks of FA_Q8_KC,
+ * with the online (streaming) softmax in between. */
 #if FA_IS_F64(FA_SFX)
 #error "decode_q8_tmpl.h: float32 only (FA_SFX f32)"
 #endif

@@ -21,7 +21,10 @@
  *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly,
  *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h);
  *   vf_load_i8 (VF_W int8, converted), vf_hsum_lanes (x[0..VF_W) -> the
- *   vector of their horizontal sums).
+ *   vector of their horizontal sums).  Optionally FA_SIMD_Q8_DOT: the
+ *   header of the int8 KV cache's integer dot products, its qd_* with
+ *   QD_W = VF_W (simd/q8_dot_avx2.h, simd/q8_dot_avx512.h; without it that
+ *   kernel converts the levels to float).
  * Same for vd_* and VD_*.  A new ISA: one mapping header, one line in
  * runtime/isa_list.h and one flags file.
  */
