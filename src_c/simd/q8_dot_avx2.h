@@ -3,12 +3,13 @@
  * vocabulary of q8_dot_avx512.h (read its list there) with QD_W = 8 int32
  * lanes (16 int16), included by kernels/decode_q8_tmpl.h through
  * FA_SIMD_Q8_DOT (simd_avx2.h).
- *   qd_dp is VPMADDWD then VPADDD (no VNNI before Zen 4 and Alder Lake):
+ *   qd_dp is VPMADDWD then VPADDD (AVX2 alone has no VPDPWSSD):
  *   the pair sums are the same integers as VPDPWSSD's, since VPMADDWD
  *   saturates only for two pairs of -32768 and the callers' levels are
  *   within +-32767 and +-128;
- *   QD_TILE_ROWS is 4: 2 x 4 accumulators, the pairs of one value chunk
- *   and a broadcast weight fit the 16 ymm registers (8 rows would spill). */
+ *   QD_TILE_ROWS is 4 and QD_PV_CHUNKS keeps 2 x rows x chunks at 8:
+ *   those accumulators, the pairs of a value chunk and a broadcast weight
+ *   fit the 16 ymm registers (8 rows would spill). */
 #ifndef FASTATTN_Q8_DOT_H
 #define FASTATTN_Q8_DOT_H
 

@@ -8,6 +8,8 @@
  *                        2 QD_W int16 (QD_W dword pairs)
  *   QD_TILE_ROWS         the most rows of a P.V register tile (8: 2 x 8
  *                        accumulators of the 32 zmm registers)
+ *   QD_PV_CHUNKS(rows)   the column chunks (2 QD_W columns each) of a
+ *                        tile of that many rows
  *   qd_zero(), qd_load(p), qd_store(p, x)   2 QD_W int16 at p (unaligned)
  *   qd_widen(p)          2 QD_W int8 at p sign-extended to int16 (VPMOVSXBW)
  *   qd_widen_part(p, n)  the first n (< 2 QD_W) of them, zeros after; reads
