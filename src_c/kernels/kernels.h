@@ -65,12 +65,19 @@ typedef struct fa_krows {
     int64_t n, kbytes; /* kbytes: a key row's bytes (for pv_rows' prefetches) */
 } fa_krows;
 
-/* pv_rows' prefetch of the next block's key row j (NULL past the last). */
-static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
+/* pv_rows' prefetch of part `part` of nparts of the next block's key row j
+ * (NULL past the last): its cache lines part, part + nparts, ... */
+static inline void fa_krows_prefetch_part(const fa_krows *t, int64_t j, int64_t part,
+                                          int64_t nparts)
 {
     const char *k = (const char *)t->k[t->n + j];
     if (k)
-        for (int64_t b = 0; b < t->kbytes; b += 64) FA_PREFETCH(k + b);
+        for (int64_t b = part * 64; b < t->kbytes; b += nparts * 64) FA_PREFETCH(k + b);
+}
+/* ... and of the whole row */
+static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
+{
+    fa_krows_prefetch_part(t, j, 0, 1);
 }
 
 /* The 16-bit backward's kernels (driver/bw16.c; kernels/bw16.h), an entry
