@@ -171,12 +171,12 @@ static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int64_t pf, int64_t npf,
  * requests over the tiles cost bfloat16 4-6% on avx2).  Rows that need
  * none: one row at a time, 8 vectors, each value vector an operand of its
  * FMA (a shared load would save no instruction but add a weight test and
- * broadcast per row and key).  float32 rows are bound by memory, so every
- * tile of every row asks for its own share of the next block's key rows'
- * lines, and memory is read through the whole of P.V rather than in one
- * burst in the first tile and not at all after it (on avx2, from memory:
- * 1.07-1.11x; with the rows already in the caches, where the extra
- * requests only cost: 0.87x). */
+ * broadcast per row and key).  Such rows (float32, float64) are bound by
+ * memory, so every tile of every row asks for its own share of the next
+ * block's key rows' lines, and memory is read through the whole of P.V
+ * rather than in one burst in the first tile and not at all after it (on
+ * avx2, from memory: 1.07-1.11x; with the rows already in the caches,
+ * where the extra requests only cost: 0.87x). */
 static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
                   FA_T *o, int64_t ldo)
 {
