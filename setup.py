@@ -296,7 +296,9 @@ class BuildExt(build_ext):
                     macros.append(("FA_BF16_EMULATED", "1"))
                 if neon:
                     macros.append(("FA_NEON_EMULATED", "1"))   # runtime/arch.h, dispatch.c
-                isa_jobs = [(ISA_UNIT, base + isa_flags[n] + extra, macros + [("FA_ISA_NAME", n)],
+                # The ISA's flags last: an emulation line's -O1 -g0 (simd/*.flags)
+                # holds against FASTATTN_CFLAGS' -O or -g.
+                isa_jobs = [(ISA_UNIT, base + extra + isa_flags[n], macros + [("FA_ISA_NAME", n)],
                              os.path.join(self.build_temp, "isa_" + n)) for n, _ in isas]
             jobs = common[:1] + isa_jobs + common[1:]
 

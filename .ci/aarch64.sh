@@ -13,7 +13,8 @@
 #   5. a numerics subset of the suite (the isa fixture's ids chosen by -k): on
 #      the first CPU for neon (the parts SIMDe stands in for: the SIMDe build
 #      runs the whole suite on the same code), on the first CPU with a 256-bit
-#      SVE for sve (a wider subset, and tests/kernels/test_sve.py);
+#      SVE for sve (a wider subset, and tests/kernels/test_sve.py; part of it
+#      in a background lane of its own);
 #   6. bench/bitwise_corpus.py on the neon path, under qemu (the first CPU)
 #      and in the SIMDe build of the neon kernels on x86-64
 #      (FASTATTN_NEON_EMULATION=simde), compared bitwise by .ci/neon_bitwise.py
@@ -83,10 +84,14 @@ expected_default() {
 # exp/tanh in ulps, the backward pass, determinism across threads.  neon (and
 # generic): the whole suite runs their code in the SIMDe build (.ci/run's
 # step 6), so here only the parts whose instructions SIMDe stands in for.
+# (in two halves: SVE_TESTS_LANE in a second background lane from the start,
+# the rest in the foreground after the CPU models' checks, so that the
+# longest part, sve under qemu, keeps both CPUs busy)
 SVE_TESTS=(tests/kernels/test_exp_accuracy.py tests/kernels/test_tanh_accuracy.py
            tests/numerics/test_half_attention.py tests/numerics/test_kvcache_int8.py
-           tests/numerics/test_attention_masks.py tests/numerics/test_attention_shapes.py
-           tests/numerics/test_backward.py tests/threads/test_determinism.py)
+           tests/numerics/test_attention_masks.py tests/kernels/test_sve.py)
+SVE_TESTS_LANE=(tests/numerics/test_attention_shapes.py tests/numerics/test_backward.py
+                tests/threads/test_determinism.py)
 NEON_TESTS=(tests/kernels/test_exp_accuracy.py tests/kernels/test_tanh_accuracy.py
             tests/numerics/test_half_attention.py tests/numerics/test_kvcache_int8.py
             tests/numerics/test_backward.py)
@@ -133,12 +138,22 @@ background_lane() {
     subset "$NEON_CPU" -k neon "${NEON_TESTS[@]/#/$REPO/}"
     if [ -n "$BF16_CPU" ]; then bitwise neon_bf16 "$BF16_CPU"; fi
 }
+sve_lane() {
+    step "qemu -cpu $SVE_CPU: numerics subset on sve (-k sve): ${SVE_TESTS_LANE[*]##*/}"
+    subset "$SVE_CPU" -k sve "${SVE_TESTS_LANE[@]/#/$REPO/}"
+}
 background_lane > "$WORK/lane.log" 2>&1 &
 LANE=$!
-# (its children first: a killed lane leaves its qemu running otherwise)
+SVE_LANE=""
+if [ -n "$SVE_CPU" ]; then
+    sve_lane > "$WORK/sve_lane.log" 2>&1 &
+    SVE_LANE=$!
+fi
+# (their children first: a killed lane leaves its qemu running otherwise)
 # (|| true: errexit holds in the trap, and a lane that is done leaves nothing to kill)
-trap '{ pkill -P "$LANE"; kill "$LANE"; } 2> /dev/null || true; rm -rf "$WORK"' EXIT
+trap 'for l in $LANE $SVE_LANE; do { pkill -P "$l"; kill "$l"; } 2> /dev/null || true; done; rm -rf "$WORK"' EXIT
 echo "(background lane: bitwise neon, the neon subset${BF16_CPU:+, bitwise neon_bf16}; pid $LANE)"
+[ -z "$SVE_LANE" ] || echo "(second background lane: the sve subset's ${SVE_TESTS_LANE[*]##*/}; pid $SVE_LANE)"
 
 for cpu in $CPUS; do
     isas=${ISAS_OF[$cpu]}
@@ -163,16 +178,20 @@ if [ -n "$BF16_CPU" ]; then
     subset "$BF16_CPU" -k neon_bf16 "${BF16_TESTS[@]/#/$REPO/}"
 fi
 if [ -n "$SVE_CPU" ]; then
-    step "qemu -cpu $SVE_CPU: numerics subset on sve (-k sve), test_sve.py: ${SVE_TESTS[*]##*/}"
-    subset "$SVE_CPU" -k sve "${SVE_TESTS[@]/#/$REPO/}" "$REPO/tests/kernels/test_sve.py"
+    step "qemu -cpu $SVE_CPU: numerics subset on sve (-k sve): ${SVE_TESTS[*]##*/}"
+    subset "$SVE_CPU" -k sve "${SVE_TESTS[@]/#/$REPO/}"
 else
     echo "(no CPU model of FASTATTN_QEMU_CPUS has a 256-bit SVE: sve not run)"
 fi
 
-step "waiting for the background lane (pid $LANE)"
-lane_rc=0
-wait "$LANE" || lane_rc=$?
-echo "== the background lane's output:"
-cat "$WORK/lane.log"
-[ "$lane_rc" = 0 ] || { echo "the background lane exited $lane_rc"; exit 1; }
+wait_lane() {  # PID LOG NAME
+    step "waiting for the $3 (pid $1)"
+    local rc=0
+    wait "$1" || rc=$?
+    echo "== the $3's output:"
+    cat "$2"
+    [ "$rc" = 0 ] || { echo "the $3 exited $rc"; exit 1; }
+}
+wait_lane "$LANE" "$WORK/lane.log" "background lane"
+[ -z "$SVE_LANE" ] || wait_lane "$SVE_LANE" "$WORK/sve_lane.log" "second background lane"
 step "aarch64.sh: all good"

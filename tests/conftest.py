@@ -19,6 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 
+# pytest-xdist's workers (`pytest -n auto`, the README's command) share the
+# CPUs, so an OpenMP thread that waits for a busy sibling process should sleep,
+# not spin; read by libgomp when fastattn's extension loads, below.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
