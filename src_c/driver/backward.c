@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "driver/bw16.h"
+#include "driver/bw_scheme.h"
 #include "driver/offsets.h"
 #include "driver/window.h"
 #include "fastattn.h"

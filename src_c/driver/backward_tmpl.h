@@ -1,12 +1,12 @@
 /* backward_tmpl.h -- the backward pass, written once over the element type:
  * included twice by backward.c with FA_SFX (f32, f64) defined.  Every
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
- * backward_f32, backward_f64; likewise bw_plan, bw_fuses,
+ * backward_f32, backward_f64; likewise bw_plan,
  * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
  * bw_pass_item, bw_fused_item.
  *
  * FlashAttention-2's order, with no atomics, in one of two schemes chosen
- * by the shape (bw_fuses).  Fused: a work item is one batch index, owning
+ * by the shape and the threads (bw_scheme.h).  Fused: a work item is one batch index, owning
  * its dK, dV (float accumulators in its thread's scratch) and looping over
  * its query blocks in order, each a float dQ tile summed over the key
  * blocks in order; each (query block, key block) pair computes S, dP, dQ,
@@ -118,21 +118,6 @@ static void FN(bw_views)(FN(bw_plan) *pl)
     pl->as_vk.E = a->Ev;
 }
 
-/* Does the problem run the fused pass (one work item per batch index, the
- * five products of a pair in one place) rather than the two passes (items
- * per query block for dQ and per key block for dK/dV, S and dP computed in
- * both: seven products)?  By the shape alone, never the thread count: with
- * at least FA_BW_FUSED_MIN_ITEMS batch indices there are enough items to
- * share among the threads, and within FA_BW_FUSED_MAX_BYTES an item's
- * packed keys and dK/dV stay a bounded scratch per thread.  Both give
- * bitwise the same gradients (the same pairs, each element summed in the
- * same order), so the rule affects speed and memory only. */
-static int FN(bw_fuses)(int64_t nbatch, const fa_attention_args *a)
-{
-    const double bytes = (double)a->S * (double)(3 * a->E + 2 * a->Ev) * (double)sizeof(FA_T);
-    return nbatch >= FA_BW_FUSED_MIN_ITEMS && bytes <= FA_BW_FUSED_MAX_BYTES;
-}
-
 /* The plan; 0 if there is nothing to compute. */
 static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
 {
@@ -149,13 +134,13 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->nqb = fa_div_up(a->L, pl->bqp);
     pl->nkb = fa_div_up(a->S, FA_KC);
     pl->lim = fa_limits_of(a);
-    pl->fused = FN(bw_fuses)(pl->nbatch, a);
-    pl->nkp = pl->fused ? pl->nkb : 1;
-    pl->dk_out = pl->fused && a->E == pl->ldE && g->dk.cs == 1 && g->dk.rs == a->E;
-    pl->dv_out = pl->fused && a->Ev == pl->ldEv && g->dv.cs == 1 && g->dv.rs == a->Ev;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
+    pl->fused = fa_bw_fuses(pl->nbatch, nt, a->S, a->E, a->Ev, sizeof(FA_T));
+    pl->nkp = pl->fused ? pl->nkb : 1;
+    pl->dk_out = pl->fused && a->E == pl->ldE && g->dk.cs == 1 && g->dk.rs == a->E;
+    pl->dv_out = pl->fused && a->Ev == pl->ldEv && g->dv.cs == 1 && g->dv.rs == a->Ev;
     const int64_t most = pl->fused ? pl->nbatch : pl->nbatch * (pl->nqb + pl->nkb);
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     FN(bw_views)(pl);

@@ -7,7 +7,7 @@
  *
  * Everything else is the float32 backward's (backward_tmpl.h), in float32:
  * the same plan rules (the fused pass, one item per batch index, or the two
- * passes, chosen by the shape alone), the same checks before anything is
+ * passes, chosen by bw_scheme.h), the same checks before anything is
  * written, the same D_i - g_i and sink gradient, the scores rebuilt by the
  * forward's soft cap, ALiBi and mask code, P = exp(s - lse) and dS by the
  * same rule.  S and dP come from the exact 16-bit inputs, accumulated in
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "driver/bw16.h"
+#include "driver/bw_scheme.h"
 #include "driver/offsets.h"
 #include "driver/window.h"
 #include "kernels/blocking.h"
@@ -134,14 +135,6 @@ static void bw16_layout_of(bw16_plan *pl)
     y->total = at + FA_ALIGN; /* room to align the base */
 }
 
-/* The float32 backward's scheme rule (backward_tmpl.h's bw_fuses), so that
- * the 16-bit pass's memory is bounded alike. */
-static int bw16_fuses(int64_t nbatch, const fa_attention_args *a)
-{
-    const double bytes = (double)a->S * (double)(3 * a->E + 2 * a->Ev) * 4.0;
-    return nbatch >= FA_BW_FUSED_MIN_ITEMS && bytes <= FA_BW_FUSED_MAX_BYTES;
-}
-
 /* The plan; 0 if there is nothing to compute. */
 static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
 {
@@ -164,12 +157,13 @@ static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
     pl->nqb = fa_div_up(a->L, BW16_BQ);
     pl->nkb = fa_div_up(a->S, BW16_KB);
     pl->lim = fa_limits_of(a);
-    pl->fused = bw16_fuses(pl->nbatch, a);
-    pl->nkp = pl->fused ? pl->nkb : 1;
-    pl->ldt = pl->nkp * BW16_KB;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
+    /* the float32 backward's rule and bound, so that both bound memory alike */
+    pl->fused = fa_bw_fuses(pl->nbatch, nt, a->S, a->E, a->Ev, 4);
+    pl->nkp = pl->fused ? pl->nkb : 1;
+    pl->ldt = pl->nkp * BW16_KB;
     const int64_t most = pl->fused ? pl->nbatch
                                    : pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);

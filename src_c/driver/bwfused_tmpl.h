@@ -1,4 +1,4 @@
-/* bwfused_tmpl.h -- the fused backward pass (backward_tmpl.h's bw_fuses):
+/* bwfused_tmpl.h -- the fused backward pass (chosen by bw_scheme.h):
  * one work item per batch index, over its query blocks in order, each over
  * its key blocks in order, every pair's S, dP, dQ, dV and dK computed once.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT), after bwpass_tmpl.h's helpers:

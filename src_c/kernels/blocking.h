@@ -112,17 +112,18 @@
 #define FA_BW_MQ 64
 /* The backward's fused pass (driver/bwfused_tmpl.h) is one work item per
  * batch index: it computes each (query block, key block) pair's products
- * once (five, against the two passes' seven), but an item holds every key
- * block of its batch index.  It runs when there are at least
- * FA_BW_FUSED_MIN_ITEMS batch indices (4: the heads of one sequence share
- * 2-4 threads evenly; fewer, e.g. one long sequence, leave threads idle, so
- * the two passes' per-block items run instead) and an item's keys, S x (3E
- * + 2Ev) elements (K and V packed as keys, K as values, dK and dV), take at
- * most FA_BW_FUSED_MAX_BYTES (16 MiB: S up to 13107 at E = Ev = 64 in
- * float32, 6553 at 128), so the extra memory stays bounded by the threads
- * however long the keys.  The shape alone decides, never the thread count,
- * and both schemes give bitwise the same gradients. */
-#define FA_BW_FUSED_MIN_ITEMS 4
+ * once (FA_BW_FUSED_PRODUCTS, against the two passes' FA_BW_PASSES_PRODUCTS),
+ * but an item holds every key block of its batch index, so its threads
+ * share whole batch indices.  driver/bw_scheme.h weighs the two by their
+ * busiest thread (few batch indices on many threads leave the fused pass's
+ * threads idle) and runs the fused pass only where an item's keys, S x
+ * (3E + 2Ev) elements (K and V packed as keys, K as values, dK and dV),
+ * take at most FA_BW_FUSED_MAX_BYTES (16 MiB: S up to 13107 at E = Ev = 64
+ * in float32, 6553 at 128), so the extra memory stays bounded by the
+ * threads however long the keys.  Both schemes give bitwise the same
+ * gradients. */
+#define FA_BW_FUSED_PRODUCTS 5
+#define FA_BW_PASSES_PRODUCTS 7
 #define FA_BW_FUSED_MAX_BYTES (16.0 * 1024 * 1024)
 /* Vector width every packed row is padded to (64 bytes: one AVX-512 line). */
 #define FA_ALIGN 64
