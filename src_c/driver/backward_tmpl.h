@@ -1,24 +1,25 @@
 /* backward_tmpl.h -- the backward pass, written once over the element type:
  * included twice by backward.c with FA_SFX (f32, f64) defined.  Every
  * function is named FN(name) -> name_<FA_SFX>, e.g. FN(backward) ->
- * backward_f32, backward_f64; likewise bw_plan,
- * bw_make, bw_alloc, bw_free, bw_check_item, bw_dq_item, bw_dkv_item,
- * bw_pass_item, bw_fused_item.
+ * backward_f32, backward_f64; likewise bw_plan, bw_make, bw_alloc,
+ * bw_free, bw_check_item, bw_dq_item, bw_dkv_item, bw_pass_item,
+ * bw_fused_item.
  *
  * FlashAttention-2's order, with no atomics, in one of two schemes chosen
- * by the shape and the threads (bw_scheme.h).  Fused: a work item is one batch index, owning
- * its dK, dV (float accumulators in its thread's scratch) and looping over
- * its query blocks in order, each a float dQ tile summed over the key
- * blocks in order; each (query block, key block) pair computes S, dP, dQ,
- * dV and dK once: five products.  Two passes, for few batch indices: the
- * dK/dV items are (batch index, key block), looping over the query blocks
- * in order; the dQ items are (batch index, query block), looping over the
- * key blocks in order, so S and dP are computed twice; both passes' items
- * share one parallel loop (bw_pass_item).  Either way every
- * gradient element is summed in one fixed order, the same in both schemes
- * and whichever thread runs it.  First the rows whose lse is -inf are checked to see no key
- * (FA_ELSE otherwise: nothing is written); then per batch index, its rows'
- * D_i - g_i (a scratch of L per batch index) and its sink's gradient. */
+ * by the shape and the threads (bw_scheme.h).  Fused: a work item is one
+ * batch index, owning its dK, dV (float accumulators in its thread's
+ * scratch) and looping over its query blocks in order, each a float dQ tile
+ * summed over the key blocks in order; each (query block, key block) pair
+ * computes S, dP, dQ, dV and dK once: five products.  Two passes, where few
+ * batch indices would leave threads idle: the dK/dV items are (batch index,
+ * key block), looping over the query blocks in order; the dQ items are
+ * (batch index, query block), looping over the key blocks in order, so S
+ * and dP are computed twice; both passes' items share one parallel loop
+ * (bw_pass_item).  Either way every gradient element is summed in one fixed
+ * order, the same in both schemes and whichever thread runs it.  First the
+ * rows whose lse is -inf are checked to see no key (FA_ELSE otherwise:
+ * nothing is written); then per batch index, its rows' D_i - g_i (a scratch
+ * of L per batch index) and its sink's gradient. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
