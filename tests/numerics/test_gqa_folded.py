@@ -152,3 +152,21 @@ def test_grouped_decode_half_cache(folds):
     assert folds == [True]
     want = _per_head(q, k.astype(np.float32), v.astype(np.float32))
     assert_close(got, want, np.float32, magnitude=finite_absmax(v.astype(np.float32)))
+
+
+@pytest.mark.parametrize("group", [4, 5, 8], ids=["four_heads", "four_and_one", "two_fours"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_grouped_decode_is_bitwise_the_per_head_decode(isa, folds, group, dtype):
+    """A folded decoding step runs a group's heads as rows of one problem,
+    four at a time sharing each value load in P.V; each row's sums are those
+    of the head run alone, so the bits are too (value widths with a tail of
+    columns past the last whole vector; a key padded out, so one P.V block
+    has a zero weight)."""
+    rng = np.random.default_rng(group)
+    q, k, v = _qkv(rng, 2, 2 * group, 2, 1, 300, 72, 136, dtype)
+    pad = np.zeros((2, 300), bool)
+    pad[:, 150] = True
+    got = fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=pad)
+    assert folds == [True]
+    want = _per_head(q, k, v, key_padding_mask=pad)
+    assert got.tobytes() == want.tobytes()
