@@ -176,8 +176,11 @@ static FA_ALWAYS_INLINE void DR(pv_part)(int R, int NV, int64_t pf, int64_t npf,
  * the whole of P.V rather than in one burst in the first tile (on avx2,
  * from memory: 1.07-1.11x).  Four float32 rows sharing each value load
  * (a grouped-query decoding step's query heads) against one row at a time:
- * 1.17-1.23x from memory, 1.28-1.47x from the caches (Zen 5, avx512); on
- * its avx2 tier 1.09-1.11x and 1.31x; the same sums, so the same bits. */
+ * 1.17-1.23x from memory, 1.28-1.47x from the caches (Zen 5, avx512; on
+ * its avx2 tier 1.09-1.11x and 1.31x), but 0.94-0.95x from memory on two
+ * threads sharing the memory, where reading each value row whole in one
+ * pass seems to suit the prefetchers better; the same sums, so the same
+ * bits. */
 static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
                   FA_T *o, int64_t ldo)
 {
