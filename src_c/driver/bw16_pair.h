@@ -163,11 +163,12 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
 }
 
 /* The pair's P (in s) and dS (in dp), float32, zero outside rows < nq and
- * keys < nk up to qpad x kpad: dP = dO.V^T, P = exp(s - lse) where visible
- * (0 where hidden or the row's lse is -inf), dS = P (dP - D) by the
- * table's grad_row (the float32 backward's rule: exactly 0 where P is). */
+ * keys < nk up to qpad x kpad, and their rounded operands for the products
+ * of want (bw16_pair_run): dP = dO.V^T, P = exp(s - lse) where visible (0
+ * where hidden or the row's lse is -inf), dS = P (dP - D) by the table's
+ * grad_pair (the float32 backward's rule: exactly 0 where P is). */
 static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
-                      const bw16_pair *t, const bw16_ops *o)
+                      const bw16_pair *t, const bw16_ops *o, int want)
 {
     const fa_attention_args *a = &pl->b->fwd;
     const float *lse = (const float *)a->lse.data + go->lse;
@@ -175,16 +176,18 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     bw16_scores(pl, off, t, o);
     pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
                 2 * BW16_KB, o->dp, BW16_KB);
-    for (int64_t i = 0; i < t->qpad; i++) {
-        float *p = o->s + i * BW16_KB, *ds = o->dp + i * BW16_KB;
-        const float l = i < t->nq ? lse[(t->i0 + i) * a->lse.rs] : -INFINITY;
-        if (l == -INFINITY) {
-            memset(p, 0, (size_t)t->kpad * 4);
-            memset(ds, 0, (size_t)t->kpad * 4);
-            continue;
+    for (int64_t i = 0; i < t->qpad; i += 2) {
+        float l[2], d[2];
+        int live[2];
+        for (int e = 0; e < 2; e++) {
+            l[e] = i + e < t->nq ? lse[(t->i0 + i + e) * a->lse.rs] : -INFINITY;
+            live[e] = l[e] != -INFINITY;
+            d[e] = live[e] ? delta[t->i0 + i + e] : 0;
         }
-        pl->M->grad_row(p, ds, a->softcap > 0 ? o->f + i * BW16_KB : NULL, t->nk, t->kpad, l,
-                        delta[t->i0 + i]);
+        const int64_t at = i * BW16_KB;
+        pl->M->grad_pair(pl->f16, o->s + at, o->dp + at, a->softcap > 0 ? o->f + at : NULL,
+                         BW16_KB, t->nk, t->kpad, live, l, d, want & 2 ? o->pp + at : NULL,
+                         want & 2 ? o->dsp + at : NULL, want & 1 ? o->dsr + at : NULL, BW16_KB);
     }
 }
 
@@ -194,16 +197,11 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
 static void bw16_pair_run(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                           const bw16_pair *t, const bw16_ops *o, int want)
 {
-    const fa_bw16_kernels *M = pl->M;
-    bw16_tile(pl, off, go, t, o);
-    if (want & 1) {
-        M->rows(pl->f16, o->dp, BW16_KB, t->qpad, t->kpad, o->dsr, BW16_KB);
+    bw16_tile(pl, off, go, t, o, want);
+    if (want & 1)
         bw16_gemm(pl, o->tf, o->kbad, t->qpad, pl->e16, t->kpad, o->dsr, BW16_KB, o->kk,
                   2 * pl->e16, o->dq, pl->e16);
-    }
     if (want & 2) {
-        M->pairs(pl->f16, o->s, BW16_KB, t->qpad, t->kpad, o->pp, 2 * BW16_KB);
-        M->pairs(pl->f16, o->dp, BW16_KB, t->qpad, t->kpad, o->dsp, 2 * BW16_KB);
         bw16_gemm(pl, o->tf, o->dobad, pl->ev16, t->kpad, t->qpad, o->dot, BW16_BQ, o->pp,
                   2 * BW16_KB, o->dvt, o->ldt);
         bw16_gemm(pl, o->tf, o->qbad, pl->e16, t->kpad, t->qpad, o->qt, BW16_BQ, o->dsp,

@@ -121,6 +121,86 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
                       m16_cvt2(f16, vf_load(x + i * ldx + j + M16_W), vf_load(x + i * ldx + j)));
 }
 
+/* P and dS of one vector of a live row (kernels.h: grad_pair); with the
+ * soft cap's derivative f, dS is 0 wherever P is (P below the least
+ * subnormal, 2^-149: P = 0; NaN kept).  bad turns NaN where dS is NaN or
+ * Inf. */
+static FA_ALWAYS_INLINE void BW(grad_vec)(const float *s, const float *ds, const float *f, vf vl,
+                                          vf vd, vf *p, vf *r, vf *bad)
+{
+    *p = vf_exp(vf_sub(vf_load(s), vl));
+    vf x = vf_mul(*p, vf_sub(vf_load(ds), vd));
+    if (f) x = vf_where_below(vf_zero(), vf_mul(x, vf_load(f)), *p, 0x1p-149f);
+    *bad = vf_nan_acc(*bad, vf_sub(x, x));
+    *r = x;
+}
+
+/* One row of grad_pair in place, in float32 (its slow path): P and dS
+ * stored, then, where a dS is NaN or Inf (without f: with f grad_vec has
+ * done it), dS = 0 wherever P = 0 for j < n; P = dS = 0 past n. */
+static void BW(grad_row)(float *s, float *ds, const float *f, int64_t n, int64_t npad, int live,
+                         float l, float d)
+{
+    const int64_t nv = live ? fa_round_up(n, M16_W) : 0;
+    const vf vl = vf_set1(l), vd = vf_set1(d);
+    vf bad = vf_zero(), p, r;
+    for (int64_t j = 0; j < nv; j += M16_W) {
+        BW(grad_vec)(s + j, ds + j, f ? f + j : NULL, vl, vd, &p, &r, &bad);
+        vf_store(s + j, p);
+        vf_store(ds + j, r);
+    }
+    if (live && !f && isnan(vf_hsum(bad)))
+        for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
+    for (int64_t j = live ? n : 0; j < npad; j++) s[j] = ds[j] = 0;
+}
+
+/* Rows 0 and 1 of a pair (kernels.h: grad_pair), 2 M16_W columns a step,
+ * each step's P and dS rounded as they come, s and ds only read.  The keys
+ * from n to the next vector read as hidden (s -inf, ds d, f 0), so they
+ * give P = dS = 0.  If a dS of a row came out NaN or Inf (without f), the
+ * two rows run again through grad_row and are rounded from there. */
+static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, int64_t n,
+                          int64_t npad, const int *live, const float *l, const float *d,
+                          uint16_t *pp, uint16_t *dsp, uint16_t *dsr, int64_t ldr)
+{
+    const int64_t nv = fa_round_up(n, M16_W);
+    vf bad[2] = {vf_zero(), vf_zero()};
+    for (int e = 0; e < 2; e++)
+        for (int64_t j = n; live[e] && j < nv; j++) {
+            s[e * ld + j] = -INFINITY;
+            ds[e * ld + j] = d[e];
+            if (f) f[e * ld + j] = 0;
+        }
+    for (int64_t j = 0; j < npad; j += 2 * M16_W) {
+        vf p[2][2], r[2][2];
+        for (int e = 0; e < 2; e++) {
+            const vf vl = vf_set1(live[e] ? l[e] : 0), vd = vf_set1(live[e] ? d[e] : 0);
+            for (int h = 0; h < 2; h++) {
+                const int64_t c = e * ld + j + h * M16_W;
+                p[e][h] = r[e][h] = vf_zero();
+                if (live[e] && j + h * M16_W < nv)
+                    BW(grad_vec)(s + c, ds + c, f ? f + c : NULL, vl, vd, &p[e][h], &r[e][h],
+                                 &bad[e]);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const int64_t c = 2 * (j + h * M16_W);
+            if (pp) m16_store(pp + c, m16_pairs(f16, p[1][h], p[0][h]));
+            if (dsp) m16_store(dsp + c, m16_pairs(f16, r[1][h], r[0][h]));
+        }
+        if (dsr) {
+            m16_store(dsr + j, m16_cvt2(f16, r[0][1], r[0][0]));
+            m16_store(dsr + ldr + j, m16_cvt2(f16, r[1][1], r[1][0]));
+        }
+    }
+    if (f || !(isnan(vf_hsum(bad[0])) || isnan(vf_hsum(bad[1])))) return;
+    for (int e = 0; e < 2; e++)
+        BW(grad_row)(s + e * ld, ds + e * ld, f, n, npad, live[e], l[e], d[e]);
+    if (pp) BW(pairs)(f16, s, ld, 2, npad, pp, 0);
+    if (dsp) BW(pairs)(f16, ds, ld, 2, npad, dsp, 0);
+    if (dsr) BW(rows)(f16, ds, ld, 2, npad, dsr, ldr);
+}
+
 /* y[j*ldy + i] = x[i*ldx + j]: 16 x 16 blocks, each 16 rows loaded,
  * transposed in registers and stored as 16 rows */
 static void BW(trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y,
@@ -133,33 +213,6 @@ static void BW(trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, floa
             m16_transpose(r);
             for (int j = 0; j < M16_W; j++) vf_store(y + (j0 + j) * ldy + i0, m16_as_vf(r[j]));
         }
-}
-
-/* A row of the pair's P and dS in place (kernels.h: grad_row), a vector of
- * M16_W keys at a time; the keys from n to the next vector read as hidden
- * (s -inf, ds d, f 0), so they give p = 0, r = 0. */
-static void BW(grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l,
-                         float d)
-{
-    const int64_t nv = fa_round_up(n, M16_W);
-    for (int64_t j = n; j < nv; j++) {
-        s[j] = -INFINITY;
-        ds[j] = d;
-        if (f) f[j] = 0;
-    }
-    const vf vl = vf_set1(l), vd = vf_set1(d);
-    vf bad = vf_zero();
-    for (int64_t j = 0; j < nv; j += M16_W) {
-        const vf p = vf_exp(vf_sub(vf_load(s + j), vl));
-        vf r = vf_mul(p, vf_sub(vf_load(ds + j), vd));
-        if (f) r = vf_mul(r, vf_load(f + j));
-        bad = vf_nan_acc(bad, vf_sub(r, r)); /* NaN where r is NaN or Inf */
-        vf_store(s + j, p);
-        vf_store(ds + j, r);
-    }
-    if (f || isnan(vf_hsum(bad)))
-        for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
-    for (int64_t j = n; j < npad; j++) s[j] = ds[j] = 0;
 }
 
 /* y pair row p = rows 2p, 2p + 1 of x: per 16 columns, row 2p widened to

@@ -104,12 +104,17 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *   trans  y[j*ldy + i] = x[i*ldx + j] (float32, exact), i < rows, j < n;
  *          rows and n multiples of 16 (the transposed accumulators dK^T,
  *          dV^T back to rows);
- *   grad_row  one row of a pair, in place: s (the final scores, -inf where
- *          hidden) to P = exp(s - l) by the f32 table's vector exp (expsum's
- *          values exactly) and ds (dP) to dS = P (dP - d) (times f[j]
- *          where f: the soft cap's derivative), for j < n; where some dS is
- *          NaN or Inf (or with f), dS = 0 wherever P = 0; both 0 for n <= j
- *          < npad; s, ds, f are written up to n rounded up to 16;
+ *   grad_pair  P and dS of two rows of a pair, rounded as their operands
+ *          (row e's s, ds, f at s + e*ld, ds + e*ld, f + e*ld): where
+ *          live[e], P = exp(s - l[e]) (s the final scores, -inf where
+ *          hidden) by the f32 table's vector exp (expsum's values exactly)
+ *          and dS = P (dP - d[e]) (ds holds dP; times f[j] where f: the soft
+ *          cap's derivative), for j < n; where some dS of the row is NaN or
+ *          Inf (or with f), dS = 0 wherever P = 0; P = dS = 0 for n <= j <
+ *          npad and on a row not live.  Written, each skipped where NULL:
+ *          pp and dsp one pair row (pairs' layout: y[2j + e] = row e's j),
+ *          dsr two rows (dsr, dsr + ldr); npad a multiple of 32.  s, ds, f
+ *          are scratch, their contents after the call unspecified;
  *   inter  y pair row p (at y + p*ldy) = 16-bit rows 2p, 2p + 1 of x (row
  *          stride xs) side by side per column, moved as they are: y[p*ldy +
  *          2c + e] = x[(2p + e)*xs + c], p < rows / 2, c < n; rows even, n a
@@ -126,7 +131,9 @@ typedef struct fa_bw16_kernels {
     void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                  int64_t ldy);
     void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
-    void (*grad_row)(float *s, float *ds, float *f, int64_t n, int64_t npad, float l, float d);
+    void (*grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, int64_t n, int64_t npad,
+                      const int *live, const float *l, const float *d, uint16_t *pp,
+                      uint16_t *dsp, uint16_t *dsr, int64_t ldr);
     int (*inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
                  int64_t ldy);
     void (*dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, int64_t ys,
