@@ -79,10 +79,10 @@ static void bw16_rows(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     bw16_rows_of(&a->q, off->q, t->i0, t->nq, a->E, t->qpad, o->qr, pl->ep);
     bw16_rows_of(&g->dout, go->dout, t->i0, t->nq, a->Ev, t->qpad, o->dor, pl->evp);
     if (!with_t) return;
-    o->qbad = bw16_cols_of(&a->q, off->q, t->i0, t->nq, a->E, t->qpad, pl->e16, pl->eb, o->qt,
-                           BW16_BQ);
-    o->dobad = bw16_cols_of(&g->dout, go->dout, t->i0, t->nq, a->Ev, t->qpad, pl->ev16, pl->eb,
-                            o->dot, BW16_BQ);
+    o->qbad = bw16_cols_of(pl->M, &a->q, off->q, t->i0, t->nq, a->E, t->qpad, pl->e16, pl->eb,
+                           o->qt, BW16_BQ);
+    o->dobad = bw16_cols_of(pl->M, &g->dout, go->dout, t->i0, t->nq, a->Ev, t->qpad, pl->ev16,
+                            pl->eb, o->dot, BW16_BQ);
 }
 
 /* Check item (batch, query block): flags it if a row whose lse is -inf

@@ -40,11 +40,15 @@ static void bw16_rows_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr
 }
 
 /* dst[c][r] (ld halves) = element (r0 + r, c) of y, c < n, r < nr; zero for
- * nr <= r < rpad and n <= c < npad.  Returns 1 if an element is NaN/Inf. */
-static int bw16_cols_of(const fa_operand *y, int64_t yo, int64_t r0, int64_t nr, int64_t n,
-                        int64_t rpad, int64_t npad, uint16_t eb, uint16_t *dst, int64_t ld)
+ * nr <= r < rpad and n <= c < npad.  Returns 1 if an element is NaN/Inf.
+ * Whole blocks of contiguous rows are M's transpose. */
+static int bw16_cols_of(const fa_bw16_kernels *M, const fa_operand *y, int64_t yo, int64_t r0,
+                        int64_t nr, int64_t n, int64_t rpad, int64_t npad, uint16_t eb,
+                        uint16_t *dst, int64_t ld)
 {
     const uint16_t *src = (const uint16_t *)y->data + yo;
+    if (nr == rpad && n == npad && nr % 16 == 0 && n % 32 == 0 && y->cs == 1)
+        return M->cols(src + r0 * y->rs, y->rs, nr, n, eb, dst, ld);
     int bad = 0;
     for (int64_t c = 0; c < npad; c++) memset(dst + c * ld, 0, (size_t)rpad * 2);
     for (int64_t r = 0; r < nr; r++)

@@ -231,6 +231,29 @@ static int BW(inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uin
     return bad != 0;
 }
 
+/* 16 rows x 16 dwords loaded, dword-transposed, each dword's halves to
+ * columns 2c and 2c + 1 */
+static int BW(cols)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb,
+                    uint16_t *y, int64_t ldy)
+{
+    unsigned bad = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += M16_W)
+        for (int64_t c0 = 0; c0 < n; c0 += 2 * M16_W) {
+            m16_vi t[M16_W];
+            for (int i = 0; i < M16_W; i++) {
+                t[i] = m16_load(x + (r0 + i) * xs + c0);
+                m16_vi w = t[i];
+                bad |= m16_clear_nonfinite(&w, eb);
+            }
+            m16_transpose(t);
+            for (int j = 0; j < M16_W; j++) {
+                m16_store_half(y + (c0 + 2 * j) * ldy + r0, t[j], 0);
+                m16_store_half(y + (c0 + 2 * j + 1) * ldy + r0, t[j], 1);
+            }
+        }
+    return bad != 0;
+}
+
 /* w <= M16_W halves at p widened (the rest 0), never read past p + w */
 static inline vf BW(widen_n)(int f16, const uint16_t *p, int64_t w)
 {

@@ -120,6 +120,10 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *          2c + e] = x[(2p + e)*xs + c], p < rows / 2, c < n; rows even, n a
  *          multiple of 16; 1 if one of them has all the exponent bits eb
  *          (NaN or Inf), else 0;
+ *   cols   y[c*ldy + r] = x[r*xs + c] (16-bit rows of stride xs, moved as
+ *          they are), r < rows, c < n; rows a multiple of 16, n of 32 (a
+ *          of a product over x's rows); 1 if one of them has all the
+ *          exponent bits eb (NaN or Inf), else 0;
  *   dots   d[r] = sum over c < n, in order from 0, of x[r*xs + c] y[r*ys + c]
  *          (16-bit, widened exactly; a float32 add after each product), r <
  *          rows, a multiple of 16: the rows' D_i = dO_i . O_i. */
@@ -136,6 +140,8 @@ typedef struct fa_bw16_kernels {
                       uint16_t *dsp, uint16_t *dsr, int64_t ldr);
     int (*inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
                  int64_t ldy);
+    int (*cols)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
+                int64_t ldy);
     void (*dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, int64_t ys,
                  int64_t rows, int64_t n, float *d);
 } fa_bw16_kernels;

@@ -14,6 +14,8 @@
  *   m16_transpose(r)                          16 x 16 dwords transposed
  *   m16_widen(p, n, hi)                       n <= M16_W halves at p as the
  *                                             low (hi 0) or high halves of dwords
+ *   m16_store_half(p, x, hi)                  the low (hi 0) or high halves of
+ *                                             x's dwords as M16_W halves at p
  *   m16_clear_nonfinite(r, eb)                halves with all exponent bits eb
  *                                             set zeroed; which halves had one
  *   m16_cvt2(f16, hi, lo)                     32 halves, nearest even, lo's first
@@ -113,6 +115,11 @@ static inline m16_vi m16_widen(const uint16_t *p, int64_t n, int hi)
     return hi ? _mm512_slli_epi32(w, 16) : w;
 }
 #endif
+
+static inline void m16_store_half(uint16_t *p, m16_vi x, int hi)
+{
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(x, 16) : x));
+}
 
 /* bit 0: some low half of *r had all the exponent bits eb (NaN or Inf),
  * bit 1: some high half; those halves are zeroed */

@@ -197,6 +197,30 @@ def test_rows_with_nothing_visible_give_zero_gradients_nan_grad_out_included(isa
 
 
 @pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+def test_nan_grad_out_and_inf_query_on_hidden_rows_of_whole_blocks(isa, dt):
+    """Rows that see nothing hold NaN in dO and Inf in Q, in blocks whole
+    enough (rows a multiple of 16, E of 32) that Q and dO are transposed
+    by the vector kernels: their gradients are zero, every other row's
+    within the bound of the same call without them."""
+    q, k, v = _inputs(np.random.default_rng(11), (1, 2, 256, 64), (1, 2, 256, 64), 64, dt)
+    mask = np.ones((256, 256), bool)
+    mask[[17, 200]] = False
+    out, lse = fastattn.attention(q, k, v, mask, return_lse=True)
+    d_o = np.random.default_rng(12).standard_normal(out.shape).astype(dt)
+    clean = fastattn.attention_backward(d_o, q, k, v, out, lse, mask)
+    q2, d_o2 = q.copy(), d_o.copy()
+    q2[..., 17, 5], q2[..., 200, :] = np.inf, -np.inf
+    d_o2[..., [17, 200], :] = np.nan
+    out2, lse2 = fastattn.attention(q2, k, v, mask, return_lse=True)
+    got = fastattn.attention_backward(d_o2, q2, k, v, out2, lse2, mask)
+    for g, c in zip(got, clean):
+        g64, c64 = g.astype(np.float64), c.astype(np.float64)
+        assert np.isfinite(g64).all()
+        assert np.allclose(g64, c64, rtol=0, atol=8 * U16[np.dtype(dt)] * np.abs(c64).max())
+    assert not got[0][..., [17, 200], :].any()
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
 def test_nan_and_inf_in_hidden_positions_never_reach_a_gradient(isa, dt):
     q, k, v = _inputs(np.random.default_rng(8), (1, 2, 40, 16), (1, 2, 160, 16), 16, dt)
     pad = np.zeros(160, bool)
