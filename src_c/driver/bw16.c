@@ -51,7 +51,14 @@ static inline void bw16_unused(void)
     (void)pv_careful_f32;
 }
 
-#define BW16_BQ FA_BW_MQ /* query rows per block (a multiple of 32) */
+/* Query rows per block (a multiple of 32): 128, twice the float32
+ * backward's, since dV^T += dO^T P and dK^T += Q^T dS run over the block's
+ * rows: each of their accumulator tiles is loaded and stored once per 64
+ * query pairs, and the fused pass sweeps an item's dK^T and dV^T (beyond the
+ * L2 at E = 128 and S = 1024) half as often; the pair's float32 tiles (s,
+ * dp, f: 64 KiB each) stay in the L2.  Every gradient element is still
+ * summed in the same order, so this size changes no bit. */
+#define BW16_BQ 128
 #define BW16_KB FA_KC    /* keys per block (a multiple of 32) */
 
 /* One thread's scratch, byte offsets (each 64-byte aligned); the pieces
