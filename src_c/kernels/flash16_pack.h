@@ -51,15 +51,28 @@ static m16_vi FL(pack_pair)(const fa_flash16_pack *p, int64_t j, int64_t jend, i
     return r;
 }
 
+/* Ask for the cache line at column e0 of the value rows of the block at j0
+ * (< nk): the block reads FA_FLASH16_KGRID rows a line at a time across
+ * the rows, a stride no hardware prefetcher follows far. */
+static void FL(prefetch_rows)(const fa_flash16_pack *p, int64_t j0, int64_t e0)
+{
+    const int64_t jend = p->nk - j0 < FA_FLASH16_KGRID ? p->nk : j0 + FA_FLASH16_KGRID;
+    for (int64_t j = j0; j < jend; j++) FA_PREFETCH(p->v + j * p->vrs + e0);
+}
+
 /* V^T in blocks of FA_FLASH16_KGRID keys x M16_W columns: key pairs
- * interleaved into dwords, then transposed: row e of V^T, the block's keys */
+ * interleaved into dwords, then transposed: row e of V^T, the block's keys;
+ * contiguous rows: the next block's rows asked for a line ahead of use */
 static unsigned FL(pack_vt)(const fa_flash16_pack *p)
 {
     unsigned nonfinite = 0;
+    const int64_t line = 64 / 2; /* halves per cache line */
     for (int64_t j0 = 0; j0 < p->npk; j0 += FA_FLASH16_KGRID) {
         const int64_t jend = p->nk - j0 < FA_FLASH16_KGRID ? p->nk : j0 + FA_FLASH16_KGRID;
         for (int64_t e0 = 0; e0 < p->Ev; e0 += M16_W) {
             const int64_t ne = p->Ev - e0 < M16_W ? p->Ev - e0 : M16_W;
+            if (p->vcs == 1 && e0 % line == 0 && j0 + FA_FLASH16_KGRID < p->nk)
+                FL(prefetch_rows)(p, j0 + FA_FLASH16_KGRID, e0);
             m16_vi r[M16_W];
             for (int64_t kq = 0; kq < M16_W; kq++)
                 r[kq] = FL(pack_pair)(p, j0 + 2 * kq, jend, e0, ne, &nonfinite);
