@@ -77,6 +77,7 @@ typedef struct bw16_plan {
     fa_limits lim;
     bw16_layout lay;
     int f16, fused, nt;
+    int fold;                  /* the scale left to grad_pair (bw16_scores) */
     int g16;                   /* the gradients written rounded to 16 bits */
     uint16_t eb;               /* the type's exponent bits */
     int64_t nbatch, nqb, nkb, nkp;
@@ -176,6 +177,7 @@ static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     pl->nocap = *a;
     pl->nocap.softcap = 0;
+    pl->fold = a->scale > 0 && !(a->softcap > 0) && !a->alibi.data && !a->add_mask.data;
     bw16_layout_of(pl);
     return 1;
 }

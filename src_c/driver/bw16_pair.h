@@ -141,7 +141,9 @@ static void bw16_gemm(const bw16_plan *pl, void *tf, int bad, int64_t m, int64_t
 
 /* The final logits of the pair: S = scale (Q.K^T) from 0, then the soft cap
  * (f = 1 - tanh^2), ALiBi and the masks by the forward's code; hidden
- * positions exactly -inf (rows < nq, keys < nk). */
+ * positions exactly -inf (rows < nq, keys < nk).  Where the plan folds the
+ * scale (> 0, and nothing between it and the masks), S is left unscaled:
+ * grad_pair multiplies by it, the same product, and -inf stays -inf. */
 static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_pair *t,
                         const bw16_ops *o)
 {
@@ -149,7 +151,8 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
     const fa_kernels_f32 *K = pl->K;
     pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->ep, o->qr, pl->ep, o->kt, 2 * BW16_KB,
                 o->s, BW16_KB);
-    for (int64_t i = 0; i < t->nq; i++) K->scal(o->s + i * BW16_KB, t->nk, (float)a->scale);
+    for (int64_t i = 0; i < t->nq && !pl->fold; i++)
+        K->scal(o->s + i * BW16_KB, t->nk, (float)a->scale);
     if (a->softcap > 0) {
         const float cap = (float)a->softcap, inv = 1 / cap;
         for (int64_t i = 0; i < t->nq; i++) {
@@ -177,6 +180,7 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     const fa_attention_args *a = &pl->b->fwd;
     const float *lse = (const float *)a->lse.data + go->lse;
     const float *delta = pl->delta + go->delta;
+    const float sc = pl->fold ? (float)a->scale : 1.0f;
     bw16_scores(pl, off, t, o);
     pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
                 2 * BW16_KB, o->dp, BW16_KB);
@@ -190,7 +194,7 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
         }
         const int64_t at = i * BW16_KB;
         pl->M->grad_pair(pl->f16, o->s + at, o->dp + at, a->softcap > 0 ? o->f + at : NULL,
-                         BW16_KB, t->nk, t->kpad, live, l, d, want & 2 ? o->pp + at : NULL,
+                         BW16_KB, t->nk, t->kpad, live, sc, l, d, want & 2 ? o->pp + at : NULL,
                          want & 2 ? o->dsp + at : NULL, want & 1 ? o->dsr + at : NULL, BW16_KB);
     }
 }

@@ -125,10 +125,10 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
  * soft cap's derivative f, dS is 0 wherever P is (P below the least
  * subnormal, 2^-149: P = 0; NaN kept).  bad turns NaN where dS is NaN or
  * Inf. */
-static FA_ALWAYS_INLINE void BW(grad_vec)(const float *s, const float *ds, const float *f, vf vl,
-                                          vf vd, vf *p, vf *r, vf *bad)
+static FA_ALWAYS_INLINE void BW(grad_vec)(const float *s, const float *ds, const float *f, vf vc,
+                                          vf vl, vf vd, vf *p, vf *r, vf *bad)
 {
-    *p = vf_exp(vf_sub(vf_load(s), vl));
+    *p = vf_exp(vf_sub(vf_mul(vf_load(s), vc), vl));
     vf x = vf_mul(*p, vf_sub(vf_load(ds), vd));
     if (f) x = vf_where_below(vf_zero(), vf_mul(x, vf_load(f)), *p, 0x1p-149f);
     *bad = vf_nan_acc(*bad, vf_sub(x, x));
@@ -139,13 +139,13 @@ static FA_ALWAYS_INLINE void BW(grad_vec)(const float *s, const float *ds, const
  * stored, then, where a dS is NaN or Inf (without f: with f grad_vec has
  * done it), dS = 0 wherever P = 0 for j < n; P = dS = 0 past n. */
 static void BW(grad_row)(float *s, float *ds, const float *f, int64_t n, int64_t npad, int live,
-                         float l, float d)
+                         float sc, float l, float d)
 {
     const int64_t nv = live ? fa_round_up(n, M16_W) : 0;
-    const vf vl = vf_set1(l), vd = vf_set1(d);
+    const vf vc = vf_set1(sc), vl = vf_set1(l), vd = vf_set1(d);
     vf bad = vf_zero(), p, r;
     for (int64_t j = 0; j < nv; j += M16_W) {
-        BW(grad_vec)(s + j, ds + j, f ? f + j : NULL, vl, vd, &p, &r, &bad);
+        BW(grad_vec)(s + j, ds + j, f ? f + j : NULL, vc, vl, vd, &p, &r, &bad);
         vf_store(s + j, p);
         vf_store(ds + j, r);
     }
@@ -160,10 +160,11 @@ static void BW(grad_row)(float *s, float *ds, const float *f, int64_t n, int64_t
  * give P = dS = 0.  If a dS of a row came out NaN or Inf (without f), the
  * two rows run again through grad_row and are rounded from there. */
 static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, int64_t n,
-                          int64_t npad, const int *live, const float *l, const float *d,
-                          uint16_t *pp, uint16_t *dsp, uint16_t *dsr, int64_t ldr)
+                          int64_t npad, const int *live, float sc, const float *l,
+                          const float *d, uint16_t *pp, uint16_t *dsp, uint16_t *dsr, int64_t ldr)
 {
     const int64_t nv = fa_round_up(n, M16_W);
+    const vf vc = vf_set1(sc);
     vf bad[2] = {vf_zero(), vf_zero()};
     for (int e = 0; e < 2; e++)
         for (int64_t j = n; live[e] && j < nv; j++) {
@@ -179,8 +180,8 @@ static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, in
                 const int64_t c = e * ld + j + h * M16_W;
                 p[e][h] = r[e][h] = vf_zero();
                 if (live[e] && j + h * M16_W < nv)
-                    BW(grad_vec)(s + c, ds + c, f ? f + c : NULL, vl, vd, &p[e][h], &r[e][h],
-                                 &bad[e]);
+                    BW(grad_vec)(s + c, ds + c, f ? f + c : NULL, vc, vl, vd, &p[e][h],
+                                 &r[e][h], &bad[e]);
             }
         }
         for (int h = 0; h < 2; h++) {
@@ -195,7 +196,7 @@ static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, in
     }
     if (f || !(isnan(vf_hsum(bad[0])) || isnan(vf_hsum(bad[1])))) return;
     for (int e = 0; e < 2; e++)
-        BW(grad_row)(s + e * ld, ds + e * ld, f, n, npad, live[e], l[e], d[e]);
+        BW(grad_row)(s + e * ld, ds + e * ld, f, n, npad, live[e], sc, l[e], d[e]);
     if (pp) BW(pairs)(f16, s, ld, 2, npad, pp, 0);
     if (dsp) BW(pairs)(f16, ds, ld, 2, npad, dsp, 0);
     if (dsr) BW(rows)(f16, ds, ld, 2, npad, dsr, ldr);

@@ -106,8 +106,9 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *          dV^T back to rows);
  *   grad_pair  P and dS of two rows of a pair, rounded as their operands
  *          (row e's s, ds, f at s + e*ld, ds + e*ld, f + e*ld): where
- *          live[e], P = exp(s - l[e]) (s the final scores, -inf where
- *          hidden) by the f32 table's vector exp (expsum's values exactly)
+ *          live[e], P = exp(sc s - l[e]) (sc s the final scores, -inf
+ *          where hidden; sc 1 or the scale the caller left to this step)
+ *          by the f32 table's vector exp (expsum's values exactly)
  *          and dS = P (dP - d[e]) (ds holds dP; times f[j] where f: the soft
  *          cap's derivative), for j < n; where some dS of the row is NaN or
  *          Inf (or with f), dS = 0 wherever P = 0; P = dS = 0 for n <= j <
@@ -136,7 +137,7 @@ typedef struct fa_bw16_kernels {
                  int64_t ldy);
     void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
     void (*grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, int64_t n, int64_t npad,
-                      const int *live, const float *l, const float *d, uint16_t *pp,
+                      const int *live, float sc, const float *l, const float *d, uint16_t *pp,
                       uint16_t *dsp, uint16_t *dsr, int64_t ldr);
     int (*inter)(const uint16_t *x, int64_t xs, int64_t rows, int64_t n, uint16_t eb, uint16_t *y,
                  int64_t ldy);
