@@ -11,9 +11,9 @@
  * Per query block (BW16_BQ rows):
  *   qr, dor  Q and dO rows (a of S and dP), [BQ][ep], [BQ][evp]
  *   qt, dot  Q^T and dO^T (a of dK^T += Q^T.dS, dV^T += dO^T.P), [e16][BQ]
- * Per pair: the float32 tiles s (scores, then P), dp (dP, then dS), f (the
- * soft cap's derivative), [BQ][KB]; P and dS rounded as pair rows over the
- * queries (pp, dsp) and dS as rows (dsr).  dK and dV are accumulated
+ * Per pair: the float32 tiles s (the scores), dp (dP), f (the soft cap's
+ * derivative), [BQ][KB]; P and dS, computed from them, rounded as pair rows
+ * over the queries (pp, dsp) and dS as rows (dsr).  dK and dV are accumulated
  * transposed (dK^T, dV^T: E or Ev rows x the keys), so that no tile is ever
  * transposed per pair. */
 
@@ -169,11 +169,11 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
-/* The pair's P (in s) and dS (in dp), float32, zero outside rows < nq and
- * keys < nk up to qpad x kpad, and their rounded operands for the products
- * of want (bw16_pair_run): dP = dO.V^T, P = exp(s - lse) where visible (0
- * where hidden or the row's lse is -inf), dS = P (dP - D) by the table's
- * grad_pair (the float32 backward's rule: exactly 0 where P is). */
+/* The pair's P and dS rounded as the operands of the products of want
+ * (bw16_pair_run), zero outside rows < nq and keys < nk up to qpad x kpad:
+ * dP = dO.V^T, P = exp(s - lse) where visible (0 where hidden or the row's
+ * lse is -inf), dS = P (dP - D), by the table's grad_pair two rows at a
+ * time (the float32 backward's rule: dS exactly 0 where P is). */
 static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                       const bw16_pair *t, const bw16_ops *o, int want)
 {

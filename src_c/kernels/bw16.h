@@ -1,11 +1,11 @@
 /* bw16.h -- the 16-bit backward's kernels (contract: kernels.h,
- * fa_bw16_kernels): one product on the matrix instructions, the two ways
- * a float32 tile is rounded to its operand, a float32 transpose, the
- * step from scores and dP to P and dS, the pair interleave of 16-bit
- * rows and the rows' dot products of D.  Over simd/bf16_tiles.h and
- * simd/flash16_ops.h; included by kernels_isa.c where the mapping defines
- * FA_SIMD_BF16 on x86 (amx: tiles, avx512_bf16: VDPBF16PS on registers).
- * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
+ * fa_bw16_kernels): one product on the matrix instructions, a float32
+ * transpose, the step from scores and dP to P and dS rounded to their
+ * operands, the pair interleave and the transpose of 16-bit rows, and the
+ * rows' dot products of D.  Over simd/bf16_tiles.h and simd/flash16_ops.h;
+ * included by kernels_isa.c where the mapping defines FA_SIMD_BF16 on x86
+ * (amx: tiles, avx512_bf16: VDPBF16PS on registers).
+ * BW(name) -> bw16_<name>_<isa>: bw16_gemm_amx, bw16_grad_pair_avx512_bf16, ... */
 #define BW(name) FA_CAT3(bw16, name, FA_ISA_NAME)
 
 #if defined(FA_SIMD_AMX)
@@ -100,7 +100,8 @@ static void BW(gemm)(void *tf, int f16, int zero, int64_t m, int64_t n, int64_t 
 }
 #endif
 
-/* y pair row p = rows 2p, 2p + 1 of x rounded, side by side per column */
+/* grad_pair's slow path: y pair row p = rows 2p, 2p + 1 of x rounded,
+ * side by side per column */
 static void BW(pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                       int64_t ldy)
 {
@@ -111,7 +112,7 @@ static void BW(pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_
     }
 }
 
-/* y row i = row i of x rounded */
+/* grad_pair's slow path: y row i = row i of x rounded */
 static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
                      int64_t ldy)
 {

@@ -95,12 +95,6 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *          VDPBF16PS lanes; each c element's sum depends on its a row, b
  *          column and k alone, never on m, n or the thread.  A zero times
  *          NaN or Inf is NaN: the caller keeps non-finite operands away.
- *   pairs  y pair row p (at y + p*ldy) = rows 2p, 2p + 1 of x (float32, ld
- *          ldx) rounded to nearest even, side by side per column: y[p*ldy +
- *          2j + e] = x[(2p + e)*ldx + j], p < rows / 2, j < n; rows even, n
- *          a multiple of 16 (b of a product over x's rows);
- *   rows   y[i*ldy + j] = x[i*ldx + j] rounded, i < rows, j < n; n a
- *          multiple of 32 (a of a product over x's columns);
  *   trans  y[j*ldy + i] = x[i*ldx + j] (float32, exact), i < rows, j < n;
  *          rows and n multiples of 16 (the transposed accumulators dK^T,
  *          dV^T back to rows);
@@ -112,10 +106,12 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *          and dS = P (dP - d[e]) (ds holds dP; times f[j] where f: the soft
  *          cap's derivative), for j < n; where some dS of the row is NaN or
  *          Inf (or with f), dS = 0 wherever P = 0; P = dS = 0 for n <= j <
- *          npad and on a row not live.  Written, each skipped where NULL:
- *          pp and dsp one pair row (pairs' layout: y[2j + e] = row e's j),
- *          dsr two rows (dsr, dsr + ldr); npad a multiple of 32.  s, ds, f
- *          are scratch, their contents after the call unspecified;
+ *          npad and on a row not live.  Written, rounded to nearest even,
+ *          each skipped where NULL: pp and dsp one pair row (pp[2j + e] =
+ *          row e's P_j: the b of a product over the rows), dsr two rows (dsr,
+ *          dsr + ldr: the a of a product over the keys); npad a multiple of
+ *          32.  s, ds, f are scratch, their contents after the call
+ *          unspecified;
  *   inter  y pair row p (at y + p*ldy) = 16-bit rows 2p, 2p + 1 of x (row
  *          stride xs) side by side per column, moved as they are: y[p*ldy +
  *          2c + e] = x[(2p + e)*xs + c], p < rows / 2, c < n; rows even, n a
@@ -131,10 +127,6 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
 typedef struct fa_bw16_kernels {
     void (*gemm)(void *tf, int f16, int zero, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                  int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
-    void (*pairs)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
-                  int64_t ldy);
-    void (*rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t n, uint16_t *y,
-                 int64_t ldy);
     void (*trans)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *y, int64_t ldy);
     void (*grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, int64_t n, int64_t npad,
                       const int *live, float sc, const float *l, const float *d, uint16_t *pp,

@@ -62,8 +62,8 @@
 /* the int8 KV cache's kernel, defined after the f32 kernels it calls */
 static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it);
 #if defined(FA_SIMD_BF16) && !defined(FA_SIMD_NEON_BF16)
-#include "kernels/bw16.h" /* bw16_gemm_amx, bw16_pairs_avx512_bf16, ... */
-#define FA_BW16_ENTRIES {BW(gemm), BW(pairs), BW(rows), BW(trans), BW(grad_pair), BW(inter), BW(cols), BW(dots)}
+#include "kernels/bw16.h" /* bw16_gemm_amx, bw16_grad_pair_avx512_bf16, ... */
+#define FA_BW16_ENTRIES {BW(gemm), BW(trans), BW(grad_pair), BW(inter), BW(cols), BW(dots)}
 #else
 #define FA_BW16_ENTRIES {0}
 #endif
