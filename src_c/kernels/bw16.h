@@ -166,6 +166,8 @@ static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, in
 {
     const int64_t nv = fa_round_up(n, M16_W);
     const vf vc = vf_set1(sc);
+    const vf vl[2] = {vf_set1(live[0] ? l[0] : 0), vf_set1(live[1] ? l[1] : 0)};
+    const vf vd[2] = {vf_set1(live[0] ? d[0] : 0), vf_set1(live[1] ? d[1] : 0)};
     vf bad[2] = {vf_zero(), vf_zero()};
     for (int e = 0; e < 2; e++)
         for (int64_t j = n; live[e] && j < nv; j++) {
@@ -175,16 +177,14 @@ static void BW(grad_pair)(int f16, float *s, float *ds, float *f, int64_t ld, in
         }
     for (int64_t j = 0; j < npad; j += 2 * M16_W) {
         vf p[2][2], r[2][2];
-        for (int e = 0; e < 2; e++) {
-            const vf vl = vf_set1(live[e] ? l[e] : 0), vd = vf_set1(live[e] ? d[e] : 0);
+        for (int e = 0; e < 2; e++)
             for (int h = 0; h < 2; h++) {
                 const int64_t c = e * ld + j + h * M16_W;
                 p[e][h] = r[e][h] = vf_zero();
                 if (live[e] && j + h * M16_W < nv)
-                    BW(grad_vec)(s + c, ds + c, f ? f + c : NULL, vc, vl, vd, &p[e][h],
+                    BW(grad_vec)(s + c, ds + c, f ? f + c : NULL, vc, vl[e], vd[e], &p[e][h],
                                  &r[e][h], &bad[e]);
             }
-        }
         for (int h = 0; h < 2; h++) {
             const int64_t c = 2 * (j + h * M16_W);
             if (pp) m16_store(pp + c, m16_pairs(f16, p[1][h], p[0][h]));

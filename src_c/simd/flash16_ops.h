@@ -116,20 +116,10 @@ static inline m16_vi m16_widen(const uint16_t *p, int64_t n, int hi)
 }
 #endif
 
-#if defined(FA_AVX512_SIMDE) /* nor the dword to word narrowing */
 static inline void m16_store_half(uint16_t *p, m16_vi x, int hi)
 {
-    uint32_t w[M16_W];
-    _mm512_storeu_si512((void *)w, x);
-    for (int e = 0; e < M16_W; e++) p[e] = (uint16_t)(hi ? w[e] >> 16 : w[e]);
+    fa_store_lo16(p, hi ? _mm512_srli_epi32(x, 16) : x);
 }
-#else
-static inline void m16_store_half(uint16_t *p, m16_vi x, int hi)
-{
-    const m16_vi h = hi ? _mm512_srli_epi32(x, 16) : x;
-    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(h));
-}
-#endif
 
 /* bit 0: some low half of *r had all the exponent bits eb (NaN or Inf),
  * bit 1: some high half; those halves are zeroed */

@@ -49,6 +49,18 @@ static inline vf vf_load_bf16(const uint16_t *p)
     return _mm512_castsi512_ps(_mm512_loadu_si512((const void *)t));
 }
 #endif
+/* the low halves of x's 16 dwords as 16 halves at p (vpmovdw; SIMDe lacks
+ * it: through memory) */
+static inline void fa_store_lo16(uint16_t *p, __m512i x)
+{
+#if !defined(FA_AVX512_SIMDE)
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(x));
+#else
+    uint32_t t[16];
+    _mm512_storeu_si512((void *)t, x);
+    for (int i = 0; i < 16; i++) p[i] = (uint16_t)t[i];
+#endif
+}
 /* float vector rounded to nearest even into 16-bit storage (overflow to
  * +-inf, NaN stays a quiet NaN) */
 static inline void vf_store_bf16(uint16_t *p, vf x)
@@ -58,14 +70,7 @@ static inline void vf_store_bf16(uint16_t *p, vf x)
     __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
     r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
                               _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-    r = _mm512_srli_epi32(r, 16);
-#if !defined(FA_AVX512_SIMDE)
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
-#else
-    uint32_t t[16];
-    _mm512_storeu_si512((void *)t, r);
-    for (int i = 0; i < 16; i++) p[i] = (uint16_t)t[i];
-#endif
+    fa_store_lo16(p, _mm512_srli_epi32(r, 16));
 }
 #if !defined(FA_AVX512_SIMDE)
 static inline void vf_store_f16(uint16_t *p, vf x)
