@@ -21,7 +21,8 @@
 #      (which says where the two builds do not run the same instructions).
 #      SIMDe has no SVE worth the name: the sve tier runs under qemu only.
 #      Likewise neon_bf16 (BFMMLA) on the first CPU model that offers it
-#      (max: FEAT_BF16; neoverse-n1 has none), after its own subset.
+#      (max: FEAT_BF16; neoverse-n1 has none), after its own subset, on the
+#      bfloat16 cases only (its other dtypes run the neon kernels).
 #   4.-6. run in two lanes, one per core (each a single-threaded qemu at a
 #      time): the bitwise comparisons and the neon subset in the background.
 #      The SIMDe build is FASTATTN_NEON_SIMDE_BUILD's where that holds one
@@ -124,19 +125,22 @@ for cpu in $CPUS; do
     if [ -z "$SVE_CPU" ] && [[ " ${ISAS_OF[$cpu]} " == *" sve "* ]]; then SVE_CPU=$cpu; fi
 done
 
-bitwise() {  # ISA CPU: bench/bitwise_corpus.py on ISA under qemu -cpu CPU and in the SIMDe build
+bitwise() {  # ISA CPU [CORPUS-ARGS...]: bench/bitwise_corpus.py on ISA under qemu -cpu CPU and in the SIMDe build
     local isa=$1 cpu=$2
-    step "bitwise: $isa under qemu (-cpu $cpu) vs the SIMDe build on x86-64"
+    shift 2
+    step "bitwise: $isa under qemu (-cpu $cpu) vs the SIMDe build on x86-64${*:+ ($*)}"
     FASTATTN_ISA=$isa PYTHONPATH="$A64:$SITE" qemu "$cpu" "$APY" "$REPO/bench/bitwise_corpus.py" \
-        save "$WORK/qemu_$isa.npz" "$isa"
-    FASTATTN_ISA=$isa PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_$isa.npz" "$isa"
+        save "$WORK/qemu_$isa.npz" "$isa" "$@"
+    FASTATTN_ISA=$isa PYTHONPATH="$EMU" "$PY" "$REPO/bench/bitwise_corpus.py" save "$WORK/simde_$isa.npz" "$isa" "$@"
     "$PY" "$REPO/.ci/neon_bitwise.py" "$WORK/qemu_$isa.npz" "$WORK/simde_$isa.npz"
 }
 background_lane() {
     bitwise neon "$NEON_CPU"
     step "qemu -cpu $NEON_CPU: numerics subset on neon (-k neon): ${NEON_TESTS[*]##*/}"
     subset "$NEON_CPU" -k neon "${NEON_TESTS[@]/#/$REPO/}"
-    if [ -n "$BF16_CPU" ]; then bitwise neon_bf16 "$BF16_CPU"; fi
+    # neon_bf16 runs float32, float64 and float16 on the neon kernels, compared
+    # just above: its own instructions (BFMMLA, BFCVT) only in the bfloat16 cases
+    if [ -n "$BF16_CPU" ]; then bitwise neon_bf16 "$BF16_CPU" --dtypes bfloat16; fi
 }
 sve_lane() {
     step "qemu -cpu $SVE_CPU: numerics subset on sve (-k sve): ${SVE_TESTS_LANE[*]##*/}"

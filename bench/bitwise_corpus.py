@@ -2,6 +2,7 @@
 
     python bench/bitwise_corpus.py save OUT.npz       # run the corpus, store every result
     python bench/bitwise_corpus.py save OUT.npz neon  # only on the ISA paths named
+    python bench/bitwise_corpus.py save OUT.npz neon_bf16 --dtypes bfloat16  # only those inputs
     python bench/bitwise_corpus.py compare A.npz B.npz
 
 `save` runs every case on every ISA path `fastattn.available_isas()` gives
@@ -192,12 +193,15 @@ def _mha_case(fa, dt, dn):
     return [(f"mha/{dn}", mha)]
 
 
-def attention_cases(fa):
-    """(name, thunk) pairs; every thunk returns an array or a tuple of arrays."""
+def attention_cases(fa, dtypes=()):
+    """(name, thunk) pairs; every thunk returns an array or a tuple of arrays.
+    dtypes: the input dtypes' names to run (all four when empty)."""
     import ml_dtypes
     cases = []
     for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
         dn = np.dtype(dt).name
+        if dtypes and dn not in dtypes:
+            continue
         for family in (_attn_cases, _decode_cases, _masks_case, _block_sparse_case, _gqa_case, _softmax_case, _mha_case):
             cases += family(fa, dt, dn)
     return cases
@@ -214,7 +218,7 @@ def flatten(name, r, out):
         out[name] = np.asarray(r)
 
 
-def save(path, only=()):
+def save(path, only=(), dtypes=()):
     import fastattn as fa
     res = {}
     old = fa.get_isa()
@@ -222,7 +226,7 @@ def save(path, only=()):
     try:
         for isa in isas:
             fa.set_isa(isa)
-            for name, thunk in attention_cases(fa):
+            for name, thunk in attention_cases(fa, dtypes):
                 flatten(f"{isa}/{name}", thunk(), res)
     finally:
         fa.set_isa(old)
@@ -263,7 +267,18 @@ def compare(pa, pb):
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "save":
-        save(sys.argv[2], sys.argv[3:])
+        args = sys.argv[3:]
+        dtypes = ()
+        if "--dtypes" in args:
+            at = args.index("--dtypes")
+            if at + 1 >= len(args):
+                sys.exit("--dtypes needs a comma-separated list of dtype names")
+            dtypes = tuple(args[at + 1].split(","))
+            unknown = set(dtypes) - {"float32", "float64", "float16", "bfloat16"}
+            if unknown:
+                sys.exit(f"--dtypes: unknown {sorted(unknown)} (float32, float64, float16, bfloat16)")
+            del args[at:at + 2]
+        save(sys.argv[2], args, dtypes)
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     else:
