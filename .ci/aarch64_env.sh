@@ -18,7 +18,8 @@
 # downloads the first time (then the cache).
 # Environment: PYTHON (the build Python, x86-64, with the build requirements:
 # default python), FASTATTN_AARCH64_CACHE, FASTATTN_DEBIAN_MIRROR (default
-# http://deb.debian.org/debian).
+# http://deb.debian.org/debian), FASTATTN_AARCH64_FETCH_ONLY (1: steps 1.-2.
+# only, then the sourcing script goes on).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
@@ -78,6 +79,10 @@ if [ ! -f "$SITE/.installed" ]; then
         --abi "cp${PYVER/./}" numpy scipy ml_dtypes pytest hypothesis threadpoolctl
     touch "$SITE/.installed"
 fi
+
+# FASTATTN_AARCH64_FETCH_ONLY=1 (.ci/run, in the background while the x86-64
+# steps run): the downloads above only, nothing built, so no build requirements
+if [ "${FASTATTN_AARCH64_FETCH_ONLY:-0}" = 1 ]; then return 0; fi
 
 read -r -a BUILD_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')"
 # (installed where the build Python lacks them)

