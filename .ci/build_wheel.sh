@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the sdist and the x86_64 wheel from this checkout, repair the wheel
 # with auditwheel (the OpenMP runtime grafted into it, a manylinux tag), and
-# prove both artefacts in fresh virtual environments that hold nothing but
+# prove them, the wheel in a fresh virtual environment that holds nothing but
 # fastattn and its runtime dependencies:
 #   * the sdist holds every source (C, headers, Cython) and no build output,
 #     and the wheel is built from it as `pip install <sdist>` would (unpacked,
@@ -95,7 +95,6 @@ step "fresh venv + repaired wheel (runtime dependencies only)"
 "$WORK/venv-wheel/bin/python" "${PIPI[@]}" "$REPAIRED"
 "$WORK/venv-wheel/bin/python" -m pip list --format=freeze --disable-pip-version-check
 smoke "$WORK/venv-wheel"
-
 
 if [ -n "${KEEP_WHEELHOUSE:-}" ]; then
     mkdir -p "$KEEP_WHEELHOUSE" && cp "$REPAIRED" "$SDIST" "$KEEP_WHEELHOUSE"/
