@@ -73,6 +73,7 @@ qemu neoverse-n1 "$APY" -c 'import sys, platform; print(sys.version.split()[0], 
 
 step "aarch64 wheels in $SITE"
 if [ ! -f "$SITE/.installed" ]; then
+    rm -rf "$SITE"   # an interrupted install's leftovers: pip --target would keep them
     "$PY" -m pip install -q --disable-pip-version-check --target "$SITE" --only-binary=:all: \
         --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 \
         --platform manylinux2014_aarch64 --python-version "$PYVER" --implementation cp \
