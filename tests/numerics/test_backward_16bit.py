@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 import fastattn
+from conftest import reference_attention
 from fastattn import reference
 from half_common import BF16, F16, HALF_IDS, HALVES
 
@@ -77,7 +78,7 @@ def _magnitudes(d_o, q, k, v, grad_lse, opts):
     if gqa:
         rep = q.shape[-3] // k.shape[-3]
         kr, vr = np.repeat(k64, rep, axis=-3), np.repeat(v64, rep, axis=-3)
-    o, p, _ = reference.attention(q64, kr, vr, return_weights=True, return_lse=True, **ref_opts)
+    o, p, _ = reference_attention(q64, kr, vr, return_weights=True, return_lse=True, **ref_opts)
     do64 = np.broadcast_to(do64, o.shape)
     g = 0.0 if grad_lse is None else np.asarray(grad_lse, np.float64)
     row = np.sum(do64 * o, -1) - g                        # D_i - g_i

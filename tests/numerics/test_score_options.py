@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastattn
-import fastattn.reference as reference
-from conftest import assert_close, examples, finite_absmax
+from conftest import assert_close, examples, finite_absmax, reference_attention
 
 OPTS = ("softcap", "alibi_slopes", "sinks")
 
@@ -60,7 +59,7 @@ def test_every_combination(isa, rng, names, causal, return_weights):
         q, k, v = _qkv(rng, dt, 2, 3, 37, 150, 24, Ev=20)
         kw = dict(_options(rng, names, 3), is_causal=causal, return_lse=True,
                   return_weights=return_weights)
-        _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+        _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
 
 
 @pytest.mark.parametrize("names", COMBOS[1:], ids=["+".join(c) for c in COMBOS[1:]])
@@ -78,7 +77,7 @@ def test_with_masks(isa, rng, names, mask):
         kw["key_padding_mask"] = rng.random((2, 140)) < 0.3
     for causal in (False, "lower_right"):
         kw.update(is_causal=causal, return_lse=True)
-        _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+        _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
 
 
 @pytest.mark.parametrize("L", [1, 2, 3, 5, 8])
@@ -89,10 +88,10 @@ def test_decoding_direct_and_key_split(isa, rng, L, causal):
     for dt in (np.float32, np.float64):
         q, k, v = _qkv(rng, dt, 1, 2, L, 3000, 32)
         kw = dict(_options(rng, OPTS, 2), is_causal=causal, return_lse=True)
-        _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+        _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
         for name in OPTS:
             kw1 = dict(_options(rng, (name,), 2), is_causal=causal, return_lse=True)
-            _check(fastattn.attention(q, k, v, **kw1), reference.attention(q, k, v, **kw1), dt)
+            _check(fastattn.attention(q, k, v, **kw1), reference_attention(q, k, v, **kw1), dt)
 
 
 @pytest.mark.parametrize("L", [1, 4, 100])
@@ -101,12 +100,12 @@ def test_grouped_query_heads(isa, rng, L):
     q, k, v = _qkv(rng, dt, 2, 6, L, 1500, 16, Hkv=2)
     kw = dict(_options(rng, OPTS, 6), is_causal="lower_right", return_lse=True,
               enable_gqa=True)
-    _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+    _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
     # per (batch, head) values
     kw.update(alibi_slopes=rng.uniform(0, 0.3, (2, 6)), sinks=rng.standard_normal((2, 6)))
-    _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+    _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
     kw["return_weights"] = True
-    _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt)
+    _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt)
 
 
 def test_out_is_filled_and_returned_with_lse(rng):
@@ -116,7 +115,7 @@ def test_out_is_filled_and_returned_with_lse(rng):
         kw = dict(_options(rng, OPTS, 2), return_lse=True, is_causal=True)
         res, lse = fastattn.attention(q, k, v, out=out, **kw)
         assert res is out
-        want, wlse = reference.attention(q, k, v, **kw)
+        want, wlse = reference_attention(q, k, v, **kw)
         cdt = np.float64 if dt == np.float64 else np.float32
         assert lse.dtype == cdt and wlse.dtype == cdt and lse.shape == (1, 2, 20)
         _check((res, lse), (want, wlse), dt)
@@ -126,7 +125,7 @@ def test_float16_input_lse_is_float32(rng):
     q, k, v = _qkv(rng, np.float16, 1, 2, 10, 30, 8)
     out, w, lse = fastattn.attention(q, k, v, return_weights=True, return_lse=True, softcap=3.0)
     assert out.dtype == np.float16 and w.dtype == np.float16 and lse.dtype == np.float32
-    _check((out, w, lse), reference.attention(q, k, v, return_weights=True, return_lse=True,
+    _check((out, w, lse), reference_attention(q, k, v, return_weights=True, return_lse=True,
                                               softcap=3.0), np.float16)
 
 
@@ -174,7 +173,7 @@ def test_all_hidden_rows_with_sinks_give_zeros_and_minus_inf_lse(isa, rng):
         res = fastattn.attention(q, k, v, attn_mask=mask, sinks=[5.0, -1.0], return_lse=True,
                                  return_weights=rw)
         assert np.all(res[0][:, :, 2] == 0) and np.all(res[-1][:, :, 2] == -np.inf)
-        _check(res, reference.attention(q, k, v, attn_mask=mask, sinks=[5.0, -1.0],
+        _check(res, reference_attention(q, k, v, attn_mask=mask, sinks=[5.0, -1.0],
                                         return_lse=True, return_weights=rw), np.float32)
 
 
@@ -184,7 +183,7 @@ def test_sink_far_above_the_scores_does_not_overflow(isa, rng):
         kw = dict(sinks=[80.0, 1e30], return_lse=True)
         out, lse = fastattn.attention(q[:, :, :L], k, v, **kw)
         assert np.all(np.isfinite(out)) and np.all(np.isfinite(lse))
-        _check((out, lse), reference.attention(q[:, :, :L], k, v, **kw), np.float32)
+        _check((out, lse), reference_attention(q[:, :, :L], k, v, **kw), np.float32)
 
 
 def test_minus_inf_sink_is_no_sink(isa, rng):
@@ -201,7 +200,7 @@ def test_softcap_with_minus_inf_additive_mask(isa, rng):
     kw = dict(attn_mask=m, softcap=1.5, return_lse=True)
     for rw in (False, True):
         res = fastattn.attention(q, k, v, return_weights=rw, **kw)
-        _check(res, reference.attention(q, k, v, return_weights=rw, **kw), np.float32)
+        _check(res, reference_attention(q, k, v, return_weights=rw, **kw), np.float32)
         assert np.all(res[-1][:, :, 4] == -np.inf)
 
 
@@ -210,7 +209,7 @@ def test_softcap_bounds_the_logits(isa, rng):
     q, k, v = _qkv(rng, np.float32, 1, 1, 4, 30, 8)
     out, lse = fastattn.attention(q * 1e4, k, v, softcap=2.0, return_lse=True)
     assert np.all(lse <= 2.0 + np.log(30) + 1e-5)
-    _check((out, lse), reference.attention(q * 1e4, k, v, softcap=2.0, return_lse=True),
+    _check((out, lse), reference_attention(q * 1e4, k, v, softcap=2.0, return_lse=True),
            np.float32)
 
 
@@ -245,7 +244,7 @@ def test_property_matches_reference(isa, data):
         kw["alibi_slopes"] = rng.uniform(0, 1, H)
     if d(st.booleans()):
         kw["sinks"] = rng.standard_normal(H) * 3
-    _check(fastattn.attention(q, k, v, **kw), reference.attention(q, k, v, **kw), dt,
+    _check(fastattn.attention(q, k, v, **kw), reference_attention(q, k, v, **kw), dt,
            factor=2.0)
 
 
@@ -271,7 +270,7 @@ def test_multi_head_attention_passes_the_options(rng):
     q = (x @ w_q).reshape(n, L, heads, d_k).transpose(0, 2, 1, 3)
     k = (x @ w_k).reshape(n, L, kv_heads, d_k).transpose(0, 2, 1, 3)
     v = (x @ w_v).reshape(n, L, kv_heads, d_k).transpose(0, 2, 1, 3)
-    ho, hw, hl = reference.attention(q, k, v, enable_gqa=True, return_weights=True,
+    ho, hw, hl = reference_attention(q, k, v, enable_gqa=True, return_weights=True,
                                      return_lse=True, **kw)
     want = ho.transpose(0, 2, 1, 3).reshape(n, L, heads * d_k) @ w_o
     assert lse.shape == (n, heads, L)

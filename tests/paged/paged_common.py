@@ -5,8 +5,8 @@ the reference per sequence (fastattn.reference.attention on those keys)."""
 import numpy as np
 
 import fastattn
-from conftest import assert_close, finite_absmax, q8_dot_bound, q8_query
-from fastattn import _half, reference
+from conftest import assert_close, finite_absmax, q8_dot_bound, q8_query, reference_attention
+from fastattn import _half
 
 
 def pool_shape(layout, num_blocks, block_size, hkv, width):
@@ -113,11 +113,11 @@ def reference_paged(args, *, is_causal=True, window=None, alibi_slopes=None, sof
         opts = dict(enable_gqa=True, softcap=softcap, sinks=sinks, scale=scale,
                     return_lse=True)
         if is_causal:
-            o, l = reference.attention(qb, k, v, is_causal="lower_right", window=window,
+            o, l = reference_attention(qb, k, v, is_causal="lower_right", window=window,
                                        alibi_slopes=alibi_slopes, **opts)
         else:
             mask = _noncausal_mask(r1 - r0, n, window, alibi_slopes, hq)
-            o, l = reference.attention(qb, k, v, attn_mask=mask, **opts)
+            o, l = reference_attention(qb, k, v, attn_mask=mask, **opts)
         out[r0:r1] = o.swapaxes(0, 1)
         lse[:, r0:r1] = l
     return out, lse
