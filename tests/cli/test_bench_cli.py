@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -41,8 +42,26 @@ def quick_run(tmp_path_factory):
     except ImportError:
         png = None
     p = _run(*args, timeout=QUICK_TIMEOUT)
+    _keep(p, js)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     return p, json.loads(js.read_text()), png
+
+
+def _keep(p, js):
+    """With FASTATTN_TEST_KEEP_QUICK_BENCH=DIR, the run's exit status, output
+    and JSON are written to DIR: .ci/run checks them as the README benchmark
+    command's run when installing the [bench] extra changes nothing in the
+    environment, instead of running the same command a second time."""
+    keep = os.environ.get("FASTATTN_TEST_KEEP_QUICK_BENCH")
+    if not keep:
+        return
+    os.makedirs(keep, exist_ok=True)
+    with open(os.path.join(keep, "bench.log"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    if js.exists():
+        shutil.copyfile(js, os.path.join(keep, "bench.json"))
+    with open(os.path.join(keep, "rc"), "w") as f:  # last: the run is complete
+        f.write(f"{p.returncode}\n")
 
 
 def test_quick_json_fields(quick_run):
