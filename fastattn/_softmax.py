@@ -45,13 +45,23 @@ def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     return tuple(res)
 
 
+# np.reshape(copy=False) refuses to copy from NumPy 2.1 on; before it, only
+# setting .shape did (which NumPy 2.5 deprecates).
+_RESHAPE_HAS_COPY = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+
+
 def _as_rows(a: np.ndarray, axes: tuple, nred: int) -> np.ndarray | None:
     """View a with the axes moved last, as (rows, n); None if that needs a copy."""
     t = np.moveaxis(a, axes, tuple(range(a.ndim - nred, a.ndim))) if axes else a
+    shape = (math.prod(t.shape[:t.ndim - nred]), math.prod(t.shape[t.ndim - nred:]))
+    if _RESHAPE_HAS_COPY:
+        try:
+            return np.reshape(t, shape, copy=False)
+        except ValueError:
+            return None
     r = t.view()
-    n = math.prod(t.shape[t.ndim - nred:])
     try:
-        r.shape = (math.prod(t.shape[:t.ndim - nred]), n)
+        r.shape = shape
     except AttributeError:
         return None
     return r
