@@ -65,7 +65,10 @@ def test_value_leading_dims_do_not_broadcast():
 
 def test_too_many_leading_dims_raises_value_error():
     nd = _core.MAX_BATCH_DIMS + 1
-    q = np.ones((1,) * nd + (3, 4))
+    try:
+        q = np.ones((1,) * nd + (3, 4))
+    except ValueError:  # NumPy 1.x: at most 32 dimensions, so no input exceeds the limit
+        pytest.skip(f"NumPy {np.__version__} cannot hold {nd + 2} dimensions")
     k, v = np.ones((5, 4)), np.ones((5, 6))
     _raises(ValueError, ["dimensions"], [], q, k, v, out_shape=None)
 
