@@ -362,9 +362,9 @@ def _nbytes(r) -> int:
 
 def memoized(fn):
     """fn, a pure function of arrays and plain values, with its latest results
-    (256 MiB at most per process) kept by the contents of its arguments;
-    each call gets copies.  Arguments it cannot fingerprint are passed
-    straight through to fn."""
+    (256 MiB at most per process, none over 64 MiB) kept by the contents of
+    its arguments; each call gets copies.  Arguments it cannot fingerprint
+    are passed straight through to fn."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -376,9 +376,11 @@ def memoized(fn):
             _MEMO.move_to_end(key)
             return _copies(_MEMO[key])
         r = fn(*args, **kwargs)
+        if _nbytes(r) > _MEMO_LIMIT // 4:  # a large result is not worth its copy
+            return r
         _MEMO[key] = _copies(r)
         _MEMO_BYTES[0] += _nbytes(r)
-        while _MEMO_BYTES[0] > _MEMO_LIMIT and len(_MEMO) > 1:
+        while _MEMO_BYTES[0] > _MEMO_LIMIT:
             _MEMO_BYTES[0] -= _nbytes(_MEMO.popitem(last=False)[1])
         return r
 
