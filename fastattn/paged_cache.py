@@ -53,6 +53,14 @@ class PagedKVCache:
     layout : {'NHD', 'HND'}, optional
         The pools' layout (see :func:`fastattn.attention_paged`).
 
+    Raises
+    ------
+    KeyError
+        From any method given a sequence id the cache does not hold.
+    MemoryError
+        From :meth:`append` and :meth:`fork` when too few blocks are free;
+        every sequence is left as it was.
+
     Examples
     --------
     >>> import numpy as np, fastattn
