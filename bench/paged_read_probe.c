@@ -27,20 +27,9 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static __m512 sum_chunk(const char *p, size_t c, __m512 a0)
-{
-    __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
-    for (size_t b = 0; b < c; b += 256) {
-        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + b));
-        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + b + 64));
-        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + b + 128));
-        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + b + 192));
-    }
-    return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-}
-
-/* sum_chunk, asking for the chunk at q (NULL: none) a line per line read */
-static __m512 sum_chunk_spread(const char *p, const char *q, size_t c, __m512 a0)
+/* the c bytes at p summed; q not NULL: the chunk at q asked for a line per
+ * line read ("spread") */
+static __m512 sum_chunk(const char *p, const char *q, size_t c, __m512 a0)
 {
     __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
     for (size_t b = 0; b < c; b += 256) {
@@ -65,13 +54,9 @@ static double pass_gbs(const char *buf, size_t n, size_t c, const size_t *ord, s
         const double t0 = now();
         for (size_t i = 0; i < n; i++) {
             const char *ahead = d && i + d < n ? buf + ord[i + d] * c : NULL;
-            if (spread) {
-                acc = sum_chunk_spread(buf + ord[i] * c, ahead, c, acc);
-                continue;
-            }
-            if (ahead)
+            if (ahead && !spread)
                 for (size_t b = 0; b < c; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-            acc = sum_chunk(buf + ord[i] * c, c, acc);
+            acc = sum_chunk(buf + ord[i] * c, spread ? ahead : NULL, c, acc);
         }
         const double t = now() - t0;
         if (t < best) best = t;
