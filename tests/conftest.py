@@ -376,10 +376,11 @@ def memoized(fn):
             _MEMO.move_to_end(key)
             return _copies(_MEMO[key])
         r = fn(*args, **kwargs)
-        if _nbytes(r) > _MEMO_LIMIT // 4:  # a large result is not worth its copy
+        size = _nbytes(r)
+        if size > _MEMO_LIMIT // 4:  # a large result is not worth its copy
             return r
         _MEMO[key] = _copies(r)
-        _MEMO_BYTES[0] += _nbytes(r)
+        _MEMO_BYTES[0] += size
         while _MEMO_BYTES[0] > _MEMO_LIMIT:
             _MEMO_BYTES[0] -= _nbytes(_MEMO.popitem(last=False)[1])
         return r
