@@ -1,5 +1,7 @@
-"""fastattn.torch.attention_paged: tensors read in place (zero-copy), the
-same result as the NumPy function (skipped without torch)."""
+"""fastattn.torch.attention_paged and paged_append: tensors read and written
+in place (zero-copy), the same results as the NumPy functions, and both as
+custom operators under torch.compile and torch.export (skipped without
+torch)."""
 
 import numpy as np
 import pytest
@@ -56,3 +58,105 @@ def test_a_tensor_off_the_cpu_is_refused_naming_it():
     with pytest.raises(ValueError, match="key_cache is a meta tensor"):
         fat.attention_paged(torch.zeros(1, 1, 8), meta, meta, torch.zeros(1, 1, dtype=torch.int32),
                             torch.tensor([1]))
+
+
+def _bf16(a):
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_writes_bfloat16_tensors_in_place_as_the_numpy_function(rng, layout):
+    import ml_dtypes
+    shape = (3, 4, 2, 8) if layout == "NHD" else (3, 2, 4, 8)
+    kc = np.zeros(shape, ml_dtypes.bfloat16)
+    vc = np.zeros(shape, ml_dtypes.bfloat16)
+    key = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    value = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    slots = np.array([7, -1, 0, 11, 4])
+    tk, tv = _bf16(kc), _bf16(vc)
+    fat.paged_append(tk, tv, torch.from_numpy(slots), torch.from_numpy(key),
+                     torch.from_numpy(value), layout=layout)
+    fastattn.paged_append(kc, vc, slots, key, value, layout=layout)
+    np.testing.assert_array_equal(tk.view(torch.int16).numpy(), kc.view(np.int16))
+    np.testing.assert_array_equal(tv.view(torch.int16).numpy(), vc.view(np.int16))
+    assert tk.float().abs().sum() > 0
+
+
+def test_append_int8_caches_writes_levels_and_scales(rng):
+    kc, vc = torch.zeros(2, 4, 1, 8, dtype=torch.int8), torch.zeros(2, 4, 1, 8, dtype=torch.int8)
+    ks, vs = torch.zeros(2, 4, 1), torch.zeros(2, 4, 1)
+    key = torch.from_numpy(rng.standard_normal((3, 1, 8)).astype(np.float32))
+    fat.paged_append(kc, vc, torch.tensor([1, 6, 2]), key, 2 * key, key_scales=ks,
+                     value_scales=vs)
+    assert float(ks[1, 2, 0]) == pytest.approx(float(key[1].abs().max()) / 127, rel=1e-6)
+    back = (kc.float() * ks[..., None]).reshape(8, 1, 8)[[1, 6, 2]]
+    torch.testing.assert_close(back, key, atol=float(key.abs().max()) / 254, rtol=0)
+    assert float(vs[0, 1, 0]) == pytest.approx(2 * float(ks[0, 1, 0]), rel=1e-6)
+
+
+def test_append_slot_outside_the_pool_names_it_and_writes_nothing():
+    kc, vc = torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8)
+    with pytest.raises(ValueError, match="slot_mapping"):
+        fat.paged_append(kc, vc, torch.tensor([3, 8]), torch.ones(2, 1, 8), torch.ones(2, 1, 8))
+    assert not kc.any() and not vc.any()
+
+
+def _decode_args():
+    g = torch.Generator().manual_seed(1)
+    kc, vc = torch.randn(6, 16, 2, 8, generator=g), torch.randn(6, 16, 2, 8, generator=g)
+    table = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32)
+    return kc, vc, table, torch.tensor([20, 40]), torch.randn(2, 4, 8, generator=g)
+
+
+def test_opcheck_passes_for_the_paged_operators():
+    kc, vc, table, lens, q = _decode_args()
+    torch.library.opcheck(torch.ops.fastattn.attention_paged.default,
+                          (q, kc, vc, table, lens, None, None, None,
+                           torch.tensor([0.5, 0.25, 0.1, 0.0]), torch.zeros(4), "NHD", 0.3, True,
+                           17, -1, 5.0, None))
+    torch.library.opcheck(torch.ops.fastattn.paged_append.default,
+                          (kc, vc, torch.tensor([40, -1]), torch.randn(2, 2, 8),
+                           torch.randn(2, 2, 8), "NHD", None, None))
+    k8, v8 = torch.zeros(2, 4, 1, 8, dtype=torch.int8), torch.zeros(2, 4, 1, 8, dtype=torch.int8)
+    torch.library.opcheck(torch.ops.fastattn.paged_append.default,
+                          (k8, v8, torch.tensor([5]), torch.randn(1, 1, 8), torch.randn(1, 1, 8),
+                           "NHD", torch.zeros(2, 4, 1), torch.zeros(2, 4, 1)))
+
+
+def _step(kc, vc, table, lens, q, new_k, new_v, slots, out):
+    """A decoding step as an engine writes it: the new rows appended, then
+    attention over the pages into a preallocated output."""
+    fat.paged_append(kc, vc, slots, new_k, new_v)
+    o, lse = fat.attention_paged(q, kc, vc, table, lens + 1, window=(16, 0), softcap=20.0,
+                                 return_lse=True, out=out)
+    return torch.tanh(o) * lse.T[..., None]
+
+
+def test_a_decoding_step_compiles_in_one_graph_and_matches_eager():
+    kc, vc, table, lens, q = _decode_args()
+    g = torch.Generator().manual_seed(2)
+    new_k, new_v = torch.randn(2, 2, 8, generator=g), torch.randn(2, 2, 8, generator=g)
+    slots = torch.tensor([1 * 16 + 4, 3 * 16 + 8])  # position 20 of one, 40 of the other
+    kc2, vc2 = kc.clone(), vc.clone()
+    out, out2 = torch.empty(2, 4, 8), torch.empty(2, 4, 8)
+    torch._dynamo.reset()
+    f = torch.compile(_step, fullgraph=True, backend="aot_eager")
+    got = f(kc, vc, table, lens, q, new_k, new_v, slots, out)
+    want = _step(kc2, vc2, table, lens, q, new_k, new_v, slots, out2)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2) and torch.equal(out, out2)
+    assert torch.equal(kc[1, 4], new_k[0]) and torch.equal(vc[3, 8], new_v[1])
+
+
+def test_export_holds_the_paged_operators():
+    class Step(torch.nn.Module):
+        def forward(self, kc, vc, table, lens, q, new_k, new_v, slots):
+            fat.paged_append(kc, vc, slots, new_k, new_v)
+            return fat.attention_paged(q, kc, vc, table, lens + 1)
+
+    kc, vc, table, lens, q = _decode_args()
+    args = (kc, vc, table, lens, q, torch.ones(2, 2, 8), torch.ones(2, 2, 8),
+            torch.tensor([1 * 16 + 4, 3 * 16 + 8]))
+    ep = torch.export.export(Step(), args)
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert {"fastattn.attention_paged.default", "fastattn.paged_append.default"} <= targets
