@@ -95,17 +95,35 @@ def _index_array(name: str, a: Any, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.int64)
 
 
-def _sequences(block_table: Any, seq_lens: Any, cu_seqlens_q: Any, total_q: int, num_blocks: int,
-               block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(block_table, seq_lens, cu_seqlens_q) as int64, after checking that
-    every sequence's keys lie in its row of blocks, every block id it reads
-    is in the pool, and its queries are at most its keys."""
+def _sequences(block_table: Any, seq_lens: Any, cu_seqlens_q: Any, total_q: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(block_table, seq_lens, cu_seqlens_q) as C-ordered int64 after checking
+    their dtypes and shapes; their values are checked by the kernel, before
+    it writes anything, and explained by :func:`_explain_sequences`."""
     table = _index_array("block_table", block_table, 2)
     lens = _index_array("seq_lens", seq_lens, 1)
-    B, max_blocks = table.shape
+    B = table.shape[0]
     if lens.shape != (B,):
         raise ValueError(f"seq_lens must have shape (B,) = ({B},) (block_table {table.shape}), "
                          f"got {lens.shape}")
+    if cu_seqlens_q is None:
+        if total_q != B:
+            raise ValueError(f"with cu_seqlens_q=None each sequence has one query: query has "
+                             f"{total_q} rows, there are {B} sequences")
+        return table, lens, np.arange(B + 1, dtype=np.int64)
+    cu = _index_array("cu_seqlens_q", cu_seqlens_q, 1)
+    if cu.shape != (B + 1,):
+        raise ValueError(f"cu_seqlens_q must have B + 1 = {B + 1} entries, got {cu.shape}")
+    return table, lens, cu
+
+
+def _explain_sequences(table: np.ndarray, lens: np.ndarray, cu: np.ndarray, total_q: int,
+                       num_blocks: int, block_size: int) -> None:
+    """Raise the ValueError that says which sequence the kernel refused:
+    its keys beyond its row of blocks, a block id outside the pool,
+    cu_seqlens_q not running from 0 to total_q without going back, or more
+    queries than keys."""
+    max_blocks = table.shape[1]
     if (lens < 0).any() or (lens > max_blocks * block_size).any():
         raise ValueError(f"seq_lens must be in 0 .. max_blocks * block_size = "
                          f"{max_blocks * block_size} (block_table {table.shape}), got {lens}")
@@ -115,22 +133,13 @@ def _sequences(block_table: Any, seq_lens: Any, cu_seqlens_q: Any, total_q: int,
         b, j = np.argwhere(bad)[0]
         raise ValueError(f"block_table[{b}, {j}] = {table[b, j]} is outside the pool of "
                          f"{num_blocks} blocks")
-    if cu_seqlens_q is None:
-        if total_q != B:
-            raise ValueError(f"with cu_seqlens_q=None each sequence has one query: query has "
-                             f"{total_q} rows, there are {B} sequences")
-        cu = np.arange(B + 1, dtype=np.int64)
-    else:
-        cu = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, total_q, "query")
-        if cu.shape != (B + 1,):
-            raise ValueError(f"cu_seqlens_q must have B + 1 = {B + 1} entries, got {cu.shape}")
+    check_cu_seqlens("cu_seqlens_q", cu, total_q, "query")
     nq = np.diff(cu)
     if (nq > lens).any():
         b = int(np.argmax(nq > lens))
         raise ValueError(f"sequence {b} has {nq[b]} queries but seq_lens[{b}] = {lens[b]} keys: "
                          f"its queries are its last positions (cu_seqlens_q and seq_lens "
                          f"disagree)")
-    return table, lens, cu
 
 
 def _query(query: Any, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.dtype]:
@@ -281,8 +290,7 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
     k, v = _pools(key_cache, value_cache, layout)
     ks, vs = _scales("key_scales", key_scales, k), _scales("value_scales", value_scales, v)
     q, qdt = _query(query, k, v)
-    table, lens, cu = _sequences(block_table, seq_lens, cu_seqlens_q, q.shape[0], k.shape[0],
-                                 k.shape[1])
+    table, lens, cu = _sequences(block_table, seq_lens, cu_seqlens_q, q.shape[0])
     cdt = _half.arith(qdt)
     sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else check_scale(scale, cdt)
     wl, wr = _window(window, is_causal)
@@ -295,9 +303,13 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
         check_out(out, shape, qdt, [("query", q), ("key_cache", key_cache),
                                     ("value_cache", value_cache)])
     lse = np.empty((q.shape[1], q.shape[0]), cdt) if return_lse else None
-    _core.attention_paged(q, k, v, ks, vs, table, lens, cu, out, lse, scale=sc,
-                          causal=bool(is_causal), win_left=wl, win_right=wr, softcap=cap,
-                          alibi=slopes, sinks=sink, num_threads=nt)
+    try:
+        _core.attention_paged(q, k, v, ks, vs, table, lens, cu, out, lse, scale=sc,
+                              causal=bool(is_causal), win_left=wl, win_right=wr, softcap=cap,
+                              alibi=slopes, sinks=sink, num_threads=nt)
+    except ValueError:  # refused before anything was written: say which sequence
+        _explain_sequences(table, lens, cu, q.shape[0], k.shape[0], k.shape[1])
+        raise
     if lse is None:
         return out
     return out, lse

@@ -249,7 +249,8 @@ def test_gradient_rounding_nearest_even_with_ties_overflow_subnormals_and_nan(is
     x = np.concatenate([wide, ties, -ties, special])
     got = np.empty(x.shape, dt)
     _core.round_half(x, got)
-    want = x.astype(dt)
+    with np.errstate(over="ignore"):  # the overflow to infinity is one of the cases
+        want = x.astype(dt)
     nan = np.isnan(want.astype(np.float32))
     assert (np.isnan(got.astype(np.float32)) == nan).all()
     assert (got.view(np.uint16)[~nan] == want.view(np.uint16)[~nan]).all()
