@@ -76,16 +76,35 @@ static void Q8(locate)(const fa_q8_item *it, int64_t j0, int64_t n, Q8(blk) *t)
 /* The keys of the block from j0 when the last is jhi: at most NB. */
 static inline int64_t Q8(keys)(int64_t j0, int64_t jhi) { return jhi - j0 + 1 < NB ? jhi - j0 + 1 : NB; }
 
+/* Ask for the lines of the n floats p[u*rs]: each line once where the
+ * floats are closer than a line (the common layouts: Hkv floats apart),
+ * else each float's. */
+static void Q8(prefetch_run)(const float *p, int64_t n, int64_t rs)
+{
+    const int64_t step = rs < 0 ? -rs : rs;
+    if (step == 0 || step >= 16 || n < 2) {
+        for (int64_t u = 0; u < (step == 0 ? 1 : n); u++) FA_PREFETCH(p + u * rs);
+        return;
+    }
+    const char *lo = (const char *)(rs > 0 ? p : p + (n - 1) * rs);
+    const char *hi = (const char *)(rs > 0 ? p + (n - 1) * rs : p);
+    for (const char *a = lo; a < hi; a += 64) FA_PREFETCH(a);
+    FA_PREFETCH(hi);
+}
+
 /* Ask for the scales of keys j0 .. j0+n, a block before Q8(locate) reads
  * them: a paged cache's blocks lie in any order, so no hardware
  * prefetcher finds them, and each load would wait on memory. */
 static void Q8(prefetch_scales)(const fa_q8_item *it, int64_t j0, int64_t n)
 {
-    for (int64_t j = j0; j < j0 + n; j++) {
-        const int64_t bs = it->block_size;
+    const int64_t bs = it->block_size;
+    for (int64_t jj = 0; jj < n;) {
+        const int64_t j = j0 + jj;
         const int64_t c = it->blocks ? it->blocks[j / bs] : 0, off = it->blocks ? j % bs : j;
-        FA_PREFETCH(it->k_scale + c * it->ks_bs + off * it->ks_rs);
-        FA_PREFETCH(it->v_scale + c * it->vs_bs + off * it->vs_rs);
+        const int64_t run = it->blocks && bs - off < n - jj ? bs - off : n - jj;
+        Q8(prefetch_run)(it->k_scale + c * it->ks_bs + off * it->ks_rs, run, it->ks_rs);
+        Q8(prefetch_run)(it->v_scale + c * it->vs_bs + off * it->vs_rs, run, it->vs_rs);
+        jj += run;
     }
 }
 
