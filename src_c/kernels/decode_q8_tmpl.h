@@ -87,9 +87,9 @@ static void Q8(prefetch_run)(const float *p, int64_t n, int64_t rs)
         return;
     }
     const char *lo = (const char *)(rs > 0 ? p : p + (n - 1) * rs);
-    const char *hi = (const char *)(rs > 0 ? p + (n - 1) * rs : p);
-    for (const char *a = lo; a < hi; a += 64) FA_PREFETCH(a);
-    FA_PREFETCH(hi);
+    const int64_t span = (n - 1) * step * (int64_t)sizeof(float); /* lo to the last float */
+    for (int64_t b = 0; b < span; b += 64) FA_PREFETCH(lo + b);
+    FA_PREFETCH(lo + span);
 }
 
 /* Ask for the scales of keys j0 .. j0+n, a block before Q8(locate) reads
