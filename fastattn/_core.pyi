@@ -108,6 +108,16 @@ def decode_q8(
     num_threads: int = ...,
 ) -> None: ...
 def quantize_q8(x: _Array, y: _Array, scale: _Array) -> None: ...
+def paged_append(
+    k: _Array,
+    v: _Array,
+    k_scale: _Array | None,
+    v_scale: _Array | None,
+    slots: _Array,
+    key: _Array,
+    value: _Array,
+    num_threads: int = ...,
+) -> None: ...
 def attention_paged(
     q: _Array,
     k: _Array,

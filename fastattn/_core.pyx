@@ -134,6 +134,21 @@ cdef extern from "fastattn.h" nogil:
         const double *sinks
         int num_threads
     int fa_attention_paged(const fa_paged_args *args)
+    ctypedef struct fa_paged_append_args:
+        int src_storage, kv_storage
+        int64_t T, Hkv, E, Ev, num_blocks, block_size
+        const void *key
+        const void *value
+        int64_t key_ts, key_hs, value_ts, value_hs
+        void *k
+        void *v
+        int64_t k_bs, k_ps, k_hs, v_bs, v_ps, v_hs
+        float *k_scale
+        float *v_scale
+        int64_t ks_bs, ks_ps, ks_hs, vs_bs, vs_ps, vs_hs
+        const int64_t *slots
+        int num_threads
+    int fa_paged_append(const fa_paged_append_args *args)
 
 MAX_BATCH_DIMS = FA_MAX_BATCH_DIMS
 UNBOUNDED = FA_UNBOUNDED  # a window side that bounds nothing
@@ -584,6 +599,42 @@ def attention_paged(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object k_scale,
     a.num_threads = num_threads
     with nogil:
         status = fa_attention_paged(&a)
+    _check(status)
+
+
+def paged_append(cnp.ndarray k, cnp.ndarray v, object k_scale, object v_scale,
+                 cnp.ndarray slots, cnp.ndarray key, cnp.ndarray value, int num_threads=0):
+    """Write token t's rows ``key[t]`` (T, Hkv, E) and ``value[t]`` (T, Hkv, Ev)
+    into the pools ``k``, ``v`` (num_blocks, block_size, Hkv, E / Ev: an HND
+    pool as this view of itself) at slot ``slots[t]`` (C-ordered int64;
+    negative: skipped); rows and pools of unit column stride, the rows
+    float32 or the pools' own type; int8 pools with their float32 scales
+    (num_blocks, block_size, Hkv).  Validated by the caller
+    (fastattn/paged.py); a NaN or infinity bound for an int8 pool raises
+    ValueError, nothing written."""
+    cdef fa_paged_append_args a
+    cdef int status
+    cdef Py_ssize_t ssz = key.dtype.itemsize, ksz = k.dtype.itemsize
+    a.src_storage, a.kv_storage = _storage(key), _kv_storage(k)
+    a.T, a.Hkv, a.E, a.Ev = key.shape[0], k.shape[2], k.shape[3], v.shape[3]
+    a.num_blocks, a.block_size = k.shape[0], k.shape[1]
+    a.key, a.value = cnp.PyArray_DATA(key), cnp.PyArray_DATA(value)
+    a.key_ts, a.key_hs = key.strides[0] // ssz, key.strides[1] // ssz
+    a.value_ts, a.value_hs = value.strides[0] // ssz, value.strides[1] // ssz
+    a.k, a.v = cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
+    a.k_bs, a.k_ps, a.k_hs = k.strides[0] // ksz, k.strides[1] // ksz, k.strides[2] // ksz
+    a.v_bs, a.v_ps, a.v_hs = v.strides[0] // ksz, v.strides[1] // ksz, v.strides[2] // ksz
+    a.k_scale, a.v_scale = NULL, NULL
+    a.ks_bs = a.ks_ps = a.ks_hs = a.vs_bs = a.vs_ps = a.vs_hs = 0
+    if k_scale is not None:
+        a.k_scale = <float *>cnp.PyArray_DATA(<cnp.ndarray>k_scale)
+        a.ks_bs, a.ks_ps, a.ks_hs = [st // 4 for st in k_scale.strides]
+        a.v_scale = <float *>cnp.PyArray_DATA(<cnp.ndarray>v_scale)
+        a.vs_bs, a.vs_ps, a.vs_hs = [st // 4 for st in v_scale.strides]
+    a.slots = <const int64_t *>cnp.PyArray_DATA(slots)
+    a.num_threads = num_threads
+    with nogil:
+        status = fa_paged_append(&a)
     _check(status)
 
 

@@ -7,8 +7,10 @@ fixed-size blocks, ``layout="NHD"`` ``(num_blocks, block_size, Hkv, E)``
 blocks, so sequences grow without copying and may share blocks (a common
 prefix).  One C call computes a whole batch: decoding steps and prefill
 chunks mixed, every score option of :func:`fastattn.attention`, float32,
-float64, float16, bfloat16 and int8 pools read where they lie.  Every check
-happens here, before the kernel writes anything.
+float64, float16, bfloat16 and int8 pools read where they lie; one C call
+writes a batch of new rows into the pools.  Every check happens before
+anything is written: types and shapes here, the values of block tables,
+lengths, slots and int8 rows also in C, whose refusal is explained here.
 """
 
 from __future__ import annotations
@@ -344,6 +346,51 @@ def _rows(name: str, x: Any, hkv: int, width: int) -> np.ndarray:
     return a
 
 
+def _writable_in_place(a: np.ndarray) -> bool:
+    """Can the C writer address ``a`` (a pool or scales): aligned, every
+    stride a whole number of elements, the last one unit?"""
+    sz = a.dtype.itemsize
+    return (a.flags.aligned and a.strides[-1] == sz
+            and all(st % sz == 0 for st in a.strides))
+
+
+def _rows_for_c(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Rows (T, Hkv, width) of dtype ``dt`` with unit column stride, aligned
+    (converted, rounding once, only if they are not)."""
+    if x.dtype != dt:
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = x.astype(dt)
+    if x.strides[2] != x.dtype.itemsize or not x.flags.aligned or \
+            any(st % x.dtype.itemsize for st in x.strides):
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def _append_in_c(k: np.ndarray, v: np.ndarray, ks: np.ndarray | None, vs: np.ndarray | None,
+                 slots: np.ndarray, kx: np.ndarray, vx: np.ndarray) -> None:
+    """paged_append's writes, checked, by one C call: the rows as float32
+    (int8 pools, quantised there; 16-bit pools, rounded there once) or in
+    the pools' own type."""
+    if ks is not None:
+        src = _F32
+    elif kx.dtype == vx.dtype and kx.dtype in (_F32, k.dtype):
+        src = kx.dtype
+    else:
+        src = k.dtype
+    kr, vr = _rows_for_c(kx, src), _rows_for_c(vx, src)
+    try:
+        _core.paged_append(k, v, ks, vs, slots, kr, vr)
+    except ValueError:  # an int8 pool's row not finite: nothing was written
+        keep = slots >= 0
+        for name, x in (("key", kr), ("value", vr)):
+            bad = x[keep][~np.isfinite(x[keep])]
+            if bad.size:
+                raise ValueError(f"{name} of shape {x.shape} has non-finite entries {bad[:4]}: "
+                                 f"an int8 cache cannot store NaN or +-inf (the cache was left "
+                                 f"unchanged)") from None
+        raise
+
+
 def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: ArrayLike,
                  key: ArrayLike, value: ArrayLike, *, layout: str = "NHD",
                  key_scales: np.ndarray | None = None,
@@ -390,6 +437,9 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
     if kx.shape[0] != vx.shape[0]:
         raise ValueError(f"key and value must have one row per token: {kx.shape} and {vx.shape}")
     s = _slots(slot_mapping, kx.shape[0], k.shape[0] * k.shape[1])
+    if all(_writable_in_place(a) for a in (k, v, ks, vs) if a is not None):
+        _append_in_c(k, v, ks, vs, s, kx, vx)
+        return
     keep = s >= 0
     blk, off = s[keep] // k.shape[1], s[keep] % k.shape[1]
     if ks is not None and vs is not None:                  # int8 caches

@@ -234,6 +234,30 @@ typedef struct fa_paged_args {
     int num_threads;                     /* <= 0: the OpenMP default */
 } fa_paged_args;
 int fa_attention_paged(const fa_paged_args *args);
+/* Rows written into paged KV caches (driver/paged_append.c): token t's
+ * key rows key + t key_ts + g key_hs (g < Hkv, E contiguous elements of
+ * src_storage) go to slot s = slots[t] (skipped if negative): block s /
+ * block_size, offset s % block_size, at k + blk k_bs + off k_ps + g k_hs
+ * (the pools of fa_paged_args, unit column stride); values likewise.  The
+ * rows are of the pools' own type (copied) or float32: rounded once to a
+ * 16-bit pool's type (nearest even), or quantised for an int8 pool as
+ * fa_quantize_q8 does, its scale stored at k_scale + blk ks_bs + off ks_ps
+ * + g ks_hs.  Slots are distinct (the caller checks).  FA_EINVAL, nothing
+ * written, on a slot outside the pool, a type pair not listed, or (int8) a
+ * NaN or +-inf in a row to be written. */
+typedef struct fa_paged_append_args {
+    int src_storage, kv_storage;
+    int64_t T, Hkv, E, Ev, num_blocks, block_size;
+    const void *key, *value;             /* (T, Hkv, E), (T, Hkv, Ev) */
+    int64_t key_ts, key_hs, value_ts, value_hs;
+    void *k, *v;
+    int64_t k_bs, k_ps, k_hs, v_bs, v_ps, v_hs;
+    float *k_scale, *v_scale;            /* FA_INT8 only, else NULL */
+    int64_t ks_bs, ks_ps, ks_hs, vs_bs, vs_ps, vs_hs;
+    const int64_t *slots;                /* (T) */
+    int num_threads;                     /* <= 0: the OpenMP default */
+} fa_paged_append_args;
+int fa_paged_append(const fa_paged_append_args *args);
 /* ISA selection (runtime/dispatch.c). */
 int fa_isa_built(int isa);             /* 1 if built for this target (its arch) */
 int fa_cpu_supports(int isa);          /* 1 if built, and this CPU and OS can run it */

@@ -116,6 +116,24 @@ def test_int8_rounding_ties_to_even_and_zero_rows():
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.037, 3.1e-3, 7.7e5])
+def test_int8_rounding_of_quotients_a_hair_from_half_levels(rng, scale):
+    # entries one float32 ulp either side of (k + 1/2) scale, and on it: the
+    # level of the exact quotient each time (the quantiser's fast product
+    # gives way to a division near a half level)
+    s = np.float32(scale)
+    half = ((np.arange(-127, 127) + 0.5) * np.float64(s)).astype(np.float32)
+    rows = np.stack([half, np.nextafter(half, np.float32(np.inf)),
+                     np.nextafter(half, np.float32(-np.inf))])
+    rows = np.concatenate([rows, np.full((3, 1), 127 * s, np.float32)], axis=1)
+    x = rows[None, :, None, :].repeat(1, 0)            # (1, 3, 1, 255)
+    cache = KVCache(1, 3, 255, max_len=1, dtype="int8")
+    cache.append(x, x)
+    lv, sc = _model_quantise(x)
+    np.testing.assert_array_equal(cache.key_scales, sc)
+    np.testing.assert_array_equal(cache.keys, lv)
+
+
 @pytest.mark.parametrize("amax", [1e-44, 3e-42, 1e-40, 1.1e-36, 3e38])
 def test_int8_tiny_and_huge_rows_keep_the_error_bound(rng, amax):
     x = rng.uniform(-1, 1, (1, 1, 4, 16))

@@ -1,6 +1,8 @@
 """paged_append: rows land in their slots (either layout), negative slots
-are skipped, rows are rounded once to the caches' dtype, and int8 caches
-quantise as KVCache does."""
+are skipped, rows are rounded once to the caches' dtype (float32 rows into
+16-bit pools by the C writer as NumPy casts), pools of any strides get the
+same bits, int8 caches quantise as KVCache does, and one call of many tokens
+(spread over threads) writes what one call per token writes."""
 
 import numpy as np
 import pytest
@@ -62,3 +64,80 @@ def test_appended_rows_attend_like_the_reference(rng):
     out = fastattn.attention_paged(q, kc, vc, table, np.array([11]))
     ref = reference.attention(q[0], key[:, 0], value[:, 0])
     np.testing.assert_allclose(out[0], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_float32_rows_round_once_into_16bit_pools_ties_overflow_subnormals_nan(dtype):
+    dt = _half.as_storage_dtype(dtype)
+    one = np.float32(1.0).view(np.uint32)
+    ties = (one + np.array([0x8000, 0x18000, 0x1000, 0x3000], np.uint32)).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 65519.0, 65520.0,
+                        1e-45, 6e-8, 3e-8, 2.9e-8, 1e-40, 1.0, -2.5], np.float32)
+    x = np.concatenate([ties, -ties, special, np.zeros(12, np.float32)]).reshape(3, 1, 12)
+    kc, vc = np.zeros((2, 4, 1, 12), dt), np.zeros((2, 4, 1, 12), dt)
+    fastattn.paged_append(kc, vc, np.array([5, 0, 2]), x, -x)
+    with np.errstate(over="ignore"):  # the overflow to infinity is one of the cases
+        want, neg = x.astype(dt), (-x).astype(dt)
+    for got, w in ((kc[1, 1], want[0]), (kc[0, 0], want[1]), (kc[0, 2], want[2]),
+                   (vc[0, 2], neg[2])):
+        nan = np.isnan(w.astype(np.float32))
+        assert (np.isnan(got.astype(np.float32)) == nan).all()
+        assert (got.view(np.uint16)[~nan] == w.view(np.uint16)[~nan]).all()
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16", "int8"])
+def test_pools_of_any_strides_get_the_same_bits(rng, layout, dtype):
+    # a pool whose columns are 2 elements apart is written by NumPy indexing,
+    # a contiguous one by the C writer: the same rows, the same bits
+    dt = np.dtype(np.int8) if dtype == "int8" else _half.as_storage_dtype(dtype)
+    shape = (3, 4, 2, 6) if layout == "NHD" else (3, 2, 4, 6)
+    wide = shape[:3] + (12,)
+    pools = [np.zeros(shape, dt), np.zeros(shape, dt)]
+    strided = [np.zeros(wide, dt)[..., ::2], np.zeros(wide, dt)[..., ::2]]
+    scales = {}
+    if dtype == "int8":
+        sshape = (3, 4, 2)
+        scales = [dict(key_scales=np.zeros(sshape, np.float32),
+                       value_scales=np.zeros(sshape, np.float32)) for _ in range(2)]
+    key = (rng.standard_normal((5, 2, 6)) * 3).astype(np.float32)
+    value = (rng.standard_normal((5, 2, 6)) * 3).astype(np.float32)
+    slots = np.array([3, 11, -1, 0, 6])
+    fastattn.paged_append(*pools, slots, key, value, layout=layout, **(scales[0] if scales else {}))
+    fastattn.paged_append(*strided, slots, key, value, layout=layout,
+                          **(scales[1] if scales else {}))
+    for a, b in zip(pools, strided):
+        assert a.tobytes() == np.ascontiguousarray(b).tobytes()
+    if scales:
+        for name in ("key_scales", "value_scales"):
+            assert scales[0][name].tobytes() == scales[1][name].tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_many_tokens_in_one_call_match_one_token_per_call(rng, dtype):
+    # enough rows that the C writer spreads the tokens over threads
+    dt = np.dtype(np.int8) if dtype == "int8" else _half.as_storage_dtype(dtype)
+    T, hkv, e = 3000, 4, 64
+    key = rng.standard_normal((T, hkv, e)).astype(np.float32)
+    value = rng.standard_normal((T, hkv, e)).astype(np.float32)
+    slots = rng.permutation(200 * 16)[:T]
+    out = []
+    for per_call in (T, 1):
+        kc, vc = np.zeros((200, 16, hkv, e), dt), np.zeros((200, 16, hkv, e), dt)
+        kw = {}
+        if dtype == "int8":
+            kw = dict(key_scales=np.zeros((200, 16, hkv), np.float32),
+                      value_scales=np.zeros((200, 16, hkv), np.float32))
+        for t0 in range(0, T if per_call == T else 40, per_call):
+            sl = slots.copy()
+            if per_call == 1:   # one token written, every other slot skipped
+                sl[:] = -1
+                sl[t0] = slots[t0]
+            fastattn.paged_append(kc, vc, sl, key, value, **kw)
+        out.append((kc, vc, kw))
+    (k1, v1, s1), (k2, v2, s2) = out
+    blk, off = slots[:40] // 16, slots[:40] % 16
+    assert k1[blk, off].tobytes() == k2[blk, off].tobytes()
+    assert v1[blk, off].tobytes() == v2[blk, off].tobytes()
+    for name in s1:
+        assert s1[name][blk, off].tobytes() == s2[name][blk, off].tobytes()

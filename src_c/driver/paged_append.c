@@ -1,0 +1,125 @@
+/* paged_append.c -- rows written into paged KV caches (fa_paged_append,
+ * fastattn.h): every check first (slots inside the pool, an int8 pool's
+ * rows finite), then each token's rows converted once and stored at its
+ * slot, tokens spread over the threads (each slot written by one token,
+ * so the result is the same for any thread count). */
+#include <math.h>
+#include <string.h>
+
+#include "fastattn.h"
+#include "kernels/blocking.h"
+#include "runtime/half.h"
+#include "runtime/parallel.h"
+
+static int64_t fa_append_size(int st)
+{
+    return st == FA_FLOAT64 ? 8 : st == FA_FLOAT32 ? 4 : st == FA_INT8 ? 1 : 2;
+}
+
+/* The type pairs written: a pool's own type copied; float32 rows into a
+ * float16, bfloat16 or int8 pool. */
+static int fa_append_types_ok(int src, int kv)
+{
+    if (kv != FA_FLOAT32 && kv != FA_FLOAT64 && kv != FA_FLOAT16 && kv != FA_BFLOAT16 &&
+        kv != FA_INT8)
+        return 0;
+    return src == FA_FLOAT32 || (src == kv && kv != FA_INT8);
+}
+
+static int fa_append_args_ok(const fa_paged_append_args *a)
+{
+    if (a->T < 0 || a->Hkv < 1 || a->E < 1 || a->Ev < 1 || a->num_blocks < 0 ||
+        a->block_size < 1 || !fa_append_types_ok(a->src_storage, a->kv_storage))
+        return 0;
+    if (a->T == 0) return 1;
+    if (!a->key || !a->value || !a->k || !a->v || !a->slots) return 0;
+    if (a->kv_storage == FA_INT8 && (!a->k_scale || !a->v_scale)) return 0;
+    const int64_t slots = a->num_blocks * a->block_size;
+    for (int64_t t = 0; t < a->T; t++)
+        if (a->slots[t] >= slots) return 0;
+    return 1;
+}
+
+/* Are the n float32 at x all finite?  (On the bits, so that the loop
+ * vectorises: an all-ones exponent is an infinity or a NaN.) */
+static int fa_append_finite(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t c = 0; c < n; c++) {
+        uint32_t u;
+        memcpy(&u, x + c, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+/* Every row an int8 pool would get is finite (fa_quantize_q8 could store it). */
+static int fa_append_rows_finite(const fa_paged_append_args *a)
+{
+    const float *key = (const float *)a->key, *value = (const float *)a->value;
+    for (int64_t t = 0; t < a->T; t++) {
+        if (a->slots[t] < 0) continue;
+        for (int64_t g = 0; g < a->Hkv; g++)
+            if (!fa_append_finite(key + t * a->key_ts + g * a->key_hs, a->E) ||
+                !fa_append_finite(value + t * a->value_ts + g * a->value_hs, a->Ev))
+                return 0;
+    }
+    return 1;
+}
+
+/* One row of n elements from x (src type) to y (the pool's type kv); an
+ * int8 row's scale to *scale. */
+static void fa_append_row(int src, int kv, int64_t n, const void *x, void *y, float *scale)
+{
+    if (src == kv) {
+        memcpy(y, x, (size_t)(n * fa_append_size(kv)));
+        return;
+    }
+    const float *xf = (const float *)x;
+    if (kv == FA_INT8) {
+        fa_quantize_q8(1, n, xf, n, (int8_t *)y, n, scale); /* checked finite: FA_OK */
+    } else if (kv == FA_BFLOAT16) {
+        uint16_t *yh = (uint16_t *)y;
+        for (int64_t c = 0; c < n; c++) yh[c] = fa_f32_to_bf16(xf[c]);
+    } else if (kv == FA_FLOAT16) {
+        uint16_t *yh = (uint16_t *)y;
+        for (int64_t c = 0; c < n; c++) yh[c] = fa_f32_to_f16(xf[c]);
+    }
+}
+
+/* Token t's key and value rows to their slot (nothing for a negative one). */
+static void fa_append_token(void *ctx, int64_t t, int tid)
+{
+    const fa_paged_append_args *a = (const fa_paged_append_args *)ctx;
+    const int64_t s = a->slots[t], ssz = fa_append_size(a->src_storage);
+    const int64_t dsz = fa_append_size(a->kv_storage);
+    (void)tid;
+    if (s < 0) return;
+    const int64_t blk = s / a->block_size, off = s % a->block_size;
+    const int q8 = a->kv_storage == FA_INT8;
+    for (int64_t g = 0; g < a->Hkv; g++) {
+        const char *kx = (const char *)a->key + (t * a->key_ts + g * a->key_hs) * ssz;
+        const char *vx = (const char *)a->value + (t * a->value_ts + g * a->value_hs) * ssz;
+        char *ky = (char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * dsz;
+        char *vy = (char *)a->v + (blk * a->v_bs + off * a->v_ps + g * a->v_hs) * dsz;
+        fa_append_row(a->src_storage, a->kv_storage, a->E, kx, ky,
+                      q8 ? a->k_scale + blk * a->ks_bs + off * a->ks_ps + g * a->ks_hs : NULL);
+        fa_append_row(a->src_storage, a->kv_storage, a->Ev, vx, vy,
+                      q8 ? a->v_scale + blk * a->vs_bs + off * a->vs_ps + g * a->vs_hs : NULL);
+    }
+}
+
+int fa_paged_append(const fa_paged_append_args *a)
+{
+    if (!a || !fa_append_args_ok(a)) return FA_EINVAL;
+    if (a->T == 0) return FA_OK;
+    if (a->kv_storage == FA_INT8 && !fa_append_rows_finite(a)) return FA_EINVAL;
+    /* threads: a copy is cheap, so only for many rows (the elements moved
+     * against FA_PARALLEL_MIN_WORK, the kernels' bound for a small call) */
+    int nt = fa_resolve_threads(a->num_threads);
+    if ((double)a->T * (double)a->Hkv * (double)(a->E + a->Ev) < 4.0 * FA_PARALLEL_MIN_WORK)
+        nt = 1;
+    if ((int64_t)nt > a->T) nt = (int)a->T;
+    fa_parallel_for(nt, FA_SCHED_STATIC, a->T, fa_append_token, (void *)a);
+    return FA_OK;
+}
