@@ -2,7 +2,8 @@
  * fa_decode_q8 (checks, the per-thread scratch, the (batch, kv head) work
  * items over the threads, each computed by the decode_q8 kernel of the ISA
  * in use, kernels/decode_q8_tmpl.h) and fa_quantize_q8 (the rows appended
- * to the cache). */
+ * to the cache: checked here, quantised by the quantize_q8 kernel of the
+ * ISA in use, kernels/quantize_q8_tmpl.h). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -97,63 +98,6 @@ int fa_decode_q8(const fa_decode_q8_args *a)
     return FA_OK;
 }
 
-/* One row's scale: max|x| / 127, nudged up by ulps while a level would
- * round past 127 (only when the quotient is subnormal); 0 for zeros. */
-static float fa_q8_row_scale(const float *x, int64_t n)
-{
-    /* max |x| on the bits (finite x: magnitudes order as their bit
-     * patterns), so that the loop vectorises */
-    uint32_t mbits = 0;
-    for (int64_t c = 0; c < n; c++) {
-        uint32_t u;
-        memcpy(&u, x + c, sizeof u);
-        u &= 0x7fffffffu;
-        mbits = u > mbits ? u : mbits;
-    }
-    float amax;
-    memcpy(&amax, &mbits, sizeof amax);
-    if (amax == 0) return 0;
-    float s = amax / 127.0f;
-    if (s == 0) s = nextafterf(0.0f, 1.0f);
-    while ((double)amax / (double)s > 127.5) s = nextafterf(s, INFINITY);
-    return s;
-}
-
-/* Level c of a row of scale s > 0: x / s in double is correctly rounded
- * enough that rint (round half to even, the default mode) rounds the exact
- * quotient; clamped to +-127. */
-static int8_t fa_q8_level(float x, float s)
-{
-    double t = rint((double)x / (double)s);
-    t = t > 127 ? 127 : (t < -127 ? -127 : t);
-    return (int8_t)t;
-}
-
-/* The levels of row x (n floats) at scale s > 0 into y.  First in float32
- * with a product by 1 / s, which vectorises (all lanes 32-bit): its
- * quotient is within 2^-15 of the exact one (|x / s| <= 127.5, a few
- * roundings of 2^-24 relative), so rounding it to nearest even gives the
- * exact quotient's level unless it lies within 2^-14 of a half level; only
- * then is the row redone by fa_q8_level's division. */
-static void fa_q8_row_levels(const float *x, int64_t n, float s, int8_t *y)
-{
-    /* rounding half to even by adding and taking away 1.5 2^23 (exact for
-     * |q| < 2^22, in the default rounding mode), which, unlike rintf,
-     * needs no SSE4.1 */
-    const float inv = 1.0f / s, big = 0x1.8p23f;
-    int32_t near = 0;
-    for (int64_t c = 0; c < n; c++) {
-        const float q = x[c] * inv, t = (q + big) - big;
-        near |= fabsf(fabsf(q - t) - 0.5f) < 0x1p-14f;
-        int32_t i = (int32_t)t; /* |t| <= 128: 127.5 rounds to 128 */
-        i -= i > 127;
-        i += i < -127;
-        y[c] = (int8_t)i;
-    }
-    if (near)
-        for (int64_t c = 0; c < n; c++) y[c] = fa_q8_level(x[c], s);
-}
-
 int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t *y,
                    int64_t y_rs, float *scale)
 {
@@ -167,17 +111,6 @@ int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t
         }
         if (bad) return FA_EINVAL;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * x_rs;
-        int8_t *yr = y + r * y_rs;
-        const float s = fa_q8_row_scale(xr, n);
-        scale[r] = s;
-        if (s == 0)
-            memset(yr, 0, (size_t)n);
-        else if (s < 0x1p-100f) /* 1 / s past float32's range or precision */
-            for (int64_t c = 0; c < n; c++) yr[c] = fa_q8_level(xr[c], s);
-        else
-            fa_q8_row_levels(xr, n, s, yr);
-    }
+    if (rows > 0) fa_kernels_f32_current()->quantize_q8(rows, n, x, x_rs, y, y_rs, scale);
     return FA_OK;
 }

@@ -283,11 +283,14 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
 #if !FA_IS_F64(FA_SFX)
     /* the 16-bit matrix path (kernels/flash16.h; its .pack_kv NULL on an */
     /* ISA without bfloat16 dot products), the test hook's native */
-    /* instructions (NULL where none), and the int8 KV cache's kernel (one */
-    /* work item, kernels/decode_q8.h) */
+    /* instructions (NULL where none), the int8 KV cache's kernel (one */
+    /* work item, kernels/decode_q8.h) and its quantiser (the rows of */
+    /* fa_quantize_q8, already checked finite: kernels/quantize_q8_tmpl.h) */
     fa_flash16_kernels flash16;
     fa_bf16_op_fn native_op16;
     void (*decode_q8)(const struct fa_q8_item *it);
+    void (*quantize_q8)(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t *y,
+                        int64_t y_rs, float *scale);
     fa_bw16_kernels bw16; /* the 16-bit backward's products (above) */
 #endif
     /* o[rows x ncols] += pt^T . vp: pv with the weights transposed, pt */

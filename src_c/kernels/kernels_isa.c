@@ -8,7 +8,8 @@
  * the f32 table also holds the 16-bit matrix kernels (kernels/flash16_*.h,
  * where the mapping has bfloat16 dot products: FA_SIMD_BF16), the test
  * hook's native instructions (simd/bf16_native.h), the int8 KV cache's
- * kernel (kernels/decode_q8_tmpl.h), on the x86 bfloat16 tiers the
+ * kernel and quantiser (kernels/decode_q8_tmpl.h, kernels/quantize_q8_tmpl.h),
+ * on the x86 bfloat16 tiers the
  * bfloat16 decoding kernels on VDPBF16PS (kernels/decode_dp16.h) and the
  * 16-bit backward's products (kernels/bw16.h, amx and avx512_bf16). */
 #include <string.h>
@@ -59,8 +60,10 @@
 #define FA_NATIVE_OP16 NULL
 #endif
 
-/* the int8 KV cache's kernel, defined after the f32 kernels it calls */
+/* the int8 KV cache's kernel, defined after the f32 kernels it calls, and
+ * its quantiser */
 static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it);
+#include "kernels/quantize_q8_tmpl.h" /* fa_quantize_q8_rows_<name> */
 #if defined(FA_SIMD_BF16) && !defined(FA_SIMD_NEON_BF16)
 #include "kernels/bw16.h" /* bw16_gemm_amx, bw16_grad_pair_avx512_bf16, ... */
 #define FA_BW16_ENTRIES {BW(gemm), BW(trans), BW(grad_pair), BW(inter), BW(cols), BW(dots)}
@@ -68,7 +71,8 @@ static void FA_CAT(fa_decode_q8_item, FA_ISA_NAME)(const fa_q8_item *it);
 #define FA_BW16_ENTRIES {0}
 #endif
 #define FA_F32_ONLY_ENTRIES                                                                  \
-    FA_FLASH16_ENTRIES, FA_NATIVE_OP16, FA_CAT(fa_decode_q8_item, FA_ISA_NAME), FA_BW16_ENTRIES
+    FA_FLASH16_ENTRIES, FA_NATIVE_OP16, FA_CAT(fa_decode_q8_item, FA_ISA_NAME),             \
+        FA_CAT(fa_quantize_q8_rows, FA_ISA_NAME), FA_BW16_ENTRIES
 
 #define FA_SFX f32
 #include "kernels/kernels_tmpl.h" /* qk_f32_<name>, ..., fa_kernels_f32_<name> */

@@ -87,7 +87,7 @@ def _float32_bound(cache, q, G, scale, S):
 # quantisation
 # ---------------------------------------------------------------------------
 
-def test_int8_append_quantises_rows_as_documented(rng):
+def test_int8_append_quantises_rows_as_documented(rng, isa):
     k = rng.standard_normal((2, 3, 5, 7)) * np.logspace(-3, 3, 5)[None, None, :, None]
     v = rng.standard_normal((2, 3, 5, 6))
     cache = KVCache(2, 3, 7, max_len=8, dtype="int8", value_dim=6)
@@ -101,7 +101,7 @@ def test_int8_append_quantises_rows_as_documented(rng):
         assert np.abs(got.astype(int)).max() == 127  # the largest entry of each row
 
 
-def test_int8_rounding_ties_to_even_and_zero_rows():
+def test_int8_rounding_ties_to_even_and_zero_rows(isa):
     row = np.array([127, 0.5, 1.5, 2.5, -0.5, -3.5, 126.5, 0], np.float32)
     x = np.stack([row, np.zeros_like(row)])[None, None]  # (1, 1, 2, 8)
     cache = KVCache(1, 1, 8, max_len=2, dtype="int8")
@@ -117,7 +117,7 @@ def test_int8_rounding_ties_to_even_and_zero_rows():
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.037, 3.1e-3, 7.7e5])
-def test_int8_rounding_of_quotients_a_hair_from_half_levels(rng, scale):
+def test_int8_rounding_of_quotients_a_hair_from_half_levels(isa, scale):
     # entries one float32 ulp either side of (k + 1/2) scale, and on it: the
     # level of the exact quotient each time (the quantiser's fast product
     # gives way to a division near a half level)
@@ -135,7 +135,7 @@ def test_int8_rounding_of_quotients_a_hair_from_half_levels(rng, scale):
 
 
 @pytest.mark.parametrize("amax", [1e-44, 3e-42, 1e-40, 1.1e-36, 3e38])
-def test_int8_tiny_and_huge_rows_keep_the_error_bound(rng, amax):
+def test_int8_tiny_and_huge_rows_keep_the_error_bound(rng, isa, amax):
     x = rng.uniform(-1, 1, (1, 1, 4, 16))
     x[..., 0] = 1
     x = (x * amax).astype(np.float32)
