@@ -373,7 +373,8 @@ def _append_in_c(k: np.ndarray, v: np.ndarray, ks: np.ndarray | None, vs: np.nda
     the pools' own type."""
     if ks is not None:
         src = _F32
-    elif kx.dtype == vx.dtype and kx.dtype in (_F32, k.dtype):
+    elif kx.dtype == vx.dtype and (kx.dtype == k.dtype or
+                                   (kx.dtype == _F32 and _half.is_half(k.dtype))):
         src = kx.dtype
     else:
         src = k.dtype

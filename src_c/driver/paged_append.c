@@ -20,10 +20,9 @@ static int64_t fa_append_size(int st)
  * float16, bfloat16 or int8 pool. */
 static int fa_append_types_ok(int src, int kv)
 {
-    if (kv != FA_FLOAT32 && kv != FA_FLOAT64 && kv != FA_FLOAT16 && kv != FA_BFLOAT16 &&
-        kv != FA_INT8)
-        return 0;
-    return src == FA_FLOAT32 || (src == kv && kv != FA_INT8);
+    if (kv == FA_FLOAT32 || kv == FA_FLOAT64) return src == kv;
+    if (kv == FA_FLOAT16 || kv == FA_BFLOAT16) return src == kv || src == FA_FLOAT32;
+    return kv == FA_INT8 && src == FA_FLOAT32;
 }
 
 static int fa_append_args_ok(const fa_paged_append_args *a)

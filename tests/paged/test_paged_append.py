@@ -17,15 +17,16 @@ def _at(cache, layout, slot, bs):
     return cache[blk, off] if layout == "NHD" else cache[blk, :, off]
 
 
+@pytest.mark.parametrize("rows", [np.float64, np.float32])
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, "bfloat16"])
-def test_rows_land_in_their_slots_and_negative_slots_skip(rng, layout, dtype):
+def test_rows_land_in_their_slots_and_negative_slots_skip(rng, layout, dtype, rows):
     dt = _half.as_storage_dtype(dtype)
     bs, hkv = 4, 2
     shape = (3, bs, hkv, 5) if layout == "NHD" else (3, hkv, bs, 5)
     kc, vc = np.zeros(shape, dt), np.zeros(shape, dt)
-    key = rng.standard_normal((4, hkv, 5))
-    value = rng.standard_normal((4, hkv, 5))
+    key = rng.standard_normal((4, hkv, 5)).astype(rows)
+    value = rng.standard_normal((4, hkv, 5)).astype(rows)
     slots = np.array([9, -1, 0, 11], np.int32)
     fastattn.paged_append(kc, vc, slots, key, value, layout=layout)
     for t, s in enumerate(slots):
