@@ -8,7 +8,7 @@
 
 #include "fastattn.h"
 #include "kernels/blocking.h"
-#include "runtime/half.h"
+#include "kernels/kernels.h"
 #include "runtime/parallel.h"
 
 static int64_t fa_append_size(int st)
@@ -75,15 +75,10 @@ static void fa_append_row(int src, int kv, int64_t n, const void *x, void *y, fl
         return;
     }
     const float *xf = (const float *)x;
-    if (kv == FA_INT8) {
-        fa_quantize_q8(1, n, xf, n, (int8_t *)y, n, scale); /* checked finite: FA_OK */
-    } else if (kv == FA_BFLOAT16) {
-        uint16_t *yh = (uint16_t *)y;
-        for (int64_t c = 0; c < n; c++) yh[c] = fa_f32_to_bf16(xf[c]);
-    } else if (kv == FA_FLOAT16) {
-        uint16_t *yh = (uint16_t *)y;
-        for (int64_t c = 0; c < n; c++) yh[c] = fa_f32_to_f16(xf[c]);
-    }
+    if (kv == FA_INT8) /* checked finite: FA_OK */
+        fa_quantize_q8(1, n, xf, n, (int8_t *)y, n, scale);
+    else /* the ISA's vector narrowing, runtime/half.h's rounding */
+        fa_kernels_f32_current()->narrow_h[kv - FA_FLOAT16](xf, 1.0f, (uint16_t *)y, n);
 }
 
 /* Token t's key and value rows to their slot (nothing for a negative one). */

@@ -68,7 +68,7 @@ def test_appended_rows_attend_like_the_reference(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
-def test_float32_rows_round_once_into_16bit_pools_ties_overflow_subnormals_nan(dtype):
+def test_float32_rows_round_once_into_16bit_pools_ties_overflow_subnormals_nan(isa, dtype):
     dt = _half.as_storage_dtype(dtype)
     one = np.float32(1.0).view(np.uint32)
     ties = (one + np.array([0x8000, 0x18000, 0x1000, 0x3000], np.uint32)).view(np.float32)
