@@ -3,7 +3,6 @@
  * rows finite), then each token's rows converted once and stored at its
  * slot, tokens spread over the threads (each slot written by one token,
  * so the result is the same for any thread count). */
-#include <math.h>
 #include <string.h>
 
 #include "fastattn.h"
