@@ -512,9 +512,23 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
              "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
              "key_scales": key_scales, "value_scales": value_scales, "out": out}
-    if _is_compiling() or any(t is not None and type(t) is not _Tensor and isinstance(t, _Tensor)
-                              for t in named.values()):
+    if _is_compiling() or _subclassed(named.values()):
         return _paged_traced(named, options)
+    return _paged_eager(named, options)
+
+
+def _subclassed(tensors) -> bool:
+    """Is one of ``tensors`` an instance of a Tensor subclass (a fake tensor
+    while tracing, a parameter, ...): then the call goes through the
+    dispatcher, as the custom operator."""
+    return any(t is not None and type(t) is not _Tensor and isinstance(t, _Tensor)
+               for t in tensors)
+
+
+def _paged_eager(named: dict, options: dict) -> Any:
+    """attention_paged on NumPy views of the tensors (the operator's
+    implementation too)."""
+    out = named["out"]
     a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
     opts = {name: _array(t, name) for name, t in options.items()}  # alibi_slopes, sinks
     res = _attention_paged(a.pop("query"), a.pop("key_cache"), a.pop("value_cache"),
@@ -562,12 +576,13 @@ def _paged_op(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor, block_ta
               num_threads: int | None) -> tuple[_Tensor, _Tensor]:
     """``fastattn::attention_paged``: the result and each row's log-sum-exp
     ``(Hq, total_q)``; a window side of -1 is unbounded."""
-    return attention_paged(query, key_cache, value_cache, block_table, seq_lens,
-                           cu_seqlens_q=cu_seqlens_q, key_scales=key_scales,
-                           value_scales=value_scales, layout=layout, scale=scale,
-                           is_causal=is_causal, window=_window_of(window_left, window_right),
-                           alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
-                           return_lse=True, num_threads=num_threads)
+    named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
+             "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
+             "key_scales": key_scales, "value_scales": value_scales, "out": None}
+    return _paged_eager(named, dict(layout=layout, scale=scale, is_causal=is_causal,
+                                    window=_window_of(window_left, window_right),
+                                    alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
+                                    return_lse=True, num_threads=num_threads))
 
 
 @_paged_op.register_fake
@@ -602,8 +617,7 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
     """
     named = {"key_cache": key_cache, "value_cache": value_cache, "slot_mapping": slot_mapping,
              "key": key, "value": value, "key_scales": key_scales, "value_scales": value_scales}
-    if _is_compiling() or any(t is not None and type(t) is not _Tensor and isinstance(t, _Tensor)
-                              for t in named.values()):
+    if _is_compiling() or _subclassed(named.values()):
         for name in ("key_cache", "value_cache", "slot_mapping", "key", "value"):
             if not isinstance(named[name], _Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got "
@@ -611,6 +625,12 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
         torch.ops.fastattn.paged_append(key_cache, value_cache, slot_mapping, key, value,
                                         str(layout), key_scales, value_scales)
         return
+    _append_eager(named, layout)
+
+
+def _append_eager(named: dict, layout: str) -> None:
+    """paged_append on NumPy views of the tensors (the operator's
+    implementation too)."""
     a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
     _paged_append(a.pop("key_cache"), a.pop("value_cache"), a.pop("slot_mapping"),
                   a.pop("key"), a.pop("value"), layout=layout, **a)
@@ -623,8 +643,9 @@ def _paged_append_op(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Te
                      key: _Tensor, value: _Tensor, layout: str, key_scales: _Tensor | None,
                      value_scales: _Tensor | None) -> None:
     """``fastattn::paged_append``: writes the caches and scales in place."""
-    paged_append(key_cache, value_cache, slot_mapping, key, value, layout=layout,
-                 key_scales=key_scales, value_scales=value_scales)
+    _append_eager({"key_cache": key_cache, "value_cache": value_cache,
+                   "slot_mapping": slot_mapping, "key": key, "value": value,
+                   "key_scales": key_scales, "value_scales": value_scales}, layout)
 
 
 @_paged_append_op.register_fake

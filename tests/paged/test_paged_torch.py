@@ -160,3 +160,17 @@ def test_export_holds_the_paged_operators():
     ep = torch.export.export(Step(), args)
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     assert {"fastattn.attention_paged.default", "fastattn.paged_append.default"} <= targets
+
+
+def test_caches_held_as_parameters_go_through_the_operators_once():
+    # a Tensor subclass takes the dispatcher's way, whose implementation
+    # must not route the call back to the dispatcher
+    kc, vc, table, lens, q = _decode_args()
+    pk = torch.nn.Parameter(kc.clone(), requires_grad=False)
+    pv = torch.nn.Parameter(vc.clone(), requires_grad=False)
+    new = torch.ones(2, 2, 8)
+    fat.paged_append(pk, pv, torch.tensor([1 * 16 + 4, 3 * 16 + 8]), new, 2 * new)
+    fat.paged_append(kc, vc, torch.tensor([1 * 16 + 4, 3 * 16 + 8]), new, 2 * new)
+    assert torch.equal(pk.data, kc) and torch.equal(pv.data, vc)
+    torch.testing.assert_close(fat.attention_paged(q, pk, pv, table, lens + 1),
+                               fat.attention_paged(q, kc, vc, table, lens + 1), rtol=0, atol=0)
