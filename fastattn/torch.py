@@ -242,6 +242,16 @@ def scaled_dot_product_attention(
         return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                        key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
                        num_threads, out, False)
+    return _sdpa_eager(query, key, value, attn_mask, is_causal, scale, enable_gqa,
+                       key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
+                       num_threads, out)
+
+
+def _sdpa_eager(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padding_mask,
+                window, alibi_slopes, softcap, sinks, return_lse, num_threads, out):
+    """The call on NumPy views of the tensors, straight to the kernel (the
+    operators' implementation too: a Tensor subclass, a Parameter say,
+    reaches them through the dispatcher and must not be sent back there)."""
     q = _array(query, "query")
     k = _array(key, "key")
     v = _array(value, "value")
@@ -324,10 +334,9 @@ def _causal_of(causal: str):
 def _op_call(query, key, value, attn_mask, causal, scale, enable_gqa, key_padding_mask, wl, wr,
              alibi_slopes, softcap, sinks, num_threads, return_lse):
     """The operator's CPU implementation: the decoded arguments to the kernel."""
-    return scaled_dot_product_attention(
-        query, key, value, attn_mask, 0.0, _causal_of(causal), scale, enable_gqa,
-        key_padding_mask=key_padding_mask, window=_window_of(wl, wr), alibi_slopes=alibi_slopes,
-        softcap=softcap, sinks=sinks, return_lse=return_lse, num_threads=num_threads)
+    return _sdpa_eager(query, key, value, attn_mask, _causal_of(causal), scale, enable_gqa,
+                       key_padding_mask, _window_of(wl, wr), alibi_slopes, softcap, sinks,
+                       return_lse, num_threads, None)
 
 
 @torch.library.custom_op("fastattn::sdpa", mutates_args=(), device_types="cpu")

@@ -233,6 +233,25 @@ def test_no_grad_call_takes_the_direct_path(monkeypatch):
     assert sdpa(*plain, return_lse=True)[1].grad_fn is None  # grad mode on, nothing requires grad
 
 
+def test_learned_keys_held_as_parameters_train_and_infer():
+    # parameters (a Tensor subclass) reach the operators through the
+    # dispatcher, whose implementation must not send them back there
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 2, 4, 8, generator=g, dtype=torch.float64)
+    keys = torch.nn.Parameter(torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64))
+    latents = torch.nn.Parameter(torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64))
+    out = sdpa(q, keys, latents)
+    out.sum().backward()
+    k2, v2 = keys.detach().clone().requires_grad_(), latents.detach().clone().requires_grad_()
+    ref = F(q, k2, v2)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(keys.grad, k2.grad)
+    torch.testing.assert_close(latents.grad, v2.grad)
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(q, keys, latents), ref)
+
+
 def test_out_argument_is_differentiable():
     q, k, v = _leaves(dtype=torch.float32)
     out = torch.empty(1, 2, 5, 4)
