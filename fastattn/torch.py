@@ -19,9 +19,10 @@ operator ``torch.ops.fastattn.sdpa`` (``fastattn::sdpa_lse`` with
 ``return_lse=True`` or when training); each has a fake (meta)
 implementation, so a model, and its training step, traces without graph
 breaks; likewise ``torch.ops.fastattn.attention_paged`` and
-``torch.ops.fastattn.paged_append`` (which declares the caches it writes).  Called eagerly with no input requiring grad (or under
-:func:`torch.no_grad`), the function goes straight to the kernel: no
-dispatcher round trip, no autograd node, no log-sum-exp kept.
+``torch.ops.fastattn.paged_append`` (which declares the caches it writes).
+Called eagerly with no input requiring grad (or under :func:`torch.no_grad`),
+the function goes straight to the kernel: no dispatcher round trip, no
+autograd node, no log-sum-exp kept.
 """
 
 from __future__ import annotations
