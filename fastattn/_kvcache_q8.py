@@ -14,7 +14,16 @@ from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
 from ._validate import check_scale, thread_count
 
-__all__ = ["attend", "quantize_rows"]
+__all__ = ["attend", "check_finite_rows", "quantize_rows"]
+
+
+def check_finite_rows(x32: np.ndarray, name: str, shape: tuple) -> None:
+    """ValueError naming ``name`` (of shape ``shape``) if the float32 rows
+    ``x32`` hold a NaN or an infinity, which an int8 cache cannot store."""
+    if x32.size and not np.isfinite(x32).all():
+        bad = x32[~np.isfinite(x32)][:4]
+        raise ValueError(f"{name} of shape {shape} has non-finite entries {bad}: an int8 "
+                         "cache cannot store NaN or +-inf (the cache was left unchanged)")
 
 
 def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -22,10 +31,7 @@ def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     scale = max|row| / 127, levels = round-half-even(row / scale).  A
     non-finite entry cannot be represented: ValueError naming ``name``."""
     x32 = np.ascontiguousarray(x, dtype=np.float32)
-    if x32.size and not np.isfinite(x32).all():
-        bad = x32[~np.isfinite(x32)][:4]
-        raise ValueError(f"{name} of shape {x.shape} has non-finite entries {bad}: an int8 "
-                         "cache cannot store NaN or +-inf (the cache was left unchanged)")
+    check_finite_rows(x32, name, x.shape)
     rows = x32.reshape(-1, x32.shape[-1])
     levels = np.empty(rows.shape, np.int8)
     scales = np.empty(rows.shape[0], np.float32)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from . import _core, _half
-from ._kvcache_q8 import quantize_rows
+from ._kvcache_q8 import check_finite_rows, quantize_rows
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
 from ._validate import check_out, check_scale, thread_count
@@ -309,12 +309,12 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
         _core.attention_paged(q, k, v, ks, vs, table, lens, cu, out, lse, scale=sc,
                               causal=bool(is_causal), win_left=wl, win_right=wr, softcap=cap,
                               alibi=slopes, sinks=sink, num_threads=nt)
-    except ValueError:  # refused before anything was written: say which sequence
-        _explain_sequences(table, lens, cu, q.shape[0], k.shape[0], k.shape[1])
-        raise
-    if lse is None:
-        return out
-    return out, lse
+    except ValueError as refused:  # refused before anything was written
+        error = refused
+    else:
+        return out if lse is None else (out, lse)
+    _explain_sequences(table, lens, cu, q.shape[0], k.shape[0], k.shape[1])  # which sequence
+    raise error
 
 
 def _slots(slot_mapping: Any, n_tokens: int, capacity: int) -> np.ndarray:
@@ -381,15 +381,14 @@ def _append_in_c(k: np.ndarray, v: np.ndarray, ks: np.ndarray | None, vs: np.nda
     kr, vr = _rows_for_c(kx, src), _rows_for_c(vx, src)
     try:
         _core.paged_append(k, v, ks, vs, slots, kr, vr)
-    except ValueError:  # an int8 pool's row not finite: nothing was written
-        keep = slots >= 0
-        for name, x in (("key", kr), ("value", vr)):
-            bad = x[keep][~np.isfinite(x[keep])]
-            if bad.size:
-                raise ValueError(f"{name} of shape {x.shape} has non-finite entries {bad[:4]}: "
-                                 f"an int8 cache cannot store NaN or +-inf (the cache was left "
-                                 f"unchanged)") from None
-        raise
+    except ValueError as refused:  # an int8 pool's row not finite: nothing was written
+        error = refused
+    else:
+        return
+    keep = slots >= 0
+    for name, x in (("key", kr), ("value", vr)):
+        check_finite_rows(x[keep], name, x[keep].shape)
+    raise error
 
 
 def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: ArrayLike,

@@ -12,6 +12,7 @@
 #include "kernels/decode_q8.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 
 typedef void (*fa_q8_kernel)(const fa_q8_item *it);
@@ -102,15 +103,8 @@ int fa_quantize_q8(int64_t rows, int64_t n, const float *x, int64_t x_rs, int8_t
                    int64_t y_rs, float *scale)
 {
     if (rows < 0 || n < 0 || (rows > 0 && n > 0 && (!x || !y || !scale))) return FA_EINVAL;
-    for (int64_t r = 0; r < rows; r++) { /* nothing written unless all is finite */
-        uint32_t bad = 0; /* on the bits, so that the loop vectorises */
-        for (int64_t c = 0; c < n; c++) {
-            uint32_t u;
-            memcpy(&u, x + r * x_rs + c, sizeof u);
-            bad |= (u & 0x7f800000u) == 0x7f800000u;
-        }
-        if (bad) return FA_EINVAL;
-    }
+    for (int64_t r = 0; r < rows; r++) /* nothing written unless all is finite */
+        if (!fa_all_finite_f32(x + r * x_rs, n)) return FA_EINVAL;
     if (rows > 0) fa_kernels_f32_current()->quantize_q8(rows, n, x, x_rs, y, y_rs, scale);
     return FA_OK;
 }

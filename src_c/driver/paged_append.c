@@ -8,6 +8,7 @@
 #include "fastattn.h"
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 
 static int64_t fa_append_size(int st)
@@ -38,19 +39,6 @@ static int fa_append_args_ok(const fa_paged_append_args *a)
     return 1;
 }
 
-/* Are the n float32 at x all finite?  (On the bits, so that the loop
- * vectorises: an all-ones exponent is an infinity or a NaN.) */
-static int fa_append_finite(const float *x, int64_t n)
-{
-    uint32_t bad = 0;
-    for (int64_t c = 0; c < n; c++) {
-        uint32_t u;
-        memcpy(&u, x + c, sizeof u);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
 /* Every row an int8 pool would get is finite (fa_quantize_q8 could store it). */
 static int fa_append_rows_finite(const fa_paged_append_args *a)
 {
@@ -58,32 +46,39 @@ static int fa_append_rows_finite(const fa_paged_append_args *a)
     for (int64_t t = 0; t < a->T; t++) {
         if (a->slots[t] < 0) continue;
         for (int64_t g = 0; g < a->Hkv; g++)
-            if (!fa_append_finite(key + t * a->key_ts + g * a->key_hs, a->E) ||
-                !fa_append_finite(value + t * a->value_ts + g * a->value_hs, a->Ev))
+            if (!fa_all_finite_f32(key + t * a->key_ts + g * a->key_hs, a->E) ||
+                !fa_all_finite_f32(value + t * a->value_ts + g * a->value_hs, a->Ev))
                 return 0;
     }
     return 1;
 }
 
+/* A call and the kernels of the ISA in use that convert its rows, looked
+ * up once. */
+typedef struct fa_append_job {
+    const fa_paged_append_args *a;
+    const fa_kernels_f32 *K;
+} fa_append_job;
+
 /* One row of n elements from x (src type) to y (the pool's type kv); an
- * int8 row's scale to *scale. */
-static void fa_append_row(int src, int kv, int64_t n, const void *x, void *y, float *scale)
+ * int8 row's scale to *scale (the rows already checked finite). */
+static void fa_append_row(const fa_append_job *job, int64_t n, const void *x, void *y,
+                          float *scale)
 {
-    if (src == kv) {
+    const int src = job->a->src_storage, kv = job->a->kv_storage;
+    if (src == kv)
         memcpy(y, x, (size_t)(n * fa_append_size(kv)));
-        return;
-    }
-    const float *xf = (const float *)x;
-    if (kv == FA_INT8) /* checked finite: FA_OK */
-        fa_quantize_q8(1, n, xf, n, (int8_t *)y, n, scale);
-    else /* the ISA's vector narrowing, runtime/half.h's rounding */
-        fa_kernels_f32_current()->narrow_h[kv - FA_FLOAT16](xf, 1.0f, (uint16_t *)y, n);
+    else if (kv == FA_INT8)
+        job->K->quantize_q8(1, n, (const float *)x, n, (int8_t *)y, n, scale);
+    else /* the vector narrowing: runtime/half.h's rounding */
+        job->K->narrow_h[kv - FA_FLOAT16]((const float *)x, 1.0f, (uint16_t *)y, n);
 }
 
 /* Token t's key and value rows to their slot (nothing for a negative one). */
 static void fa_append_token(void *ctx, int64_t t, int tid)
 {
-    const fa_paged_append_args *a = (const fa_paged_append_args *)ctx;
+    const fa_append_job *job = (const fa_append_job *)ctx;
+    const fa_paged_append_args *a = job->a;
     const int64_t s = a->slots[t], ssz = fa_append_size(a->src_storage);
     const int64_t dsz = fa_append_size(a->kv_storage);
     (void)tid;
@@ -95,9 +90,9 @@ static void fa_append_token(void *ctx, int64_t t, int tid)
         const char *vx = (const char *)a->value + (t * a->value_ts + g * a->value_hs) * ssz;
         char *ky = (char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * dsz;
         char *vy = (char *)a->v + (blk * a->v_bs + off * a->v_ps + g * a->v_hs) * dsz;
-        fa_append_row(a->src_storage, a->kv_storage, a->E, kx, ky,
+        fa_append_row(job, a->E, kx, ky,
                       q8 ? a->k_scale + blk * a->ks_bs + off * a->ks_ps + g * a->ks_hs : NULL);
-        fa_append_row(a->src_storage, a->kv_storage, a->Ev, vx, vy,
+        fa_append_row(job, a->Ev, vx, vy,
                       q8 ? a->v_scale + blk * a->vs_bs + off * a->vs_ps + g * a->vs_hs : NULL);
     }
 }
@@ -113,6 +108,7 @@ int fa_paged_append(const fa_paged_append_args *a)
     if ((double)a->T * (double)a->Hkv * (double)(a->E + a->Ev) < 4.0 * FA_PARALLEL_MIN_WORK)
         nt = 1;
     if ((int64_t)nt > a->T) nt = (int)a->T;
-    fa_parallel_for(nt, FA_SCHED_STATIC, a->T, fa_append_token, (void *)a);
+    fa_append_job job = {a, fa_kernels_f32_current()};
+    fa_parallel_for(nt, FA_SCHED_STATIC, a->T, fa_append_token, &job);
     return FA_OK;
 }

@@ -24,6 +24,15 @@ static inline uint32_t fa_f32_bits(float f)
     return u;
 }
 
+/* Are the n float32 at x all finite?  On the bit patterns (an all-ones
+ * exponent is an infinity or a NaN), so that the loop vectorises. */
+static inline int fa_all_finite_f32(const float *x, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t c = 0; c < n; c++) bad |= (fa_f32_bits(x[c]) & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
 static inline float fa_bf16_to_f32(uint16_t h) { return fa_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t fa_f32_to_bf16(float f)
