@@ -1,110 +1,58 @@
 """fastattn for torch tensors: :func:`scaled_dot_product_attention`, with the
 signature and semantics of :func:`torch.nn.functional.scaled_dot_product_attention`
-for CPU tensors, computed by :func:`fastattn.attention`, plus its options; and
-:func:`attention_paged` / :func:`paged_append` over paged KV caches held in
-tensors (another engine's included).
+for CPU tensors, computed by :func:`fastattn.attention`, plus its options;
+:func:`attention_varlen` over packed sequences (flash-attn's varlen layout);
+and :func:`attention_paged` / :func:`paged_append` over paged KV caches held
+in tensors (another engine's included).
 
 The inputs are read in place as NumPy views (any strides, no copies).
 Importing this module needs torch; ``import fastattn`` does not.
 
-Differentiable in ``query``, ``key``, ``value`` and ``sinks``: when grad
-mode is on and one of them requires grad, the call is the custom operator
-``fastattn::sdpa_lse`` (which keeps each row's log-sum-exp), registered with
-:func:`torch.library.register_autograd`; its backward is the custom
-operator ``fastattn::sdpa_backward``, computed by
-:func:`fastattn.attention_backward`.  Masks and ALiBi slopes are constants.
+:func:`scaled_dot_product_attention` and :func:`attention_varlen` are
+differentiable in ``query``, ``key``, ``value`` and ``sinks``: when grad
+mode is on and one of them requires grad, the call is a custom operator
+that keeps each row's log-sum-exp (``fastattn::sdpa_lse``,
+``fastattn::varlen``), registered with :func:`torch.library.register_autograd`;
+its backward is the custom operator ``fastattn::sdpa_backward`` /
+``fastattn::varlen_backward``, computed by :func:`fastattn.attention_backward`
+/ :func:`fastattn.attention_varlen_backward`.  Masks and ALiBi slopes are
+constants.
 
-Under :func:`torch.compile` and :func:`torch.export` the call is the custom
-operator ``torch.ops.fastattn.sdpa`` (``fastattn::sdpa_lse`` with
-``return_lse=True`` or when training); each has a fake (meta)
+Under :func:`torch.compile` and :func:`torch.export` the calls are the custom
+operators ``torch.ops.fastattn.sdpa`` (``fastattn::sdpa_lse`` with
+``return_lse=True`` or when training), ``torch.ops.fastattn.varlen``,
+``torch.ops.fastattn.attention_paged`` and ``torch.ops.fastattn.paged_append``
+(which declares the caches it writes); each has a fake (meta)
 implementation, so a model, and its training step, traces without graph
-breaks; likewise ``torch.ops.fastattn.attention_paged`` and
-``torch.ops.fastattn.paged_append`` (which declares the caches it writes).
-Called eagerly with no input requiring grad (or under :func:`torch.no_grad`),
-the function goes straight to the kernel: no dispatcher round trip, no
-autograd node, no log-sum-exp kept.
+breaks.  Called eagerly with no input requiring grad (or under
+:func:`torch.no_grad`), the functions go straight to the kernel: no
+dispatcher round trip, no autograd node, no log-sum-exp kept.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from ._api import attention as _attention
-from .paged import attention_paged as _attention_paged
-from .paged import paged_append as _paged_append
+from ._torch_paged import attention_paged, paged_append
+from ._torch_varlen import attention_varlen
+from ._torch_views import (Tensor as _Tensor, array_view as _array,
+                           causal_code, causal_of as _causal_of, constants,
+                           from_numpy as _from_numpy, no_dropout, option_tensor as _slopes,
+                           optional_float, require_tensors, tensor_view as _tensor,
+                           window_of as _window_of, window_pair as _window_pair)
 from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["scaled_dot_product_attention", "attention_paged", "paged_append"]
+__all__ = ["scaled_dot_product_attention", "attention_varlen", "attention_paged",
+           "paged_append"]
 
-_Tensor = torch.Tensor
-_BF16 = torch.bfloat16
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
-_from_numpy = torch.from_numpy
-_CAUSAL = {False: "none", True: "upper_left", "upper_left": "upper_left",
-           "lower_right": "lower_right"}
-
-
-# ---------------------------------------------------------------------------
-# tensors <-> arrays (views, never copies)
-# ---------------------------------------------------------------------------
-
-def _not_cpu(name: str, t: _Tensor):
-    raise ValueError(f"{name} is a {t.device.type} tensor: fastattn.torch computes on the CPU "
-                     f"and needs CPU tensors (on other devices use "
-                     f"torch.nn.functional.scaled_dot_product_attention)")
-
-
-def _array(t: Any, name: str) -> Any:
-    """The NumPy view of CPU tensor ``t`` (non-tensors are returned as they are,
-    for fastattn's own checks)."""
-    if not isinstance(t, _Tensor):
-        return t
-    if not t.is_cpu:
-        _not_cpu(name, t)
-    if t.dtype is _BF16:
-        return _bf16_view(t, name)
-    return t.numpy() if not t.requires_grad else t.detach().numpy()
-
-
-_bf16 = None  # ml_dtypes.bfloat16 once a bfloat16 tensor was seen and fastattn takes it
-
-
-def _bf16_view(t: _Tensor, name: str) -> np.ndarray:
-    """A bfloat16 tensor as an ``ml_dtypes.bfloat16`` array (the same memory)."""
-    global _bf16
-    if _bf16 is None:
-        _bf16 = _bfloat16_dtype(name)
-    return t.detach().view(torch.int16).numpy().view(_bf16)
-
-
-def _bfloat16_dtype(name: str):
-    """ml_dtypes.bfloat16 if this fastattn computes with it, else a TypeError."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise TypeError(f"{name} is a bfloat16 tensor: reading it needs the ml_dtypes package "
-                        f"(pip install ml_dtypes), or convert it with .float()") from None
-    x = np.zeros((1, 1), dtype=ml_dtypes.bfloat16)
-    try:
-        _attention(x, x, x)
-    except TypeError:
-        raise TypeError(f"{name} is a bfloat16 tensor, which this fastattn build does not "
-                        f"accept: convert it with .float() (or use float16)") from None
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-def _tensor(a: np.ndarray) -> _Tensor:
-    """The torch tensor over array ``a`` (no copy)."""
-    if a.dtype.kind == "V":  # ml_dtypes.bfloat16
-        return _from_numpy(a.view(np.int16)).view(_BF16)
-    return _from_numpy(a)
 
 
 # ---------------------------------------------------------------------------
@@ -116,32 +64,16 @@ def _needs_grad(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks) ->
     autograd (query, key, value or sinks requiring grad); the errors for
     dropout and for a mask or slopes that require grad (fastattn gives them
     no gradient)."""
-    if dropout_p:
-        raise ValueError(f"dropout_p={dropout_p!r}: fastattn.torch has no dropout; use "
-                         f"dropout_p=0, or torch.nn.functional.scaled_dot_product_attention "
-                         f"for attention dropout")
+    no_dropout(dropout_p)
     if not any(getattr(t, "requires_grad", False) for t in (
             query, key, value, attn_mask, alibi_slopes, sinks)):
         return False
-    _constants(attn_mask, alibi_slopes)
+    constants({"attn_mask": attn_mask, "alibi_slopes": alibi_slopes})
     return True
 
 
-def _constants(attn_mask, alibi_slopes) -> None:
-    """The error for a mask or slopes that require grad (no gradient reaches them)."""
-    for name, t in (("attn_mask", attn_mask), ("alibi_slopes", alibi_slopes)):
-        if getattr(t, "requires_grad", False):
-            raise ValueError(f"{name} requires grad, but fastattn.torch computes gradients "
-                             f"only for query, key, value and sinks: pass {name}.detach(), "
-                             f"or use torch.nn.functional.scaled_dot_product_attention with "
-                             f"the bias as attn_mask")
-
-
 def _not_tensors(query, key, value) -> None:
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, _Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__} "
-                            f"(for NumPy arrays use fastattn.attention)")
+    require_tensors({"query": query, "key": key, "value": value}, "fastattn.attention")
 
 
 def scaled_dot_product_attention(
@@ -276,43 +208,15 @@ def _sdpa_eager(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_
 # the custom operator (torch.compile, torch.export)
 # ---------------------------------------------------------------------------
 
-def _window_pair(window) -> tuple[int, int]:
-    """``window`` as (left, right), -1 = unbounded (the operator's encoding)."""
-    if window is None:
-        return -1, -1
-    pair = (window, window) if not isinstance(window, (tuple, list)) else tuple(window)
-    if len(pair) != 2:
-        raise ValueError(f"window must be an int or a (left, right) pair, got {window!r}")
-    res = []
-    for side in pair:
-        if side is None:
-            res.append(-1)
-        elif isinstance(side, bool) or not isinstance(side, int) or side < 0:
-            raise ValueError(f"window sides must be ints >= 0 or None, got {window!r}")
-        else:
-            res.append(side)
-    return res[0], res[1]
-
-
-def _slopes(x, like: _Tensor) -> _Tensor | None:
-    if x is None or isinstance(x, _Tensor):
-        return x
-    return torch.tensor(x, dtype=torch.float64, device=like.device)
-
-
 def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padding_mask,
             window, alibi_slopes, softcap, sinks, return_lse, num_threads, out, train):
     """The call as the custom operator (what torch.compile and torch.export see,
     and what autograd records: ``fastattn::sdpa_lse`` when ``train``, whose
     lse the backward needs)."""
-    if not (is_causal is True or is_causal is False or is_causal in ("upper_left", "lower_right")):
-        raise ValueError(f"is_causal must be a bool, 'upper_left' or 'lower_right', "
-                         f"got {is_causal!r}")
     wl, wr = _window_pair(window)
-    args = (query, key, value, attn_mask, _CAUSAL[is_causal],
-            None if scale is None else float(scale), bool(enable_gqa), key_padding_mask, wl, wr,
-            _slopes(alibi_slopes, query), None if softcap is None else float(softcap),
-            _slopes(sinks, query), num_threads)
+    args = (query, key, value, attn_mask, causal_code(is_causal), optional_float(scale),
+            bool(enable_gqa), key_padding_mask, wl, wr, _slopes(alibi_slopes, query),
+            optional_float(softcap), _slopes(sinks, query), num_threads)
     if return_lse or train:
         res, lse = torch.ops.fastattn.sdpa_lse(*args)
     else:
@@ -321,15 +225,6 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
         out.copy_(res)
         res = out
     return (res, lse) if return_lse else res
-
-
-def _window_of(wl: int, wr: int):
-    """The operator's (left, right) encoding back as ``window``."""
-    return None if wl < 0 and wr < 0 else (None if wl < 0 else wl, None if wr < 0 else wr)
-
-
-def _causal_of(causal: str):
-    return False if causal == "none" else causal
 
 
 def _op_call(query, key, value, attn_mask, causal, scale, enable_gqa, key_padding_mask, wl, wr,
@@ -439,7 +334,7 @@ def _save(ctx, inputs) -> tuple:
     """What either forward operator's backward needs of its inputs; the error
     for a mask or slopes that require grad."""
     (q, k, v, mask, causal, scale, gqa, pad, wl, wr, slopes, cap, sinks, nt) = inputs
-    _constants(mask, slopes)
+    constants({"attn_mask": mask, "alibi_slopes": slopes})
     ctx.options = (causal, scale, gqa, wl, wr, cap, nt)
     ctx.has_sinks = sinks is not None
     ctx.set_materialize_grads(False)
@@ -484,181 +379,3 @@ def _backward_plain(ctx, grad_out):
 
 torch.library.register_autograd("fastattn::sdpa_lse", _backward_lse, setup_context=_setup_lse)
 torch.library.register_autograd("fastattn::sdpa", _backward_plain, setup_context=_setup_plain)
-
-
-# ---------------------------------------------------------------------------
-# paged KV caches
-# ---------------------------------------------------------------------------
-
-def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
-                    block_table: _Tensor, seq_lens: _Tensor, *,
-                    cu_seqlens_q: _Tensor | None = None, key_scales: _Tensor | None = None,
-                    value_scales: _Tensor | None = None, out: _Tensor | None = None,
-                    **options: Any) -> Any:
-    """:func:`fastattn.attention_paged` on CPU tensors, read in place.
-
-    The caches (another engine's, for instance) are NumPy views of the
-    tensors' memory, never copies; ``out``, if given, is written in place and
-    returned.  ``options`` are :func:`fastattn.attention_paged`'s keyword
-    options (``layout``, ``scale``, ``is_causal``, ``window``, ...; tensors among them,
-    ``alibi_slopes`` or ``sinks``, read in place too); with
-    ``return_lse=True`` the result is ``(out, lse)``.  Inference only.
-
-    Under :func:`torch.compile` and :func:`torch.export` the call is the
-    custom operator ``torch.ops.fastattn.attention_paged`` (it has a fake
-    implementation, so a model's step traces without a graph break); called
-    eagerly it goes straight to the kernel.
-
-    Examples
-    --------
-    >>> import torch, fastattn.torch
-    >>> kc, vc = torch.randn(4, 16, 2, 8), torch.randn(4, 16, 2, 8)
-    >>> q = torch.randn(2, 4, 8)
-    >>> out = fastattn.torch.attention_paged(q, kc, vc, torch.tensor([[0, 1], [3, 2]]),
-    ...                                      torch.tensor([20, 31]))
-    >>> out.shape
-    torch.Size([2, 4, 8])
-    """
-    named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
-             "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
-             "key_scales": key_scales, "value_scales": value_scales, "out": out}
-    if _is_compiling() or _subclassed(named.values()):
-        return _paged_traced(named, options)
-    return _paged_eager(named, options)
-
-
-def _subclassed(tensors) -> bool:
-    """Is one of ``tensors`` an instance of a Tensor subclass (a fake tensor
-    while tracing, a parameter, ...): then the call goes through the
-    dispatcher, as the custom operator."""
-    return any(t is not None and type(t) is not _Tensor and isinstance(t, _Tensor)
-               for t in tensors)
-
-
-def _paged_eager(named: dict, options: dict) -> Any:
-    """attention_paged on NumPy views of the tensors (the operator's
-    implementation too)."""
-    out = named["out"]
-    a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
-    opts = {name: _array(t, name) for name, t in options.items()}  # alibi_slopes, sinks
-    res = _attention_paged(a.pop("query"), a.pop("key_cache"), a.pop("value_cache"),
-                           a.pop("block_table"), a.pop("seq_lens"), **a, **opts)
-    if isinstance(res, tuple):
-        return (out if out is not None else _tensor(res[0])), _tensor(res[1])
-    return out if out is not None else _tensor(res)
-
-
-_PAGED_OPTIONS = frozenset({"layout", "scale", "is_causal", "window", "alibi_slopes",
-                            "softcap", "sinks", "return_lse", "num_threads"})
-
-
-def _paged_traced(named: dict, options: dict) -> Any:
-    """The call as the custom operator ``fastattn::attention_paged`` (what
-    torch.compile and torch.export see); ``out`` is filled from its result."""
-    unknown = sorted(set(options) - _PAGED_OPTIONS)
-    if unknown:
-        raise TypeError(f"attention_paged() got unexpected keyword arguments {unknown}")
-    query = named["query"]
-    if not isinstance(query, _Tensor):
-        raise TypeError(f"query must be a torch.Tensor, got {type(query).__name__}")
-    scale, softcap = options.get("scale"), options.get("softcap")
-    wl, wr = _window_pair(options.get("window"))
-    res, lse = torch.ops.fastattn.attention_paged(
-        query, named["key_cache"], named["value_cache"], named["block_table"],
-        named["seq_lens"], named["cu_seqlens_q"], named["key_scales"], named["value_scales"],
-        _slopes(options.get("alibi_slopes"), query), _slopes(options.get("sinks"), query),
-        str(options.get("layout", "NHD")), None if scale is None else float(scale),
-        bool(options.get("is_causal", True)), wl, wr,
-        None if softcap is None else float(softcap), options.get("num_threads"))
-    out = named["out"]
-    if out is not None:
-        out.copy_(res)
-        res = out
-    return (res, lse) if options.get("return_lse", False) else res
-
-
-@torch.library.custom_op("fastattn::attention_paged", mutates_args=(), device_types="cpu")
-def _paged_op(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor, block_table: _Tensor,
-              seq_lens: _Tensor, cu_seqlens_q: _Tensor | None, key_scales: _Tensor | None,
-              value_scales: _Tensor | None, alibi_slopes: _Tensor | None,
-              sinks: _Tensor | None, layout: str, scale: float | None, is_causal: bool,
-              window_left: int, window_right: int, softcap: float | None,
-              num_threads: int | None) -> tuple[_Tensor, _Tensor]:
-    """``fastattn::attention_paged``: the result and each row's log-sum-exp
-    ``(Hq, total_q)``; a window side of -1 is unbounded."""
-    named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
-             "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
-             "key_scales": key_scales, "value_scales": value_scales, "out": None}
-    return _paged_eager(named, dict(layout=layout, scale=scale, is_causal=is_causal,
-                                    window=_window_of(window_left, window_right),
-                                    alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
-                                    return_lse=True, num_threads=num_threads))
-
-
-@_paged_op.register_fake
-def _paged_fake(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, key_scales,
-                value_scales, alibi_slopes, sinks, layout, scale, is_causal, window_left,
-                window_right, softcap, num_threads):
-    total_q, hq = query.shape[0], query.shape[1]
-    lse_dt = torch.float64 if query.dtype == torch.float64 else torch.float32
-    return (query.new_empty((total_q, hq, value_cache.shape[-1])),
-            query.new_empty((hq, total_q), dtype=lse_dt))
-
-
-def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor,
-                 key: _Tensor, value: _Tensor, *, layout: str = "NHD",
-                 key_scales: _Tensor | None = None, value_scales: _Tensor | None = None) -> None:
-    """:func:`fastattn.paged_append` on CPU tensors: the caches (and, for
-    int8 caches, the scales) written in place.
-
-    Every check happens before anything is written.  Under
-    :func:`torch.compile` and :func:`torch.export` the call is the custom
-    operator ``torch.ops.fastattn.paged_append``, which declares the caches
-    and scales it writes.
-
-    Examples
-    --------
-    >>> import torch, fastattn.torch
-    >>> kc = torch.zeros(2, 4, 1, 2, dtype=torch.bfloat16); vc = torch.zeros_like(kc)
-    >>> kv = torch.ones(2, 1, 2)
-    >>> fastattn.torch.paged_append(kc, vc, torch.tensor([5, -1]), kv, 2 * kv)
-    >>> vc[1, 1, 0].tolist(), float(vc.sum())
-    ([2.0, 2.0], 4.0)
-    """
-    named = {"key_cache": key_cache, "value_cache": value_cache, "slot_mapping": slot_mapping,
-             "key": key, "value": value, "key_scales": key_scales, "value_scales": value_scales}
-    if _is_compiling() or _subclassed(named.values()):
-        for name in ("key_cache", "value_cache", "slot_mapping", "key", "value"):
-            if not isinstance(named[name], _Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got "
-                                f"{type(named[name]).__name__}")
-        torch.ops.fastattn.paged_append(key_cache, value_cache, slot_mapping, key, value,
-                                        str(layout), key_scales, value_scales)
-        return
-    _append_eager(named, layout)
-
-
-def _append_eager(named: dict, layout: str) -> None:
-    """paged_append on NumPy views of the tensors (the operator's
-    implementation too)."""
-    a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
-    _paged_append(a.pop("key_cache"), a.pop("value_cache"), a.pop("slot_mapping"),
-                  a.pop("key"), a.pop("value"), layout=layout, **a)
-
-
-@torch.library.custom_op("fastattn::paged_append",
-                         mutates_args=("key_cache", "value_cache", "key_scales", "value_scales"),
-                         device_types="cpu")
-def _paged_append_op(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor,
-                     key: _Tensor, value: _Tensor, layout: str, key_scales: _Tensor | None,
-                     value_scales: _Tensor | None) -> None:
-    """``fastattn::paged_append``: writes the caches and scales in place."""
-    _append_eager({"key_cache": key_cache, "value_cache": value_cache,
-                   "slot_mapping": slot_mapping, "key": key, "value": value,
-                   "key_scales": key_scales, "value_scales": value_scales}, layout)
-
-
-@_paged_append_op.register_fake
-def _paged_append_fake(key_cache, value_cache, slot_mapping, key, value, layout, key_scales,
-                       value_scales):
-    return None
