@@ -310,6 +310,10 @@ class BuildExt(build_ext):
             workers = 1 if msvc else max(1, min(len(jobs), os.cpu_count() or 1))
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 ext.extra_objects = [o for objs in pool.map(compile_one, jobs) for o in objs]
+            # build_ext links only an extension whose sources or depends are
+            # newer than it: the sources move to depends, so that a changed
+            # .pyx (its generated .c) still relinks its module.
+            ext.depends = list(ext.depends) + list(ext.sources)
             ext.sources = []
         self._write_build_config(base + omp_c + extra, omp is not None, isa_flags, machine)
         super().build_extensions()

@@ -19,3 +19,8 @@ cdef int tanh_kernel(bint double_precision, int64_t n, const void *x, void *y) e
 cdef int bf16_op(int op, bint native, const void *a, const void *b, void *c) noexcept
 # The next n_ok kernel allocations succeed, then they fail (-1: hook off).
 cdef void fail_alloc_after(int64_t n_ok) noexcept
+# The bytes of freed scratch the kernels keep for later calls; all of it freed.
+cdef int64_t cached_bytes() noexcept
+cdef void release_cached() noexcept
+# Every cached block's bytes set to byte (stale values no call may read).
+cdef void poison_cached(int byte) noexcept

@@ -77,6 +77,9 @@ cdef extern from "fastattn.h" nogil:
     int fa_max_threads()
     const char *fa_openmp_runtime()
     void fa_debug_fail_alloc_after(int64_t n_ok)
+    int64_t fa_cached_bytes()
+    void fa_release_cached()
+    void fa_debug_poison_cached(int byte)
     int fa_fma_probe(int dtype, int64_t n, int num_threads, double *flops)
     int fa_read_probe(const void *p, int64_t nbytes, int num_threads, uint64_t *sink)
     int fa_exp(int dtype, int base2, int64_t n, const void *x, void *y)
@@ -666,3 +669,15 @@ cdef int bf16_op(int op, bint native, const void *a, const void *b, void *c) noe
 
 cdef void fail_alloc_after(int64_t n_ok) noexcept:
     fa_debug_fail_alloc_after(n_ok)
+
+
+cdef int64_t cached_bytes() noexcept:
+    return fa_cached_bytes()
+
+
+cdef void release_cached() noexcept:
+    fa_release_cached()
+
+
+cdef void poison_cached(int byte) noexcept:
+    fa_debug_poison_cached(byte)

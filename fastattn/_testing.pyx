@@ -76,3 +76,19 @@ def fail_alloc_after(int64_t n_ok):
     """The next n_ok kernel allocations succeed, then they fail (-1 turns the
     hook off)."""
     _core.fail_alloc_after(n_ok)
+
+
+def cached_bytes():
+    """The bytes of freed scratch the kernels keep for their next calls."""
+    return _core.cached_bytes()
+
+
+def release_cached():
+    """Every block of that scratch given back to the system."""
+    _core.release_cached()
+
+
+def poison_cached(int byte):
+    """Every byte of that scratch set to ``byte`` (0xFF: float NaNs), values
+    that no later call may read."""
+    _core.poison_cached(byte)

@@ -290,6 +290,12 @@ int fa_read_probe(const void *p, int64_t nbytes, int num_threads, uint64_t *sink
 /* Test hook: make the next n_ok allocations succeed and the following fail;
  * -1 disables.  Used by the tests to prove allocation failures are handled. */
 void fa_debug_fail_alloc_after(int64_t n_ok);
+/* Freed scratch kept for later calls (runtime/alloc.c), for the tests: its
+ * bytes now; every cached block given back to the system; every cached
+ * block's bytes set to `byte` (stale values a call must never read). */
+int64_t fa_cached_bytes(void);
+void fa_release_cached(void);
+void fa_debug_poison_cached(int byte);
 
 #ifdef __cplusplus
 }
