@@ -20,7 +20,12 @@ tensor, True = attend).  The attention function then calls fastattn with
 for ``sliding_window=W`` (transformers counts the current token), and the
 padding as ``key_padding_mask``.  Any other pattern (chunked, packed
 sequences, a static cache whose keys run past the queries, tracing) gets the
-full mask, as a float tensor (0 or ``-inf``), used as it is.  ``scaling``,
+full mask, as a float tensor (0 or ``-inf``), used as it is, except one row
+of packed sequences: where a flattening collator passes ``cu_seq_lens_q`` /
+``cu_seq_lens_k``, or ``position_ids`` restart and the mask is exactly
+transformers' packed pattern, the attention function runs
+:func:`fastattn.torch.attention_varlen` over the documents (each attends only
+to itself, its own length squared of work) instead of reading the mask.  ``scaling``,
 ``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
 grouped-query heads are read in place (never repeated); the result is written
 straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
@@ -45,6 +50,7 @@ from typing import Any
 import torch
 
 from .._api import attention as _attention
+from ..torch import attention_varlen as _varlen
 from ..torch import scaled_dot_product_attention as _sdpa
 from . import transformers_cb as _cb
 
@@ -181,24 +187,31 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             return out, None
     S = key.shape[-2]
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    mask = pad = window = None
-    if attention_mask is not None and (attention_mask.dtype is not torch.bool
-                                       or attention_mask.shape[-2] != 1):
-        mask, causal = attention_mask[..., :S], False  # a full mask: used as it is
-    elif attention_mask is not None:  # the compact form: padding only
-        pad = ~attention_mask[:, 0, 0, :S]
-    if causal and sliding_window is not None:
-        window = (sliding_window - 1, 0)
-    if position_bias is not None:
-        mask = position_bias if mask is None else position_bias + mask
     if kwargs.get("output_attentions"):
         raise ValueError("attn_implementation='fastattn' does not return attention weights; "
                          "use 'eager' with output_attentions=True")
     nt = _settings["num_threads"] or _get_threads()
+    window = (sliding_window - 1, 0) if causal and sliding_window is not None else None
     if "cu_seq_lens_q" in kwargs and _cb.is_batching_call(kwargs):
         return _cb.batching_attention(query, key, value, kwargs, causal=causal, scale=scaling,
                                       window=window, softcap=softcap, sinks=s_aux,
                                       num_threads=nt), None
+    cu = None if dropout else _packed_rows(query, key, attention_mask, causal, window,
+                                           position_bias, kwargs)
+    if cu is not None:  # one row of packed sequences: each attends only to itself
+        q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (L, heads, E) views
+        res = _varlen(q, k, v, cu, cu, is_causal="lower_right" if causal else False,
+                      scale=scaling, window=window, softcap=softcap, sinks=s_aux,
+                      num_threads=nt)
+        return res[None], None
+    mask = pad = None
+    if attention_mask is not None and (attention_mask.dtype is not torch.bool
+                                       or attention_mask.shape[-2] != 1):
+        mask, causal, window = attention_mask[..., :S], False, None  # a full mask: as it is
+    elif attention_mask is not None:  # the compact form: padding only
+        pad = ~attention_mask[:, 0, 0, :S]
+    if position_bias is not None:
+        mask = position_bias if mask is None else position_bias + mask
     gqa = key.shape[1] != H
     # (a decoding step's grouped heads run as the rows of one problem per
     # key/value head: fastattn's own enable_gqa does that)
@@ -212,6 +225,65 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
           gqa, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
+
+
+def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwargs):
+    """The sequence offsets (int64, from 0 to L) when the call is self-attention
+    over one row of packed sequences, each attending only to itself, else
+    None.  The offsets are the ``cu_seq_lens_q`` / ``cu_seq_lens_k`` a
+    flattening collator passes (equal for self-attention), or else the
+    starts of ``position_ids`` (a position that does not follow its
+    predecessor by 1 starts a sequence, as transformers finds packed
+    sequences); a mask given with them must be exactly the packed pattern
+    (within each sequence: causal, with the window, or full), or the call
+    keeps the mask."""
+    B, _, L, _ = query.shape
+    if (B != 1 or L < 2 or key.shape[-2] != L or position_bias is not None or _is_compiling()
+            or not query.is_cpu):
+        return None
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is not None:
+        ck = kwargs.get("cu_seq_lens_k")
+        if not isinstance(cu, _Tensor) or not isinstance(ck, _Tensor) or not torch.equal(cu, ck):
+            return None
+        cu = cu.to(torch.int64)
+    else:
+        pos = kwargs.get("position_ids")
+        if attention_mask is None or not isinstance(pos, _Tensor) or pos.shape[-1] != L:
+            return None
+        pos = pos.reshape(-1, L)[0]
+        starts = torch.nonzero(pos[1:] - pos[:-1] != 1).flatten() + 1
+        if starts.numel() == 0:  # one sequence: the mask path is as fast
+            return None
+        cu = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), L)])
+    if cu.ndim != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != L or bool(
+            (cu[1:] < cu[:-1]).any()):
+        return None
+    if attention_mask is not None and not _is_packed_pattern(attention_mask, cu, causal, window):
+        return None
+    return cu
+
+
+def _is_packed_pattern(mask, cu, causal, window) -> bool:
+    """Whether ``mask`` ((1, 1, L, L): bool True = attend, or float 0 / -inf)
+    is exactly attention within the sequences of ``cu``, causal (and in the
+    window) if so."""
+    L = int(cu[-1])
+    if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
+        return False
+    seg = torch.searchsorted(cu[1:], torch.arange(L), right=True)
+    want = seg[:, None] == seg[None, :]
+    if causal:
+        i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+        want &= j <= i
+        if window is not None:
+            want &= j >= i - window[0]
+    got = mask.reshape(L, L)
+    if got.dtype is not torch.bool:
+        if not bool(((got == 0) | (got == float("-inf"))).all()):
+            return False
+        got = got == 0
+    return torch.equal(got, want)
 
 
 def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,

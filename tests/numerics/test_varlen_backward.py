@@ -55,3 +55,30 @@ def test_grad_out_of_another_shape_is_named():
         fastattn.attention_varlen_backward(out[:4], x, x, x, out, lse, cu, cu)
     with pytest.raises(ValueError, match="lse must"):
         fastattn.attention_varlen_backward(out, x, x, x, out, lse.T, cu, cu)
+
+
+def test_gradients_bitwise_equal_for_any_thread_count():
+    # and each sequence's are those of its own attention_backward call
+    rng = np.random.default_rng(3)
+    lengths = [40, 120, 75, 90, 64, 110, 50, 100, 85, 70, 128, 60]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    q = rng.standard_normal((cu[-1], 4, 64), dtype=np.float32)
+    k, v = (rng.standard_normal((cu[-1], 2, 64), dtype=np.float32) for _ in range(2))
+    sinks = np.array([0.5, -0.5, 0.0, 1.0], np.float32)
+    out, lse = fastattn.attention_varlen(q, k, v, cu, cu, is_causal=True, sinks=sinks,
+                                         return_lse=True)
+    d_o = rng.standard_normal(out.shape, dtype=np.float32)
+    one = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cu, cu, is_causal=True,
+                                             sinks=sinks, num_threads=1)
+    for nt in (2, 3, None):
+        got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cu, cu, is_causal=True,
+                                                 sinks=sinks, num_threads=nt)
+        for a, b in zip(got, one):
+            np.testing.assert_array_equal(a, b)
+    t = lambda a: np.swapaxes(a, 0, 1)   # noqa: E731  (rows, H, C) -> (H, rows, C)
+    for b in (0, 7, 11):
+        s = slice(cu[b], cu[b + 1])
+        r = fastattn.attention_backward(t(d_o[s]), t(q[s]), t(k[s]), t(v[s]), t(out[s]),
+                                        lse[:, s], None, True, enable_gqa=True, sinks=sinks)
+        for grad, part in zip(one[:3], r[:3]):
+            np.testing.assert_array_equal(t(grad[s]), part)

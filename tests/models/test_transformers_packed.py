@@ -1,0 +1,177 @@
+"""Packed sequences (one row of several documents, ``position_ids`` restarting
+at each) through attn_implementation="fastattn": each document attends only
+to itself through fastattn.torch.attention_varlen, not a (L, L) mask.  Tiny
+random Llama, Mistral (sliding window), Gemma 2 (soft cap and window) and
+gpt-oss (sinks), in training, against "eager" given the same row (which
+builds transformers' packed mask): loss and every gradient; a flattening
+collator's ``cu_seq_lens_*``; inference; masks that are not the packed
+pattern keep the mask path.  Tolerance as tests/models/test_transformers_training.py."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
+transformers = pytest.importorskip("transformers", reason="the transformers backend needs "
+                                   "transformers (pip install 'fastattn[torch]')")
+
+from fastattn.integrations import transformers as fa_tf  # noqa: E402
+from models_common import tiny_model  # noqa: E402
+
+fa_tf.register()
+
+COMMON = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              max_position_embeddings=64, attention_dropout=0.0)
+WINDOW = 4
+DOCS = (10, 6, 1, 9)  # one row of four documents, one of a single token
+RTOL, ATOL_REL = 1e-4, 1e-5
+MODELS = ["llama", "mistral", "gemma2", "gptoss"]
+
+
+def _pair(name):
+    layers = {"layer_types": ["sliding_attention", "full_attention"]}
+    eager = tiny_model(name, COMMON, WINDOW, sinks_std=1.0,
+                       extra={"gemma2": layers, "gptoss": layers})
+    ours = copy.deepcopy(eager)
+    eager.set_attn_implementation("eager")
+    ours.set_attn_implementation(fa_tf.NAME)
+    return eager.train(), ours.train()
+
+
+def _row():
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, COMMON["vocab_size"], (1, sum(DOCS)), generator=g)
+    pos = torch.cat([torch.arange(n) for n in DOCS])[None]
+    return {"input_ids": ids, "position_ids": pos, "labels": ids.clone(), "use_cache": False}
+
+
+def _count_varlen_calls(monkeypatch):
+    calls = []
+    varlen = fa_tf._varlen
+
+    def counting(q, k, v, cu_q, cu_k, **kw):
+        calls.append(cu_q.tolist())
+        return varlen(q, k, v, cu_q, cu_k, **kw)
+
+    monkeypatch.setattr(fa_tf, "_varlen", counting)
+    return calls
+
+
+def _assert_grads_close(ours, eager):
+    theirs = dict(eager.named_parameters())
+    for pname, p in ours.named_parameters():
+        want = theirs[pname].grad
+        assert p.grad is not None, pname
+        torch.testing.assert_close(p.grad, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
+                                   msg=lambda m: f"{pname}: {m}")
+
+
+CU = [0, 10, 16, 17, 26]
+
+
+# (gpt-oss's models in transformers 5.x build no packed mask from position_ids:
+# its packed rows are tested through the collator's offsets below)
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2"])
+def test_packed_row_trains_through_varlen_with_eager_loss_and_gradients(name, monkeypatch):
+    eager, ours = _pair(name)
+    batch = _row()
+    want = eager(**batch).loss
+    calls = _count_varlen_calls(monkeypatch)
+    got = ours(**batch).loss
+    assert calls == [CU] * COMMON["num_hidden_layers"]  # every layer, no (L, L) mask read
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    _assert_grads_close(ours, eager)
+
+
+def test_flattening_collator_offsets_are_honoured(monkeypatch):
+    # DataCollatorWithFlattening(return_flash_attn_kwargs=True) passes the
+    # offsets; with the model's cache on, transformers builds no packed mask,
+    # and the offsets alone keep the documents apart
+    eager, ours = _pair("mistral")
+    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    g = torch.Generator().manual_seed(3)
+    docs = [{"input_ids": torch.randint(3, 100, (n,), generator=g).tolist()} for n in DOCS]
+    batch = collate(docs)
+    assert batch["cu_seq_lens_q"].tolist() == CU
+    calls = _count_varlen_calls(monkeypatch)
+    got = ours(**batch).loss
+    assert len(calls) == COMMON["num_hidden_layers"]
+    want = eager(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                 labels=batch["labels"], use_cache=False).loss
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    got.backward()
+    want.backward()
+    _assert_grads_close(ours, eager)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_collator_offsets_give_each_document_alone(name, monkeypatch):
+    # the packed row against eager on each document as its own batch: the
+    # same logits, and the same gradients of a weighted sum of them (gpt-oss's
+    # sinks included)
+    eager, ours = _pair(name)
+    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    g = torch.Generator().manual_seed(4)
+    docs = [torch.randint(3, 100, (n,), generator=g) for n in DOCS]
+    batch = collate([{"input_ids": d.tolist()} for d in docs])
+    del batch["labels"]
+    calls = _count_varlen_calls(monkeypatch)
+    got = ours(**batch).logits[0]
+    assert calls == [CU] * COMMON["num_hidden_layers"]
+    want = torch.cat([eager(input_ids=d[None], use_cache=False).logits[0] for d in docs])
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    w = torch.randn(got.shape, generator=g)
+    (got * w).sum().backward()
+    (want * w).sum().backward()
+    _assert_grads_close(ours, eager)
+
+
+def test_packed_row_inference_matches_eager(monkeypatch):
+    eager, ours = _pair("gemma2")
+    batch = _row()
+    del batch["labels"]
+    calls = _count_varlen_calls(monkeypatch)
+    with torch.no_grad():
+        got = ours.eval()(**batch).logits
+        want = eager.eval()(**batch).logits
+    assert len(calls) == COMMON["num_hidden_layers"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _qk(L, heads=2):
+    q = torch.zeros(1, heads, L, 4)
+    return q, q
+
+
+def test_a_mask_other_than_the_packed_pattern_keeps_the_mask_path():
+    L = 6
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2]])
+    cu = torch.tensor([0, 3, 6])
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    packed = (j <= i) & ((i < 3) == (j < 3))
+    q, k = _qk(L)
+    assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
+                              {"position_ids": pos}).tolist() == cu.tolist()
+    floats = torch.where(packed, 0.0, float("-inf"))[None, None]
+    assert fa_tf._packed_rows(q, k, floats, True, None, None, {"position_ids": pos}) is not None
+    leaky = packed.clone()
+    leaky[4, 1] = True  # one key of another document
+    assert fa_tf._packed_rows(q, k, leaky[None, None], True, None, None,
+                              {"position_ids": pos}) is None
+    biased = floats.clone()
+    biased[..., 0, 0] = -1.0  # a bias, not a pattern
+    assert fa_tf._packed_rows(q, k, biased, True, None, None, {"position_ids": pos}) is None
+    # a window the mask does not have, offsets that disagree, two rows, no restart
+    assert fa_tf._packed_rows(q, k, packed[None, None], True, (1, 0), None,
+                              {"position_ids": pos}) is None
+    assert fa_tf._packed_rows(q, k, None, True, None, None,
+                              {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu + 0 * cu - torch.tensor(
+                                  [0, 1, 0])}) is None
+    q2 = torch.zeros(2, 2, L, 4)
+    assert fa_tf._packed_rows(q2, q2, None, True, None, None,
+                              {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu}) is None
+    assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
+                              {"position_ids": torch.arange(L)[None]}) is None
