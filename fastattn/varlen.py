@@ -6,24 +6,22 @@ moved first by a stride swap, never a copy), writing straight into the
 matching rows of the packed output: the work of a sequence is its own
 ``L x S``, never padded to the longest sequence.
 
-With several threads and many sequences, none longer than a thread's share
-of the work, the sequences run side by side, one thread each, longest first
-(the kernels release the GIL); otherwise one after the other, each on all
-the threads.  The results are the same bitwise either way.
+The sequences run one after the other, each on all the threads (running
+many short ones side by side, one thread each, was slower: their Python
+parts take turns on the GIL).  The result is bitwise the same for any
+thread count.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
-from . import _core
 from ._api import attention
 from ._half import arith
 from ._scores import per_head
-from ._validate import check_out, kernel_dtypes, thread_count
+from ._validate import check_out, kernel_dtypes
 from ._varlen_checks import check_packed
 
 if TYPE_CHECKING:
@@ -37,27 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["attention_varlen"]
 
-# Below this many query-key pairs x heads x (D + Dv) in all, the sequences run
-# one after the other: threads of their own would cost more than they save.
-_POOL_MIN_WORK = 1 << 24
-
 
 def _heads_first(a: np.ndarray) -> np.ndarray:
     """(rows, H, C) viewed as (H, rows, C), never a copy."""
     return np.moveaxis(a, 1, 0)
-
-
-def _side_by_side(costs: list[int], num_threads, per_pair: int) -> int:
-    """How many sequences of these costs (query-key pairs) to run at once, one
-    thread each: the thread count, or 1 (one after the other, each on all the
-    threads) when they are too few or too small, or one of them is longer than
-    a thread's share of the work (it would finish last, alone)."""
-    nt = _core.openmp_max_threads() if num_threads is None else thread_count(num_threads)
-    total = sum(costs)
-    if (nt <= 1 or len(costs) < 2 * nt or total * per_pair < _POOL_MIN_WORK
-            or max(costs) * nt > total):
-        return 1
-    return nt
 
 
 @overload
@@ -201,7 +182,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     if return_lse:
         options["return_lse"] = True
 
-    def call(rows: slice, keys: slice, target, b: int | None, nt=num_threads):
+    def call(rows: slice, keys: slice, target, b: int | None):
         extra = dict(options)
         if slopes is not None and b is not None:
             extra["alibi_slopes"] = slopes[b]
@@ -209,7 +190,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
             extra["sinks"] = sink[b]
         return attention(_heads_first(q[rows]), _heads_first(k[keys]), _heads_first(v[keys]),
                          is_causal=is_causal, scale=scale, enable_gqa=H != H_kv,
-                         out=target, num_threads=nt, **extra)
+                         out=target, num_threads=num_threads, **extra)
 
     # The other arguments (is_causal, scale, window, softcap, num_threads...)
     # are checked by attention() itself, on a problem with no rows, before
@@ -221,20 +202,8 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     work = [(b, slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1])))
             for b in range(n) if cq[b + 1] > cq[b]]
 
-    def run(item, nt=num_threads) -> None:
-        b, rows, keys = item
-        r = call(rows, keys, _heads_first(result[rows]), b, nt)
+    for b, rows, keys in work:
+        r = call(rows, keys, _heads_first(result[rows]), b)
         if lse is not None:
             lse[:, rows] = r[1]
-
-    costs = [(rows.stop - rows.start) * max(keys.stop - keys.start, 1) for _, rows, keys in work]
-    at_once = _side_by_side(costs, num_threads, H * (q.shape[2] + v.shape[2]))
-    if at_once == 1:
-        for item in work:
-            run(item)
-    else:
-        longest_first = [work[i] for i in sorted(range(len(work)), key=lambda i: -costs[i])]
-        with ThreadPoolExecutor(at_once, thread_name_prefix="fastattn-varlen") as pool:
-            for done in [pool.submit(run, item, 1) for item in longest_first]:
-                done.result()
     return (result, lse) if lse is not None else result

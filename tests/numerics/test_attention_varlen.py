@@ -139,15 +139,9 @@ def test_threads_bitwise_equal():
     assert np.array_equal(one, two)
 
 
-def test_threads_bitwise_equal_side_by_side():
-    # Many sequences, none longer than a thread's share: with 2 or 3 threads
-    # they run side by side, one thread each; the result does not change.
+def test_threads_bitwise_equal_many_sequences():
     lengths = [40, 120, 75, 90, 64, 110, 50, 100, 85, 70, 128, 60]
     q, k, v, cq, ck = _packed(lengths, lengths, H=4, Hkv=2, D=64, Dv=64, dtype=np.float32)
-    costs, per_pair = [n * n for n in lengths], 4 * 128
-    assert fastattn.varlen._side_by_side(costs, 1, per_pair) == 1
-    assert fastattn.varlen._side_by_side(costs, 2, per_pair) == 2
-    assert fastattn.varlen._side_by_side(costs, 3, per_pair) == 3
     one = fastattn.attention_varlen(q, k, v, cq, ck, is_causal=True, num_threads=1)
     for nt in (2, 3, None):
         assert np.array_equal(one, fastattn.attention_varlen(q, k, v, cq, ck, is_causal=True,
@@ -156,18 +150,6 @@ def test_threads_bitwise_equal_side_by_side():
     out = np.full((q.shape[0], 4, 128), np.nan, np.float32)[:, :, ::2]
     res = fastattn.attention_varlen(q, k, v, cq, ck, is_causal=True, num_threads=2, out=out)
     assert res is out and np.array_equal(out, one)
-
-
-@pytest.mark.parametrize("costs, nt, expected", [
-    ([10**6] * 8, 2, 2),                   # many equal sequences: side by side
-    ([10**6] * 8, 4, 4),
-    ([10**6] * 3, 2, 1),                   # fewer than two per thread
-    ([10**6] * 7 + [10**7], 2, 1),         # one longer than a thread's share
-    ([10] * 64, 2, 1),                     # too little work in all
-    ([10**6] * 8, 1, 1),
-])
-def test_side_by_side_rule(costs, nt, expected):
-    assert fastattn.varlen._side_by_side(costs, nt, 512) == expected
 
 
 def _packed_from(lengths, heads, dims, **kwargs):
