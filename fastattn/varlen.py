@@ -182,28 +182,36 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     if return_lse:
         options["return_lse"] = True
 
+    # heads first once (stride swaps): a sequence's operands are then plain
+    # slices of these views
+    qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
+    gqa = H != H_kv
+
     def call(rows: slice, keys: slice, target, b: int | None):
-        extra = dict(options)
-        if slopes is not None and b is not None:
-            extra["alibi_slopes"] = slopes[b]
-        if sink is not None and b is not None:
-            extra["sinks"] = sink[b]
-        return attention(_heads_first(q[rows]), _heads_first(k[keys]), _heads_first(v[keys]),
-                         is_causal=is_causal, scale=scale, enable_gqa=H != H_kv,
-                         out=target, num_threads=num_threads, **extra)
+        extra = options
+        if (slopes is not None or sink is not None) and b is not None:
+            extra = dict(options)
+            if slopes is not None:
+                extra["alibi_slopes"] = slopes[b]
+            if sink is not None:
+                extra["sinks"] = sink[b]
+        return attention(qh[:, rows], kh[:, keys], vh[:, keys], is_causal=is_causal,
+                         scale=scale, enable_gqa=gqa, out=target, num_threads=num_threads,
+                         **extra)
 
     # The other arguments (is_causal, scale, window, softcap, num_threads...)
     # are checked by attention() itself, on a problem with no rows, before
     # any row of the result is written.
     call(slice(0, 0), slice(0, 0), None, 0 if n else None)
     result = np.empty(shape, dtype=odt) if out is None else out
+    rh = _heads_first(result)
     lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt) if return_lse else None
-    # (sequence, its query rows, its keys), for the sequences with queries.
-    work = [(b, slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1])))
-            for b in range(n) if cq[b + 1] > cq[b]]
-
-    for b, rows, keys in work:
-        r = call(rows, keys, _heads_first(result[rows]), b)
+    cql, ckl = cq.tolist(), ck.tolist()
+    for b in range(n):
+        r0, r1, k0, k1 = cql[b], cql[b + 1], ckl[b], ckl[b + 1]
+        if r1 == r0:
+            continue
+        r = call(slice(r0, r1), slice(k0, k1), rh[:, r0:r1], b)
         if lse is not None:
-            lse[:, rows] = r[1]
+            lse[:, r0:r1] = r[1]
     return (result, lse) if lse is not None else result

@@ -104,19 +104,24 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     grads = [np.zeros(x.shape, x.dtype if x.dtype.kind == "f" or is_half(x.dtype)
                       else np.float64) for x in (q, k, v)]
     d_sink = np.zeros((n, H)) if sink is not None else None
+    # heads first once (stride swaps): a sequence's operands are then plain
+    # slices of these views
+    d_oh, qh, kh, vh, oh = (_heads_first(x) for x in (d_o, q, k, v, o))
+    gh = [_heads_first(g) for g in grads]
+    cql, ckl = cq.tolist(), ck.tolist()
     for b in range(n):
-        rows, keys = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
-        if rows.start == rows.stop:
+        r0, r1, k0, k1 = cql[b], cql[b + 1], ckl[b], ckl[b + 1]
+        if r1 == r0:
             continue
         r = attention_backward(
-            _heads_first(d_o[rows]), _heads_first(q[rows]), _heads_first(k[keys]),
-            _heads_first(v[keys]), _heads_first(o[rows]), lse_a[:, rows], None, is_causal,
-            scale, H != H_kv, window=window, softcap=softcap,
+            d_oh[:, r0:r1], qh[:, r0:r1], kh[:, k0:k1], vh[:, k0:k1], oh[:, r0:r1],
+            lse_a[:, r0:r1], None, is_causal, scale, H != H_kv, window=window, softcap=softcap,
             alibi_slopes=None if slopes is None else slopes[b],
             sinks=None if sink is None else sink[b],
-            grad_lse=None if g_lse is None else g_lse[:, rows], num_threads=num_threads)
-        for grad, part, sl in zip(grads, r[:3], (rows, keys, keys)):
-            _heads_first(grad[sl])[...] = part
+            grad_lse=None if g_lse is None else g_lse[:, r0:r1], num_threads=num_threads)
+        gh[0][:, r0:r1] = r[0]
+        gh[1][:, k0:k1] = r[1]
+        gh[2][:, k0:k1] = r[2]
         if d_sink is not None:
             d_sink[b] = r[3]
     if d_sink is None:
