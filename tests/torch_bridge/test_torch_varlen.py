@@ -282,3 +282,21 @@ def test_packed_training_step_compiles_in_one_graph_and_matches_eager():
         for n in ga:
             torch.testing.assert_close(ga[n], gb[n])
     assert torch.count_nonzero(got[1][0]["sinks"]) == 2
+
+
+class _PackedBlock(torch.nn.Module):
+    def forward(self, q, k, v, cu):
+        y = attention_varlen(q, k, v, cu, cu, is_causal=True, window=(2, 0))
+        o, lse = attention_varlen(q, k, v, cu, cu, softcap=3.0, return_lse=True)
+        return torch.relu(y) + o * lse.transpose(0, 1)[..., None]
+
+
+def test_export_holds_the_varlen_operator():
+    q, k, v = (x.detach().float() for x in _leaves(4, 2, seed=17))
+    q, k, v = q[:5], k[:5], v[:5]  # cu_seqlens over 5 rows
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    ep = torch.export.export(_PackedBlock(), (q, k, v, cu))
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("fastattn.varlen.default") == 2
+    torch.testing.assert_close(ep.module()(q, k, v, cu), _PackedBlock()(q, k, v, cu),
+                               rtol=0, atol=0)
