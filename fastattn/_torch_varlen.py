@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from ._torch_views import (Tensor, array_view, causal_code, causal_of, constants,
-                           from_numpy, option_tensor, optional_float, require_tensors,
-                           subclassed, tensor_view, window_of, window_pair)
+                           fake_grads, from_numpy, grad_tensors, option_tensor, optional_float,
+                           require_tensors, subclassed, tensor_view, window_of, window_pair)
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
 
@@ -199,21 +199,14 @@ def _varlen_backward_op(grad_out: Tensor, grad_lse: Tensor | None, query: Tensor
         window=window_of(window_left, window_right),
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
         sinks=a(sinks, "sinks"), grad_lse=a(grad_lse, "grad_lse"), num_threads=num_threads)
-    d_sinks = from_numpy(grads[3]) if sinks is not None else query.new_empty(0)
-    return tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
+    return grad_tensors(grads, query, sinks)
 
 
 @_varlen_backward_op.register_fake
 def _varlen_backward_fake(grad_out, grad_lse, query, key, value, out, lse, cu_seqlens_q,
                           cu_seqlens_k, is_causal, scale, window_left, window_right,
                           alibi_slopes, softcap, sinks, num_threads):
-    if sinks is None:
-        d_sinks = query.new_empty(0)
-    else:
-        d_sinks = sinks.new_empty(sinks.shape, dtype=sinks.dtype if sinks.is_floating_point()
-                                  else torch.float64)
-    return (query.new_empty(query.shape), key.new_empty(key.shape),
-            value.new_empty(value.shape), d_sinks)
+    return fake_grads(query, key, value, sinks)
 
 
 def _setup(ctx, inputs, output) -> None:

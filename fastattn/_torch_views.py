@@ -152,3 +152,21 @@ def option_tensor(x, like: Tensor) -> Tensor | None:
 
 def optional_float(x) -> float | None:
     return None if x is None else float(x)
+
+
+def grad_tensors(grads, query: Tensor, sinks) -> tuple:
+    """A NumPy backward's (dq, dk, dv[, d_sinks]) as the backward operators'
+    four tensors (an empty tensor where there are no sinks)."""
+    d_sinks = from_numpy(grads[3]) if sinks is not None else query.new_empty(0)
+    return tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
+
+
+def fake_grads(query: Tensor, key: Tensor, value: Tensor, sinks) -> tuple:
+    """The backward operators' fake results: grad_tensors' shapes and dtypes."""
+    if sinks is None:
+        d_sinks = query.new_empty(0)
+    else:
+        d_sinks = sinks.new_empty(sinks.shape, dtype=sinks.dtype if sinks.is_floating_point()
+                                  else torch.float64)
+    return (query.new_empty(query.shape), key.new_empty(key.shape),
+            value.new_empty(value.shape), d_sinks)

@@ -39,8 +39,9 @@ from ._api import attention as _attention
 from ._torch_paged import attention_paged, paged_append
 from ._torch_varlen import attention_varlen
 from ._torch_views import (Tensor as _Tensor, array_view as _array,
-                           causal_code, causal_of as _causal_of, constants,
-                           from_numpy as _from_numpy, no_dropout, option_tensor as _slopes,
+                           causal_code, causal_of as _causal_of, constants, fake_grads,
+                           from_numpy as _from_numpy, grad_tensors, no_dropout,
+                           option_tensor as _slopes,
                            optional_float, require_tensors, tensor_view as _tensor,
                            window_of as _window_of, window_pair as _window_pair)
 from .backward import attention_backward as _attention_backward
@@ -313,21 +314,14 @@ def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tenso
         window=_window_of(window_left, window_right),
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
         sinks=a(sinks, "sinks"), grad_lse=a(grad_lse, "grad_lse"), num_threads=num_threads)
-    d_sinks = _from_numpy(grads[3]) if sinks is not None else query.new_empty(0)
-    return _tensor(grads[0]), _tensor(grads[1]), _tensor(grads[2]), d_sinks
+    return grad_tensors(grads, query, sinks)
 
 
 @_sdpa_backward_op.register_fake
 def _sdpa_backward_fake(grad_out, grad_lse, query, key, value, out, lse, attn_mask, is_causal,
                         scale, enable_gqa, key_padding_mask, window_left, window_right,
                         alibi_slopes, softcap, sinks, num_threads):
-    if sinks is None:
-        d_sinks = query.new_empty(0)
-    else:
-        d_sinks = sinks.new_empty(sinks.shape, dtype=sinks.dtype if sinks.is_floating_point()
-                                  else torch.float64)
-    return (query.new_empty(query.shape), key.new_empty(key.shape),
-            value.new_empty(value.shape), d_sinks)
+    return fake_grads(query, key, value, sinks)
 
 
 def _save(ctx, inputs) -> tuple:

@@ -1,5 +1,7 @@
 """Tiny random-weight transformers models built from configs, for the tests of
 this folder (which import transformers and torch first, skipping without them)."""
+import copy
+
 import torch
 import transformers
 
@@ -33,3 +35,34 @@ def tiny_model(name, common, window, *, extra=None, sinks_std=None):
             for layer in model.model.layers:
                 layer.self_attn.sinks.normal_(0.0, sinks_std)
     return model
+
+
+# The training tests' models: two layers (Gemma 2 and gpt-oss: a sliding
+# layer, then a full one), a window of TRAIN_WINDOW tokens (the current one
+# and 3 before), no dropout.
+TRAIN_CONFIG = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    max_position_embeddings=64, attention_dropout=0.0)
+TRAIN_WINDOW = 4
+TRAIN_MODELS = ["llama", "mistral", "gemma2", "gptoss"]
+# both backends compute in float32 and differ only in the order of the
+# attention's sums: 1e-4 relative, with an absolute floor of 1e-5 of a
+# parameter's largest gradient (for entries that nearly cancel)
+RTOL, ATOL_REL = 1e-4, 1e-5
+
+
+def train_pair(name, backend):
+    """The same random weights under "eager" and ``backend``, in training mode."""
+    layers = {"layer_types": ["sliding_attention", "full_attention"]}
+    eager = tiny_model(name, TRAIN_CONFIG, TRAIN_WINDOW, sinks_std=1.0,
+                       extra={"gemma2": layers, "gptoss": layers})
+    ours = copy.deepcopy(eager)
+    eager.set_attn_implementation("eager")
+    ours.set_attn_implementation(backend)
+    return eager.train(), ours.train()
+
+
+def assert_grad_close(got, want, name):
+    assert got is not None, name
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
+                               msg=lambda m: f"{name}: {m}")

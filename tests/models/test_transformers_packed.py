@@ -7,8 +7,6 @@ builds transformers' packed mask): loss and every gradient; a flattening
 collator's ``cu_seq_lens_*``; inference; masks that are not the packed
 pattern keep the mask path.  Tolerance as tests/models/test_transformers_training.py."""
 
-import copy
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
@@ -16,27 +14,18 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
                                    "transformers (pip install 'fastattn[torch]')")
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
-from models_common import tiny_model  # noqa: E402
+from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
+                           train_pair)
 
 fa_tf.register()
 
-COMMON = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              max_position_embeddings=64, attention_dropout=0.0)
-WINDOW = 4
+COMMON = TRAIN_CONFIG
 DOCS = (10, 6, 1, 9)  # one row of four documents, one of a single token
-RTOL, ATOL_REL = 1e-4, 1e-5
-MODELS = ["llama", "mistral", "gemma2", "gptoss"]
+MODELS = TRAIN_MODELS
 
 
 def _pair(name):
-    layers = {"layer_types": ["sliding_attention", "full_attention"]}
-    eager = tiny_model(name, COMMON, WINDOW, sinks_std=1.0,
-                       extra={"gemma2": layers, "gptoss": layers})
-    ours = copy.deepcopy(eager)
-    eager.set_attn_implementation("eager")
-    ours.set_attn_implementation(fa_tf.NAME)
-    return eager.train(), ours.train()
+    return train_pair(name, fa_tf.NAME)
 
 
 def _row():
@@ -61,10 +50,7 @@ def _count_varlen_calls(monkeypatch):
 def _assert_grads_close(ours, eager):
     theirs = dict(eager.named_parameters())
     for pname, p in ours.named_parameters():
-        want = theirs[pname].grad
-        assert p.grad is not None, pname
-        torch.testing.assert_close(p.grad, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
-                                   msg=lambda m: f"{pname}: {m}")
+        assert_grad_close(p.grad, theirs[pname].grad, pname)
 
 
 CU = [0, 10, 16, 17, 26]

@@ -11,8 +11,6 @@ through two layers: 1e-4 relative, with an absolute floor of 1e-5 of that
 parameter's largest gradient (so that entries that nearly cancel, on their
 own ~1e-7 relative noise, do not fail the test)."""
 
-import copy
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="the transformers backend needs torch")
@@ -21,32 +19,18 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 
 import fastattn.torch as fat  # noqa: E402
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
-from models_common import tiny_model  # noqa: E402
+from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
+                           train_pair)
 
 fa_tf.register()
 
-COMMON = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              max_position_embeddings=64, attention_dropout=0.0)
-WINDOW = 4   # transformers' sliding_window (the current token and 3 before)
+COMMON = TRAIN_CONFIG
 SEQ = 16     # four windows long
-RTOL, ATOL_REL = 1e-4, 1e-5
-MODELS = ["llama", "mistral", "gemma2", "gptoss"]
-
-
-def _model(name):
-    layers = {"layer_types": ["sliding_attention", "full_attention"]}
-    return tiny_model(name, COMMON, WINDOW, sinks_std=1.0,
-                      extra={"gemma2": layers, "gptoss": layers})
+MODELS = TRAIN_MODELS
 
 
 def _pair(name):
-    """The same weights under "eager" and "fastattn", in training mode."""
-    eager = _model(name)
-    ours = copy.deepcopy(eager)
-    eager.set_attn_implementation("eager")
-    ours.set_attn_implementation(fa_tf.NAME)
-    return eager.train(), ours.train()
+    return train_pair(name, fa_tf.NAME)
 
 
 def _batch():
@@ -59,10 +43,7 @@ def _batch():
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def _assert_grad_close(got, want, name):
-    assert got is not None, name
-    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
-                               msg=lambda m: f"{name}: {m}")
+_assert_grad_close = assert_grad_close
 
 
 def _count_recorded_calls(monkeypatch):
@@ -142,7 +123,7 @@ def test_inference_under_no_grad_takes_the_direct_path(monkeypatch):
 
 
 def test_attention_dropout_in_training_is_refused():
-    model = _model("llama")
+    model = _pair("llama")[1]
     model.config.attention_dropout = 0.1
     for layer in model.model.layers:
         layer.self_attn.attention_dropout = 0.1

@@ -12,6 +12,7 @@ import fastattn  # noqa: E402
 import fastattn.torch as fat  # noqa: E402
 from fastattn import _torch_views as views  # noqa: E402
 from fastattn.torch import scaled_dot_product_attention as sdpa  # noqa: E402
+from torch_common import assert_same_training, compiled_and_eager  # noqa: E402
 
 F = torch.nn.functional.scaled_dot_product_attention
 QS, KS = (1, 2, 5, 4), (1, 2, 7, 4)  # L = 5 queries, S = 7 keys
@@ -298,45 +299,9 @@ class _Tiny(torch.nn.Module):
         return y.square().mean()
 
 
-def _train(model, step, x, n=3):
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    losses, grads = [], []
-    for _ in range(n):
-        opt.zero_grad()
-        loss = step(x)
-        loss.backward()
-        losses.append(loss.detach())
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-        opt.step()
-    return losses, grads
-
-
 def test_training_step_compiles_in_one_graph_and_matches_eager():
-    torch.manual_seed(0)
-    eager = _Tiny()
-    compiled = _Tiny()
-    compiled.load_state_dict(eager.state_dict())
-    x = torch.randn(2, 6, 8)
-    seen = []
-
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def record(gm, example_inputs):
-        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
-        return make_boxed_func(gm.forward)
-
-    torch._dynamo.reset()
-    step = torch.compile(compiled, fullgraph=True,
-                         backend=aot_autograd(fw_compiler=record, bw_compiler=record))
-    want = _train(eager, eager, x)
-    got = _train(compiled, step, x)
+    want, got, seen = compiled_and_eager(_Tiny, (torch.randn(2, 6, 8, generator=_gen(0)),))
     assert any("fastattn.sdpa_lse.default" in s for s in seen)
     assert any("fastattn.sdpa_backward.default" in s for s in seen)
-    for a, b in zip(got[0], want[0]):
-        torch.testing.assert_close(a, b)
-    for ga, gb in zip(got[1], want[1]):
-        assert ga.keys() == gb.keys() == {"sinks", "proj.weight", "proj.bias"}
-        for n in ga:
-            torch.testing.assert_close(ga[n], gb[n])
+    assert_same_training(got, want, {"sinks", "proj.weight", "proj.bias"})
     assert torch.count_nonzero(got[1][0]["sinks"]) == 2  # the sinks get a gradient

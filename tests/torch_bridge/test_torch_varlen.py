@@ -12,6 +12,7 @@ import fastattn  # noqa: E402
 import fastattn._torch_varlen as tv  # noqa: E402
 from fastattn import _torch_views as views  # noqa: E402
 from fastattn.torch import attention_varlen  # noqa: E402
+from torch_common import assert_same_training, compiled_and_eager  # noqa: E402
 
 F = torch.nn.functional.scaled_dot_product_attention
 CU_Q = torch.tensor([0, 2, 2, 5], dtype=torch.int32)  # the middle sequence has no queries
@@ -240,47 +241,12 @@ class _PackedTiny(torch.nn.Module):
 
 
 def test_packed_training_step_compiles_in_one_graph_and_matches_eager():
-    torch.manual_seed(0)
-    eager = _PackedTiny()
-    compiled = _PackedTiny()
-    compiled.load_state_dict(eager.state_dict())
-    x = torch.randn(11, 8)
+    x = torch.randn(11, 8, generator=_gen(0))
     cu = torch.tensor([0, 4, 5, 11], dtype=torch.int32)
-    seen = []
-
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
-
-    def record(gm, example_inputs):
-        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
-        return make_boxed_func(gm.forward)
-
-    torch._dynamo.reset()
-    step = torch.compile(compiled, fullgraph=True,
-                         backend=aot_autograd(fw_compiler=record, bw_compiler=record))
-
-    def train(model, f):
-        opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        losses, grads = [], []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = f(x, cu)
-            loss.backward()
-            losses.append(loss.detach())
-            grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-            opt.step()
-        return losses, grads
-
-    want = train(eager, eager)
-    got = train(compiled, step)
+    want, got, seen = compiled_and_eager(_PackedTiny, (x, cu))
     assert any("fastattn.varlen.default" in s for s in seen)
     assert any("fastattn.varlen_backward.default" in s for s in seen)
-    for a, b in zip(got[0], want[0]):
-        torch.testing.assert_close(a, b)
-    for ga, gb in zip(got[1], want[1]):
-        assert ga.keys() == gb.keys() == {"sinks", "proj.weight", "proj.bias"}
-        for n in ga:
-            torch.testing.assert_close(ga[n], gb[n])
+    assert_same_training(got, want, {"sinks", "proj.weight", "proj.bias"})
     assert torch.count_nonzero(got[1][0]["sinks"]) == 2
 
 
