@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ._torch_views import (Tensor as _Tensor, array_view as _array, option_tensor as _slopes,
+from ._torch_views import (Tensor as _Tensor, array_view as _array, fill_out,
+                           option_tensor as _slopes,
                            optional_float, require_tensors, subclassed as _subclassed,
                            tensor_view as _tensor, window_of as _window_of,
                            window_pair as _window_pair)
@@ -93,10 +94,8 @@ def _paged_traced(named: dict, options: dict) -> Any:
         str(options.get("layout", "NHD")), optional_float(options.get("scale")),
         bool(options.get("is_causal", True)), wl, wr,
         optional_float(options.get("softcap")), options.get("num_threads"))
-    out = named["out"]
-    if out is not None:
-        out.copy_(res)
-        res = out
+    if named["out"] is not None:
+        res = fill_out(named["out"], res)
     return (res, lse) if options.get("return_lse", False) else res
 
 

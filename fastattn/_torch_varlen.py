@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from ._torch_views import (Tensor, array_view, causal_code, causal_of, constants,
-                           fake_grads, from_numpy, grad_tensors, option_tensor, optional_float,
+                           fake_grads, fill_out, from_numpy, grad_tensors, option_tensor,
+                           optional_float,
                            require_tensors, subclassed, tensor_view, window_of, window_pair)
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
@@ -153,8 +154,7 @@ def _traced(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, win
         optional_float(scale), wl, wr, option_tensor(alibi_slopes, query),
         optional_float(softcap), option_tensor(sinks, query), num_threads)
     if out is not None:
-        out.copy_(res)
-        res = out
+        res = fill_out(out, res)
     return (res, lse) if return_lse else res
 
 

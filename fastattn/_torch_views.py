@@ -154,6 +154,21 @@ def optional_float(x) -> float | None:
     return None if x is None else float(x)
 
 
+def fill_out(out, res: Tensor) -> Tensor:
+    """``res`` copied into ``out`` (``out=`` on the operators' path, where the
+    result is computed first): ``out`` of another type, shape or dtype is
+    refused, as :func:`fastattn.attention` refuses it, with nothing written."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(res.shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}, the result has shape "
+                         f"{tuple(res.shape)}")
+    if out.dtype != res.dtype:
+        raise TypeError(f"out has dtype {out.dtype}, the result has dtype {res.dtype}")
+    out.copy_(res)
+    return out
+
+
 def grad_tensors(grads, query: Tensor, sinks) -> tuple:
     """A NumPy backward's (dq, dk, dv[, d_sinks]) as the backward operators'
     four tensors (an empty tensor where there are no sinks)."""

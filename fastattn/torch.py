@@ -39,7 +39,7 @@ from ._api import attention as _attention
 from ._torch_paged import attention_paged, paged_append
 from ._torch_varlen import attention_varlen
 from ._torch_views import (Tensor as _Tensor, array_view as _array,
-                           causal_code, causal_of as _causal_of, constants, fake_grads,
+                           causal_code, causal_of as _causal_of, constants, fake_grads, fill_out,
                            from_numpy as _from_numpy, grad_tensors, no_dropout,
                            option_tensor as _slopes,
                            optional_float, require_tensors, tensor_view as _tensor,
@@ -223,8 +223,7 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
     else:
         res, lse = torch.ops.fastattn.sdpa(*args), None
     if out is not None:
-        out.copy_(res)
-        res = out
+        res = fill_out(out, res)
     return (res, lse) if return_lse else res
 
 

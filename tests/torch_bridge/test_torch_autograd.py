@@ -265,6 +265,17 @@ def test_out_argument_is_differentiable():
     torch.testing.assert_close(q.grad, ref[0].grad)
 
 
+def test_out_of_another_shape_or_dtype_is_refused_when_training():
+    q, k, v = _leaves(dtype=torch.float32)
+    for out, err, match in ((torch.full((1, 2, 5, 3), 7.0), ValueError,
+                             r"out has shape \(1, 2, 5, 3\), the result has shape \(1, 2, 5, 4\)"),
+                            (torch.full((1, 2, 5, 4), 7.0, dtype=torch.float64), TypeError,
+                             "out has dtype torch.float64, the result has dtype torch.float32")):
+        with pytest.raises(err, match=match):
+            sdpa(q, k, v, out=out)
+        assert bool((out == 7.0).all())  # nothing written
+
+
 def test_sinks_as_a_sequence_are_a_constant():
     q, k, v = _leaves(dtype=torch.float32)
     sdpa(q, k, v, sinks=[0.3, -1.0]).sum().backward()

@@ -199,6 +199,15 @@ def test_out_argument_is_differentiable():
     torch.testing.assert_close(q.grad, ref[0].grad, rtol=0, atol=0)
 
 
+def test_out_of_another_shape_is_refused_with_and_without_grad():
+    q, k, v = _leaves(dtype=torch.float32, seed=18)
+    for args in ((q, k, v), tuple(x.detach() for x in (q, k, v))):
+        out = torch.full((int(CU_Q[-1]), 2, 3), 7.0)
+        with pytest.raises(ValueError, match=r"out has shape \(5, 2, 3\), the result has shape"):
+            attention_varlen(*args, CU_Q, CU_K, out=out)
+        assert bool((out == 7.0).all())
+
+
 def test_offsets_given_as_lists_when_training():
     q, k, v = _leaves(dtype=torch.float32, seed=16)
     attention_varlen(q, k, v, [0, 2, 2, 5], [0, 3, 4, 8]).sum().backward()
