@@ -38,12 +38,12 @@ import torch
 from ._api import attention as _attention
 from ._torch_paged import attention_paged, paged_append
 from ._torch_varlen import attention_varlen
-from ._torch_views import (Tensor as _Tensor, array_view as _array,
-                           causal_code, causal_of as _causal_of, constants, fake_grads, fill_out,
+from ._torch_views import (Tensor as _Tensor, array_view as _array, causal_code,
+                           causal_of as _causal_of, constants, fake_grads, fill_out,
                            from_numpy as _from_numpy, grad_tensors, no_dropout,
-                           option_tensor as _slopes,
-                           optional_float, require_tensors, tensor_view as _tensor,
-                           window_of as _window_of, window_pair as _window_pair)
+                           option_tensor as _slopes, optional_float, require_tensors,
+                           tensor_view as _tensor, window_of as _window_of,
+                           window_pair as _window_pair)
 from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
