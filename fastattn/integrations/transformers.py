@@ -227,6 +227,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out, None
 
 
+_PATTERN_ROWS = 256  # rows of the mask compared at a time (_is_packed_pattern)
+
+
 def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwargs):
     """The sequence offsets (int64, from 0 to L) when the call is self-attention
     over one row of packed sequences, each attending only to itself, else
@@ -267,23 +270,31 @@ def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwar
 def _is_packed_pattern(mask, cu, causal, window) -> bool:
     """Whether ``mask`` ((1, 1, L, L): bool True = attend, or float 0 / -inf)
     is exactly attention within the sequences of ``cu``, causal (and in the
-    window) if so."""
+    window) if so; compared a band of rows at a time, so that the check's own
+    temporaries stay a small part of the mask."""
     L = int(cu[-1])
     if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
         return False
     seg = torch.searchsorted(cu[1:], torch.arange(L), right=True)
-    want = seg[:, None] == seg[None, :]
-    if causal:
-        i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-        want &= j <= i
-        if window is not None:
-            want &= j >= i - window[0]
-    got = mask.reshape(L, L)
-    if got.dtype is not torch.bool:
-        if not bool(((got == 0) | (got == float("-inf"))).all()):
+    got_all = mask.reshape(L, L)
+    j = torch.arange(L)[None, :]
+    for r0 in range(0, L, _PATTERN_ROWS):
+        r1 = min(L, r0 + _PATTERN_ROWS)
+        i = torch.arange(r0, r1)[:, None]
+        want = seg[r0:r1, None] == seg[None, :]
+        if causal:
+            want &= j <= i
+            if window is not None:
+                want &= j >= i - window[0]
+        got = got_all[r0:r1]
+        if got.dtype is not torch.bool:
+            attend = got == 0
+            if not bool((attend | (got == float("-inf"))).all()):
+                return False
+            got = attend
+        if not torch.equal(got, want):
             return False
-        got = got == 0
-    return torch.equal(got, want)
+    return True
 
 
 def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,

@@ -161,3 +161,17 @@ def test_a_mask_other_than_the_packed_pattern_keeps_the_mask_path():
                               {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu}) is None
     assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
                               {"position_ids": torch.arange(L)[None]}) is None
+
+
+def test_a_leak_in_a_later_band_of_a_long_mask_is_seen():
+    # the pattern is compared a band of rows at a time: a leak past the first band
+    L = 2 * fa_tf._PATTERN_ROWS + 88
+    pos = torch.cat([torch.arange(300), torch.arange(L - 300)])[None]
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    packed = (j <= i) & ((i < 300) == (j < 300))
+    q, k = _qk(L)
+    assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
+                              {"position_ids": pos}).tolist() == [0, 300, L]
+    packed[L - 5, 10] = True
+    assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
+                              {"position_ids": pos}) is None
