@@ -387,7 +387,8 @@ def _append_in_c(k: np.ndarray, v: np.ndarray, ks: np.ndarray | None, vs: np.nda
         return
     keep = slots >= 0
     for name, x in (("key", kr), ("value", vr)):
-        check_finite_rows(x[keep], name, x[keep].shape)
+        rows = x[keep]
+        check_finite_rows(rows, name, rows.shape)
     raise error
 
 

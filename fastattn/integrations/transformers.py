@@ -45,6 +45,7 @@ reads full-attention layers' paged cache in place with
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -267,10 +268,28 @@ def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwar
     return cu
 
 
+# The last masks checked (a model hands the same mask to each of its layers
+# of a kind; two kinds alternate in Gemma 2 and gpt-oss): (weak reference to
+# the mask, what it was checked against with its version counter, verdict).
+_checked: list[tuple[Any, tuple, bool]] = []
+
+
 def _is_packed_pattern(mask, cu, causal, window) -> bool:
     """Whether ``mask`` ((1, 1, L, L): bool True = attend, or float 0 / -inf)
     is exactly attention within the sequences of ``cu``, causal (and in the
-    window) if so; compared a band of rows at a time, so that the check's own
+    window) if so; a mask checked before against the same arguments, and not
+    written since, is not read again."""
+    key = (mask._version, tuple(cu.tolist()), bool(causal), window)
+    for ref, seen, verdict in _checked:
+        if ref() is mask and seen == key:
+            return verdict
+    verdict = _pattern_of_bands(mask, cu, causal, window)
+    _checked[:] = [(weakref.ref(mask), key, verdict)] + _checked[:1]
+    return verdict
+
+
+def _pattern_of_bands(mask, cu, causal, window) -> bool:
+    """_is_packed_pattern's check, a band of rows at a time, so that its own
     temporaries stay a small part of the mask."""
     L = int(cu[-1])
     if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
