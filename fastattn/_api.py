@@ -349,13 +349,7 @@ def run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: 
     """The inputs in the compute dtype, through the kernel: the output in the
     result dtype, ``out`` itself when given (``weights`` and ``lse`` filled
     if given; ``opts``: the score options, None if there are none)."""
-    if not _core.in_kernel_form(q, k, v, cdt):
-        if cdt is _F32 and k.dtype == v.dtype and _half.is_half(k.dtype):
-            # float32 queries against 16-bit keys and values (a KV cache):
-            # the kernel reads K and V in place, never a float32 copy
-            q, k, v = _as_input(q, cdt), _as_input(k, k.dtype), _as_input(v, v.dtype)
-        else:
-            q, k, v = _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
+    q, k, v = kernel_inputs(q, k, v, cdt)
     # The kernel writes out itself when it can, else a new array it allocates.
     direct = out is not None and odt is cdt and out.flags.aligned
     if gqa is None:
@@ -383,6 +377,20 @@ def run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: 
         if odt is not cdt:
             return target.astype(odt)
     return target
+
+
+def kernel_inputs(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v as the kernel reads them: of the compute dtype ``cdt`` (or
+    float32 queries against 16-bit keys and values, read in place), aligned;
+    a copy only where needed."""
+    if _core.in_kernel_form(q, k, v, cdt):
+        return q, k, v
+    if cdt is _F32 and k.dtype == v.dtype and _half.is_half(k.dtype):
+        # float32 queries against 16-bit keys and values (a KV cache): the
+        # kernel reads K and V in place, never a float32 copy
+        return _as_input(q, cdt), _as_input(k, k.dtype), _as_input(v, v.dtype)
+    return _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
 
 
 def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:

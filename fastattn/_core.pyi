@@ -41,6 +41,7 @@ def attention(
     alibi: _Array | None = ...,
     sinks: _Array | None = ...,
     lse: _Array | None = ...,
+    seqs: tuple[_Array, _Array, bool] | None = ...,
 ) -> _Array: ...
 def attention_backward(
     q: _Array,
@@ -68,6 +69,7 @@ def attention_backward(
     sinks: _Array | None = ...,
     glse: _Array | None = ...,
     dsinks: _Array | None = ...,
+    seqs: tuple[_Array, _Array, bool] | None = ...,
 ) -> None: ...
 def backward_rounds(x: _Array) -> bool: ...
 def round_half(x: _Array, y: _Array) -> None: ...

@@ -7,6 +7,7 @@ is a keyword."""
 
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint64_t
+from libc.string cimport memset
 
 cnp.import_array()
 
@@ -59,6 +60,15 @@ cdef extern from "fastattn.h" nogil:
     enum:
         FA_ELSE
     int fa_attention_backward(const fa_backward_args *args)
+    ctypedef struct fa_varlen_args:
+        fa_backward_args t
+        int64_t n
+        const int64_t *cu_q
+        const int64_t *cu_k
+        int lower_right
+        int64_t alibi_ss, sinks_ss, dsinks_ss
+    int fa_attention_varlen(const fa_varlen_args *args)
+    int fa_attention_backward_varlen(const fa_varlen_args *args)
     int fa_backward_rounds(int storage)
     int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y)
     int fa_softmax_rows(int dtype, int64_t nrows, int64_t n, const void *x, int64_t x_rs,
@@ -197,6 +207,37 @@ cdef int _storage(cnp.ndarray a):
     return FA_FLOAT16 if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT16 else FA_BFLOAT16
 
 
+cdef int64_t _seq_stride(object a, int nb):
+    """The element stride between sequences of a per-sequence operand (a
+    leading axis before its nb batch dimensions + 2), 0 when shared."""
+    if a is None:
+        return 0
+    cdef cnp.ndarray x = <cnp.ndarray?>a
+    if cnp.PyArray_NDIM(x) != nb + 3 or cnp.PyArray_DIM(x, 0) == 1:
+        return 0
+    return cnp.PyArray_STRIDE(x, 0) // cnp.PyArray_ITEMSIZE(x)
+
+
+cdef int _fill_seqs(fa_varlen_args *va, tuple seqs, object alibi, object sinks,
+                    object dsinks, int nb) except -1:
+    """va's sequences from seqs = (cu_q, cu_k, lower_right): cu_q, cu_k
+    C-contiguous int64 of one length n + 1; alibi, sinks, dsinks with a
+    leading sequence axis (or None)."""
+    cdef cnp.ndarray cq = <cnp.ndarray?>seqs[0], ck = <cnp.ndarray?>seqs[1]
+    if (cnp.PyArray_TYPE(cq) != cnp.NPY_INT64 or cnp.PyArray_TYPE(ck) != cnp.NPY_INT64
+            or not cnp.PyArray_IS_C_CONTIGUOUS(cq) or not cnp.PyArray_IS_C_CONTIGUOUS(ck)
+            or cnp.PyArray_SIZE(cq) != cnp.PyArray_SIZE(ck) or cnp.PyArray_SIZE(cq) < 1):
+        raise ValueError("seqs: cu_q and cu_k must be C-contiguous int64 of one length >= 1")
+    va.n = cnp.PyArray_SIZE(cq) - 1
+    va.cu_q = <const int64_t *>cnp.PyArray_DATA(cq)
+    va.cu_k = <const int64_t *>cnp.PyArray_DATA(ck)
+    va.lower_right = bool(seqs[2])
+    va.alibi_ss = _seq_stride(alibi, nb)
+    va.sinks_ss = _seq_stride(sinks, nb)
+    va.dsinks_ss = _seq_stride(dsinks, nb)
+    return 0
+
+
 cdef int _check(int status) except -1:
     if status == FA_ENOMEM:
         raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
@@ -210,7 +251,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
               int64_t win_left=FA_UNBOUNDED, int64_t win_right=FA_UNBOUNDED,
               object bool_mask=None, object add_mask=None, object pad=None,
               object weights=None, int num_threads=0, double softcap=0, object alibi=None,
-              object sinks=None, object lse=None):
+              object sinks=None, object lse=None, tuple seqs=None):
     """Fill ``out`` (batch + (L, Ev); None: a new C-ordered array of q's
     dtype) and ``weights`` if given, and return ``out``; every array
     validated, same float dtype (float32, float64, float16 or bfloat16: then
@@ -222,13 +263,18 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
     padding): None or broadcastable to batch + (L, S); num_threads 0: the
     OpenMP default.  The score options: softcap (0: none); alibi, sinks:
     float64 (batch..., 1, 1) or None; lse: None or (batch..., L, 1) of q's
-    dtype (float32 for 16-bit q), filled."""
-    cdef fa_attention_args a
+    dtype (float32 for 16-bit q), filled.  seqs = (cu_q, cu_k, lower_right):
+    packed sequences (fastattn.h: fa_varlen_args), the rows of q, out, lse
+    and the keys of k, v cut at cu_q, cu_k; alibi and sinks then have a
+    leading sequence axis; out given."""
+    cdef fa_varlen_args va
+    cdef fa_attention_args *a = &va.t.fwd
     cdef int nb = len(batch), d, status
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
     cdef cnp.ndarray o
     if nb > FA_MAX_BATCH_DIMS:
         raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
+    memset(&va, 0, sizeof(va))
     a.storage = _storage(q)
     a.kv_storage = _storage(k)  # 16-bit k, v with float32 q: read in place
     a.dtype = FA_FLOAT64 if a.storage == FA_FLOAT64 else FA_FLOAT32
@@ -270,8 +316,13 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
     _fill_optional(&a.alibi, alibi, nb)
     _fill_optional(&a.sinks, sinks, nb)
     _fill_optional(&a.lse, lse, nb)
-    with nogil:
-        status = fa_attention(&a)
+    if seqs is None:
+        with nogil:
+            status = fa_attention(a)
+    else:
+        _fill_seqs(&va, seqs, alibi, sinks, None, nb)
+        with nogil:
+            status = fa_attention_varlen(&va)
     _check(status)
     return o
 
@@ -283,7 +334,7 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
                        int64_t win_right=FA_UNBOUNDED, object bool_mask=None,
                        object add_mask=None, object pad=None, int num_threads=0,
                        double softcap=0, object alibi=None, object sinks=None,
-                       object glse=None, object dsinks=None):
+                       object glse=None, object dsinks=None, tuple seqs=None):
     """Fill dq (batch + (L, E)), dk (batch + (S, E)), dv (batch + (S, Ev))
     and, with sinks, dsinks (float64 batch + (1, 1)): one gradient per batch
     index (nothing summed), from the validated q, k, v, the forward's out
@@ -292,11 +343,16 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     for float64 q, else float32, and the forward's options as
     :func:`attention` takes them; dq, dk, dv of lse's dtype, or all three
     of q's 16-bit dtype where :func:`backward_rounds` says so.  ValueError
-    naming lse when a row whose lse is -inf sees a key (nothing written)."""
-    cdef fa_backward_args g
+    naming lse when a row whose lse is -inf sees a key (nothing written).
+    seqs: packed sequences as :func:`attention` takes them (dsinks with a
+    leading sequence axis too); a sequence with no query row or no key is
+    skipped (its gradients left as they were)."""
+    cdef fa_varlen_args va
+    cdef fa_backward_args *g = &va.t
     cdef int nb = len(batch), d, status
     if nb > FA_MAX_BATCH_DIMS:
         raise ValueError(f"at most {FA_MAX_BATCH_DIMS} leading dimensions, got {nb}")
+    memset(&va, 0, sizeof(va))
     g.fwd.storage = _storage(q)
     g.fwd.kv_storage = _storage(k)
     g.fwd.dtype = FA_FLOAT64 if g.fwd.storage == FA_FLOAT64 else FA_FLOAT32
@@ -334,8 +390,13 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     g.grad_storage = _storage(dq)
     if _storage(dk) != g.grad_storage or _storage(dv) != g.grad_storage:
         raise ValueError("dq, dk and dv must have one dtype")
-    with nogil:
-        status = fa_attention_backward(&g)
+    if seqs is None:
+        with nogil:
+            status = fa_attention_backward(g)
+    else:
+        _fill_seqs(&va, seqs, alibi, sinks, dsinks, nb)
+        with nogil:
+            status = fa_attention_backward_varlen(&va)
     if status == FA_ELSE:
         raise ValueError("lse is -inf on a row that sees keys: lse must be what attention("
                          "..., return_lse=True) returned for the same arguments")

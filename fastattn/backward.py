@@ -30,6 +30,7 @@ from . import _half
 from . import _scores
 from ._api import arrays_and_dtypes, problem_shape
 from ._gqa import group_heads
+from ._grads import check_lse, grad_as, grad_lse_operand, kernel_operand, sum_to
 from ._masks import resolve
 from ._validate import check_scale, forward_array, thread_count
 
@@ -125,39 +126,15 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     d_o = forward_array("grad_out", grad_out, batch + (L, Ev), odt)
     o = forward_array("out", out, batch + (L, Ev), odt)
     lse_a = forward_array("lse", lse, batch + (L,), adt)
-    _check_lse(lse_a)
-    g_lse = None if grad_lse is None else _grad_lse(grad_lse, batch + (L,), adt)
+    check_lse(lse_a)
+    g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, batch + (L,), adt)
     grads = _run((q, k, v, o, d_o), lse_a, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt)
-    result = tuple(_grad_as(_sum_to(g, x.shape), x) for g, x in zip(grads, (q, k, v)))
+    result = tuple(grad_as(sum_to(g, x.shape), x) for g, x in zip(grads, (q, k, v)))
     if sinks is None:
         return result
     s = np.asarray(sinks)
     dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
-    return result + (_sum_to(grads[3], s.shape).astype(dt),)
-
-
-def _check_lse(lse: np.ndarray) -> None:
-    bad = np.isnan(lse) | (lse == np.inf)
-    if bad.any():
-        raise ValueError(f"lse of shape {lse.shape} has NaN or +inf entries ({int(bad.sum())}): "
-                         f"lse must be finite, or -inf on a row that sees no key")
-
-
-def _grad_lse(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
-    """``grad_lse`` checked against lse's shape, in the arithmetic dtype."""
-    g = np.asarray(grad_lse)
-    if g.shape != shape:
-        raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
-    if g.dtype.kind != "f" and not _half.is_half(g.dtype):
-        raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
-    return _operand(g, adt)
-
-
-def _operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """x in the kernel's storage dtype, aligned (a copy only when needed)."""
-    if x.dtype != dt:
-        return x.astype(dt)
-    return x if x.flags.aligned else np.ascontiguousarray(x)
+    return result + (sum_to(grads[3], s.shape).astype(dt),)
 
 
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
@@ -165,7 +142,7 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
     (L, E); dk, dv of batch + (S, .) (grouped-query: per query head, then
     summed over the group here); with sinks, the sink's of batch."""
-    q, k, v, o, d_o = (_operand(x, cdt) for x in arrays)
+    q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
     cap, al, sk = opts
@@ -198,23 +175,3 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     return dq, dk, dv, None if ds is None else ds[..., 0, 0]
 
 
-def _sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """``grad`` summed over the axes broadcasting added or stretched from
-    ``shape`` (autograd's rule)."""
-    lead = grad.ndim - len(shape)
-    if lead:
-        grad = grad.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
-
-
-def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
-    dt = like.dtype
-    if grad.dtype == dt and _half.is_half(dt):  # the kernel rounded it already
-        return grad
-    if _half.is_half(dt) and grad.dtype == np.float32 and grad.flags.c_contiguous:
-        out = np.empty(grad.shape, dt)  # the kernels' vector rounding, not a ufunc loop
-        _core.round_half(grad, out)
-        return out
-    return grad.astype(dt if dt.kind == "f" else np.float64, copy=False)

@@ -1,15 +1,16 @@
 """attention_varlen(): attention over packed sequences of different lengths.
 
-flash-attn's varlen layout on NumPy arrays.  Each sequence is one call of
-:func:`fastattn.attention` on zero-copy views of the packed arrays (heads
-moved first by a stride swap, never a copy), writing straight into the
-matching rows of the packed output: the work of a sequence is its own
-``L x S``, never padded to the longest sequence.
+flash-attn's varlen layout on NumPy arrays.  Each sequence is the problem
+of :func:`fastattn.attention` on zero-copy views of the packed arrays (heads
+moved first by a stride swap, never a copy), its result written straight
+into the matching rows of the packed output: the work of a sequence is its
+own ``L x S``, never padded to the longest sequence.
 
-The sequences run one after the other, each on all the threads (running
-many short ones side by side, one thread each, was slower: their Python
-parts take turns on the GIL).  The result is bitwise the same for any
-thread count.
+One C call runs every sequence (``src_c/driver/varlen.c``): the long ones
+one after the other on all the threads, the short ones side by side in one
+parallel region, a thread each.  Each sequence's result is bitwise that of
+its own :func:`fastattn.attention` call (grouped-query heads one by one),
+and so the same for any thread count.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
 
-from ._api import attention
+from . import _core
+from ._api import kernel_inputs
 from ._half import arith
-from ._scores import per_head
 from ._validate import check_out, kernel_dtypes
+from ._varlen_call import packed_call
 from ._varlen_checks import check_packed
 
 if TYPE_CHECKING:
@@ -34,11 +36,6 @@ if TYPE_CHECKING:
     _Window: TypeAlias = "int | tuple[int | None, int | None] | None"
 
 __all__ = ["attention_varlen"]
-
-
-def _heads_first(a: np.ndarray) -> np.ndarray:
-    """(rows, H, C) viewed as (H, rows, C), never a copy."""
-    return np.moveaxis(a, 1, 0)
 
 
 @overload
@@ -119,10 +116,10 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     out : ndarray, optional
         Array of shape ``(total_q, H, Dv)`` and the result dtype (any
         strides), filled and returned.  Left untouched when an error is
-        raised: everything is checked before anything is computed.
+        raised (the result is copied into it once complete).
     num_threads : int, optional
-        OpenMP threads of each sequence's call; None = the OpenMP default.
-        The result is bitwise the same for every thread count.
+        OpenMP threads of the call; None = the OpenMP default.  The result
+        is bitwise the same for every thread count.
 
     Returns
     -------
@@ -165,53 +162,25 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     kdt, odt = kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
-    cdt = arith(kdt)  # float32 for 16-bit inputs (read in place)
-    n = cq.size - 1
-    slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
-    sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)
+    adt = arith(kdt)  # float32 for 16-bit inputs (read in place)
+    pc = packed_call(H, H_kv, q.shape[2], cq, ck, kdt, adt, is_causal, scale, window,
+                     alibi_slopes, softcap, sinks, num_threads)
     shape = (q.shape[0], H, v.shape[2])
     if out is not None:
         check_out(out, shape, odt, (("query", q), ("key", k), ("value", v)))
-    # Only the options given are passed on, so that a call without them works
-    # whatever keywords this build's attention() has.
-    options: dict[str, Any] = {}
-    if window is not None:
-        options["window"] = window
-    if softcap is not None:
-        options["softcap"] = softcap
-    if return_lse:
-        options["return_lse"] = True
-
-    # heads first once (stride swaps): a sequence's operands are then plain
-    # slices of these views
-    qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
-    gqa = H != H_kv
-
-    def call(rows: slice, keys: slice, target, b: int | None):
-        extra = options
-        if (slopes is not None or sink is not None) and b is not None:
-            extra = dict(options)
-            if slopes is not None:
-                extra["alibi_slopes"] = slopes[b]
-            if sink is not None:
-                extra["sinks"] = sink[b]
-        return attention(qh[:, rows], kh[:, keys], vh[:, keys], is_causal=is_causal,
-                         scale=scale, enable_gqa=gqa, out=target, num_threads=num_threads,
-                         **extra)
-
-    # The other arguments (is_causal, scale, window, softcap, num_threads...)
-    # are checked by attention() itself, on a problem with no rows, before
-    # any row of the result is written.
-    call(slice(0, 0), slice(0, 0), None, 0 if n else None)
-    result = np.empty(shape, dtype=odt) if out is None else out
-    rh = _heads_first(result)
-    lse = np.full((H, q.shape[0]), -np.inf, dtype=cdt) if return_lse else None
-    cql, ckl = cq.tolist(), ck.tolist()
-    for b in range(n):
-        r0, r1, k0, k1 = cql[b], cql[b + 1], ckl[b], ckl[b + 1]
-        if r1 == r0:
-            continue
-        r = call(slice(r0, r1), slice(k0, k1), rh[:, r0:r1], b)
-        if lse is not None:
-            lse[:, r0:r1] = r[1]
+    q, k, v = kernel_inputs(q, k, v, kdt)
+    # Into a new array even when out is given: a sequence's call can still
+    # fail (its scratch) after others have written, and out must then be
+    # left as it was.
+    result = np.empty(shape, dtype=kdt)
+    lse = np.empty((H, q.shape[0]), dtype=adt) if return_lse else None
+    _core.attention(pc.rows(q), pc.keys(k), pc.keys(v), pc.rows(result), batch=pc.batch,
+                    scale=pc.scale, causal=pc.causal, win_left=pc.win_left,
+                    win_right=pc.win_right, num_threads=pc.num_threads, softcap=pc.softcap,
+                    alibi=pc.alibi, sinks=pc.sinks, lse=pc.lse_rows(lse), seqs=pc.seqs)
+    if out is not None:
+        out[...] = result
+        result = out
+    elif odt != kdt:
+        result = result.astype(odt)
     return (result, lse) if lse is not None else result

@@ -1,12 +1,14 @@
 """attention_varlen_backward(): the gradients of
 :func:`fastattn.attention_varlen`.
 
-Each sequence is one :func:`fastattn.attention_backward` call on zero-copy
-views of the packed arrays (heads moved first by a stride swap), its
-gradients written into the matching rows of the packed ones: a sequence's
-work is its own ``L x S``.  A key row belongs to one sequence, so nothing is
-summed across sequences but the sinks' gradient (per sequence and head,
-then summed to the shape of ``sinks``, in sequence order).
+Each sequence is the problem of :func:`fastattn.attention_backward` on
+zero-copy views of the packed arrays (heads moved first by a stride swap),
+its gradients written into the matching rows of the packed ones: a
+sequence's work is its own ``L x S``.  One C call runs them all, as the
+forward does (``src_c/driver/varlen.c``); each sequence's gradients are
+bitwise those of its own call.  A key row belongs to one sequence, so
+nothing is summed across sequences but the sinks' gradient (per sequence
+and head, then summed to the shape of ``sinks``, in sequence order).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 
 import numpy as np
 
+from . import _core
+from ._grads import check_lse, grad_as, grad_lse_operand, kernel_operand, sum_to
 from ._half import arith, is_half
-from ._scores import per_head
 from ._validate import forward_array, kernel_dtypes
+from ._varlen_call import packed_call
 from ._varlen_checks import check_packed
-from .backward import attention_backward
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -31,11 +34,6 @@ if TYPE_CHECKING:
     _Window: TypeAlias = SupportsIndex | tuple[SupportsIndex | None, SupportsIndex | None] | None
 
 __all__ = ["attention_varlen_backward"]
-
-
-def _heads_first(a: np.ndarray) -> np.ndarray:
-    """(rows, H, C) viewed as (H, rows, C), never a copy."""
-    return np.moveaxis(a, 1, 0)
 
 
 def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike,
@@ -91,44 +89,41 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     kdt, odt = kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
-    cdt = arith(kdt)
-    n = cq.size - 1
-    slopes = per_head("alibi_slopes", alibi_slopes, (n, H), cdt)
-    sink = per_head("sinks", sinks, (n, H), cdt, neg_inf_ok=True)
-    d_o = forward_array("grad_out", grad_out, (q.shape[0], H, v.shape[2]), odt)
+    adt = arith(kdt)
+    pc = packed_call(H, H_kv, q.shape[2], cq, ck, kdt, adt, is_causal, scale, window,
+                     alibi_slopes, softcap, sinks, num_threads)
+    T = q.shape[0]
+    d_o = forward_array("grad_out", grad_out, (T, H, v.shape[2]), odt)
     o = forward_array("out", out, d_o.shape, odt)
-    lse_a = forward_array("lse", lse, (H, q.shape[0]), cdt)
-    g_lse = None if grad_lse is None else np.asarray(grad_lse)
-    if g_lse is not None and g_lse.shape != lse_a.shape:
-        raise ValueError(f"grad_lse must have lse's shape {lse_a.shape}, got {g_lse.shape}")
-    grads = [np.zeros(x.shape, x.dtype if x.dtype.kind == "f" or is_half(x.dtype)
-                      else np.float64) for x in (q, k, v)]
-    d_sink = np.zeros((n, H)) if sink is not None else None
-    # heads first once (stride swaps): a sequence's operands are then plain
-    # slices of these views
-    d_oh, qh, kh, vh, oh = (_heads_first(x) for x in (d_o, q, k, v, o))
-    gh = [_heads_first(g) for g in grads]
-    cql, ckl = cq.tolist(), ck.tolist()
-    for b in range(n):
-        r0, r1, k0, k1 = cql[b], cql[b + 1], ckl[b], ckl[b + 1]
-        if r1 == r0:
-            continue
-        r = attention_backward(
-            d_oh[:, r0:r1], qh[:, r0:r1], kh[:, k0:k1], vh[:, k0:k1], oh[:, r0:r1],
-            lse_a[:, r0:r1], None, is_causal, scale, H != H_kv, window=window, softcap=softcap,
-            alibi_slopes=None if slopes is None else slopes[b],
-            sinks=None if sink is None else sink[b],
-            grad_lse=None if g_lse is None else g_lse[:, r0:r1], num_threads=num_threads)
-        gh[0][:, r0:r1] = r[0]
-        gh[1][:, k0:k1] = r[1]
-        gh[2][:, k0:k1] = r[2]
-        if d_sink is not None:
-            d_sink[b] = r[3]
+    lse_a = forward_array("lse", lse, (H, T), adt)
+    check_lse(lse_a)
+    g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, lse_a.shape, adt)
+    qk, kk, vk, ok, dok = (kernel_operand(x, kdt) for x in (q, k, v, o, d_o))
+    grouped = H != H_kv
+    # The kernel's gradients: in the inputs' 16-bit dtype where it rounds
+    # them itself (nothing to sum), else in the arithmetic's, rounded after
+    # the grouped heads' sum (backward.py's rule, sequence by sequence).
+    gdt = kdt if not grouped and is_half(kdt) and _core.backward_rounds(qk) else adt
+    dq = np.zeros(q.shape, gdt)
+    g = H // H_kv
+    # grouped: one gradient per query head, (total_k, H_kv, g, .) so that the
+    # sum over g leaves (total_k, H_kv, .) in order
+    dk = np.zeros((k.shape[0], H_kv, g, k.shape[2]), gdt) if grouped else np.zeros(k.shape, gdt)
+    dv = np.zeros((v.shape[0], H_kv, g, v.shape[2]), gdt) if grouped else np.zeros(v.shape, gdt)
+    d_sink = None if pc.sinks is None else np.zeros((cq.size - 1, H))
+    key_grad = (lambda x: x.transpose(1, 2, 0, 3)) if grouped else pc.keys
+    _core.attention_backward(
+        pc.rows(qk), pc.keys(kk), pc.keys(vk), pc.rows(ok), pc.lse_rows(lse_a), pc.rows(dok),
+        pc.rows(dq), key_grad(dk), key_grad(dv), batch=pc.batch, scale=pc.scale,
+        causal=pc.causal, win_left=pc.win_left, win_right=pc.win_right,
+        num_threads=pc.num_threads, softcap=pc.softcap, alibi=pc.alibi, sinks=pc.sinks,
+        glse=pc.lse_rows(g_lse), dsinks=None if d_sink is None else pc.per_sequence(d_sink),
+        seqs=pc.seqs)
+    if grouped:
+        dk, dv = dk.sum(axis=2), dv.sum(axis=2)  # the group's query heads, in order
+    grads = tuple(grad_as(d, x) for d, x in ((dq, q), (dk, k), (dv, v)))
     if d_sink is None:
-        return tuple(grads)
+        return grads
     s = np.asarray(sinks)
-    lead = d_sink.ndim - s.ndim
-    total = d_sink.sum(axis=tuple(range(lead))) if lead else d_sink
-    axes = tuple(i for i, m in enumerate(s.shape) if m == 1 and total.shape[i] != 1)
-    total = total.sum(axis=axes, keepdims=True) if axes else total
-    return tuple(grads) + (total.astype(s.dtype if s.dtype.kind == "f" else np.float64),)
+    return grads + (sum_to(d_sink, s.shape).astype(s.dtype if s.dtype.kind == "f"
+                                                  else np.float64),)

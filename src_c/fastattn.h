@@ -120,6 +120,32 @@ int fa_backward_rounds(int storage);
  * use: the one rounding of a 16-bit gradient, after the broadcast sums. */
 int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y);
 
+/* Packed sequences (flash-attn's varlen layout) in one call.  t describes
+ * the packed arrays as one problem of L = cu_q[n] query rows and S =
+ * cu_k[n] keys; sequence b < n is that problem restricted to the query rows
+ * cu_q[b] .. cu_q[b+1] (of q, out, lse and, backward, dout, glse, dq) and the
+ * keys cu_k[b] .. cu_k[b+1] (of k, v, dk, dv), with causal_offset S_b - L_b
+ * where lower_right (else t's), and alibi, sinks, dsinks stepped by
+ * alibi_ss, sinks_ss, dsinks_ss elements per sequence (0: shared).  No
+ * bool_mask, add_mask, pad or weights.  Each sequence gives the bits the
+ * call of its own problem would (the work is spread over sequences, and
+ * each call's bits do not depend on its threads).  The forward runs every
+ * sequence with a query row (no key: zero rows, lse -inf); the backward
+ * skips a sequence with no query row or no key (its dq, dk, dv rows and
+ * dsinks are left as they were: the caller passes zeros). */
+typedef struct fa_varlen_args {
+    fa_backward_args t;        /* t.fwd alone for fa_attention_varlen */
+    int64_t n;
+    const int64_t *cu_q, *cu_k; /* (n + 1,), non-decreasing from 0 */
+    int lower_right;
+    int64_t alibi_ss, sinks_ss, dsinks_ss;
+} fa_varlen_args;
+/* FA_OK, FA_ENOMEM, FA_EINVAL; the backward's FA_ELSE as
+ * fa_attention_backward's for some sequence (other sequences may have been
+ * written: the caller's outputs are its own fresh arrays). */
+int fa_attention_varlen(const fa_varlen_args *args);
+int fa_attention_backward_varlen(const fa_varlen_args *args);
+
 /* Row softmax: y[r, :] = softmax(x[r, :]) over n columns, for nrows rows, as
  * scipy.special.softmax; keep (uint8, may be NULL) hides entries (0 weight,
  * an all-hidden row becomes 0).  y may alias x exactly (in place).  dtype:

@@ -12,6 +12,12 @@
 #include "fastattn.h"
 #include "runtime/util.h"
 
+/* The bytes of one element of a storage type (FA_INT8 included). */
+static inline int64_t fa_storage_bytes(int st)
+{
+    return st == FA_FLOAT64 ? 8 : st == FA_FLOAT32 ? 4 : st == FA_INT8 ? 1 : 2;
+}
+
 /* bms: the batch index's slice of the boolean mask (mask_summary.h). */
 typedef struct fa_offsets {
     int64_t q, k, v, o, bm, am, pad, bms;

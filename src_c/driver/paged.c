@@ -57,11 +57,6 @@ static void fa_paged_keys(const fa_paged_args *a, int64_t b, int64_t r0, int64_t
     *hi = right >= n - p1 ? n : p1 + right + 1;
 }
 
-static int64_t fa_elem_size(int st)
-{
-    return st == FA_FLOAT64 ? 8 : st == FA_FLOAT32 ? 4 : st == FA_INT8 ? 1 : 2;
-}
-
 /* The cost of an item of rows [r0, r1) of sequence b against its keys
  * [k0, k1), to order the items longest first: its flops (each query head
  * of the group times the query-key pairs its rows see, 2 (E + Ev) each)
@@ -78,7 +73,7 @@ static int64_t fa_paged_cost(const fa_paged_args *a, int64_t b, int64_t r0, int6
         pairs += hi > lo ? hi - lo : 0;
     }
     const int64_t flops = pairs * (a->Hq / a->Hkv) * 2 * (a->E + a->Ev);
-    const int64_t bytes = (k1 - k0) * (a->E + a->Ev) * fa_elem_size(a->kv_storage);
+    const int64_t bytes = (k1 - k0) * (a->E + a->Ev) * fa_storage_bytes(a->kv_storage);
     return flops + FA_PAGED_FLOPS_PER_BYTE * bytes;
 }
 
@@ -173,7 +168,7 @@ static void fa_paged_gather(const fa_paged_args *a, int64_t b, int64_t g, int64_
 {
     const int64_t bs = a->block_size, *row = a->block_table + b * a->max_blocks;
     const int q8 = a->kv_storage == FA_INT8;
-    const int64_t sz = fa_elem_size(a->kv_storage), dsz = q8 ? 4 : sz;
+    const int64_t sz = fa_storage_bytes(a->kv_storage), dsz = q8 ? 4 : sz;
     for (int64_t p = k0; p < k1;) {
         const int64_t blk = row[p / bs], off = p % bs, n = fa_min64(bs - off, k1 - p);
         const int64_t j = p - k0;
@@ -197,7 +192,7 @@ static void fa_paged_rows(const fa_paged_args *a, const fa_paged_entry *e, int64
                           int64_t nk, fa_krows *t)
 {
     const int64_t bs = a->block_size, *row = a->block_table + e->b * a->max_blocks;
-    const int64_t sz = fa_elem_size(a->kv_storage), end = fa_min64(kb + nk + FA_KC, e->k1);
+    const int64_t sz = fa_storage_bytes(a->kv_storage), end = fa_min64(kb + nk + FA_KC, e->k1);
     const int64_t kps = a->k_ps * sz, vps = a->v_ps * sz;
     t->n = nk, t->kbytes = a->E * sz;
     for (int64_t p = kb; p < end;) {
@@ -220,7 +215,7 @@ static void fa_paged_local(const fa_paged_args *a, int64_t b, int64_t h, int64_t
                            const void *kbuf, const void *vbuf, fa_attention_args *la)
 {
     const int64_t n = a->seq_lens[b], nq = fa_paged_nq(a, b), cu = a->cu_q[b];
-    const int64_t qsz = fa_elem_size(a->storage), dsz = fa_elem_size(a->dtype);
+    const int64_t qsz = fa_storage_bytes(a->storage), dsz = fa_storage_bytes(a->dtype);
     memset(la, 0, sizeof *la);
     la->dtype = a->dtype;
     la->storage = a->storage;

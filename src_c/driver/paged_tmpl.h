@@ -95,7 +95,7 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
     if (work * (double)a->Hq * (double)(a->E + a->Ev) < FA_PARALLEL_MIN_WORK) nt = 1;
     pl->nt = (int64_t)nt > pl->nitems ? (int)pl->nitems : nt;
     pl->lay = fa_scratch_layout_of(rows, mcp, a->E, pl->ldv, K->vw, 0);
-    pl->kv_bytes = a->kv_storage == FA_INT8 ? 4 : fa_elem_size(a->kv_storage);
+    pl->kv_bytes = a->kv_storage == FA_INT8 ? 4 : fa_storage_bytes(a->kv_storage);
     pl->v_at = fa_round_up(pl->gather_keys * a->E * pl->kv_bytes, 64);
     /* int8: natural-log units throughout, the int8 kernel's partials' */
     pl->base2 = a->kv_storage != FA_INT8 && fabs(a->scale * FA_LOG2E) <= (double)FA_TYPE_MAX(FA_SFX) &&
@@ -275,7 +275,7 @@ static void FN(pchunk_rows)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int
         return; /* src: the staging rows already */
     }
     const int64_t blk = a->block_table[e->b * a->max_blocks + p / bs], off = p % bs;
-    const int64_t sz = fa_elem_size(a->kv_storage);
+    const int64_t sz = fa_storage_bytes(a->kv_storage);
     src->k.data = (const char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * sz;
     src->v.data = (const char *)a->v + (blk * a->v_bs + off * a->v_ps + g * a->v_hs) * sz;
     src->k.rs = a->k_ps, src->k.cs = a->k_cs, src->v.rs = a->v_ps, src->v.cs = a->v_cs;

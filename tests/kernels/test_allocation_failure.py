@@ -156,6 +156,20 @@ def test_attention_allocation_failure_noncontiguous_out_untouched():
         pytest.fail("never succeeded")
 
 
+@pytest.mark.parametrize("num_threads", [1, 2], ids=["nt1", "nt2"])
+def test_varlen_allocation_failure_out_untouched(num_threads):
+    """Packed sequences: a later sequence's scratch failing must not leave
+    the rows of the sequences before it in out."""
+    rng = np.random.default_rng(6)
+    cu = np.array([0, 90, 100, 230, 240])
+    q, k, v = _qkv(rng, (240, 4, 32), (240, 2, 32), (240, 2, 24), np.float32)
+    expected = fastattn.attention_varlen(q, k, v, cu, cu, is_causal=True, num_threads=num_threads)
+    _check_alloc_failures(
+        lambda out: fastattn.attention_varlen(q, k, v, cu, cu, is_causal=True, out=out,
+                                              num_threads=num_threads),
+        expected.shape, np.float32, expected)
+
+
 def test_memory_error_message_is_helpful():
     rng = np.random.default_rng(5)
     q, k, v = _qkv(rng, (2, 300, 32), (2, 517, 32), (2, 517, 24), np.float32)

@@ -55,3 +55,18 @@ def test_each_failed_allocation_of_16_bit_inputs_raises_or_changes_nothing(isa, 
     d_o = rng.standard_normal(out.shape).astype(dt)
     _each_failure_raises_or_changes_nothing(
         lambda: fastattn.attention_backward(d_o, q, k, v, out, lse, num_threads=2, **opts))
+
+
+def test_each_failed_allocation_of_packed_sequences_raises_or_changes_nothing():
+    """attention_varlen_backward: each sequence's call allocates its own
+    scratch, some side by side on two threads."""
+    rng = np.random.default_rng(2)
+    cu = np.array([0, 70, 75, 160, 170])
+    q = rng.standard_normal((170, 4, 16))
+    k, v = rng.standard_normal((170, 2, 16)), rng.standard_normal((170, 2, 8))
+    opts = {"is_causal": True, "sinks": np.array([0.1, 0.2, 0.3, 0.4])}
+    out, lse = fastattn.attention_varlen(q, k, v, cu, cu, return_lse=True, **opts)
+    d_o = rng.standard_normal(out.shape)
+    _each_failure_raises_or_changes_nothing(
+        lambda: fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cu, cu,
+                                                   num_threads=2, **opts))

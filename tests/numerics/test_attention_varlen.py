@@ -2,13 +2,12 @@
 
 Packed sequences of different lengths (flash-attn's layout), dtypes, GQA,
 both causal alignments, empty sequences, ``out=`` of any strides, thread
-counts, and -- once :func:`fastattn.attention` has them -- the window, ALiBi,
-soft-capping, sink and lse options (those tests are skipped until then).
+counts, the window, ALiBi, soft-capping, sink and lse options; and each
+sequence bitwise equal to its own :func:`fastattn.attention` call, for any
+thread count, however the driver spreads the sequences over the threads.
 """
 
 from __future__ import annotations
-
-import inspect
 
 import numpy as np
 import pytest
@@ -19,15 +18,6 @@ import fastattn
 import fastattn.varlen
 from conftest import assert_close, examples, finite_absmax
 from fastattn import reference
-
-_PARAMS = inspect.signature(fastattn.attention).parameters
-
-
-def _needs(*names):
-    missing = [n for n in names if n not in _PARAMS]
-    return pytest.mark.skipif(bool(missing), reason=f"fastattn.attention has no "
-                              f"{', '.join(missing)} keyword in this build")
-
 
 def _packed(lq, lk, H=4, Hkv=2, D=8, Dv=6, dtype=np.float64, cu_dtype=np.int32, seed=0):
     rng = np.random.default_rng(seed)
@@ -178,7 +168,6 @@ def test_property_random_lengths(pk, causal):
 # the options attention() gains separately: run once it has them
 # ---------------------------------------------------------------------------
 
-@_needs("window")
 @pytest.mark.parametrize("window", [2, (3, 0), (None, 1)])
 @pytest.mark.parametrize("causal", [False, "lower_right"])
 def test_window(window, causal):
@@ -186,7 +175,6 @@ def test_window(window, causal):
            is_causal=causal)
 
 
-@_needs("alibi_slopes")
 @pytest.mark.parametrize("per_sequence", [False, True])
 def test_alibi_slopes(per_sequence):
     pk = _packed([5, 9, 4], [7, 9, 1])
@@ -194,12 +182,10 @@ def test_alibi_slopes(per_sequence):
     _check(*pk, alibi_slopes=slopes, is_causal="lower_right")
 
 
-@_needs("softcap")
 def test_softcap():
     _check(*_packed([5, 9, 4], [7, 9, 1]), softcap=1.5, scale=3.0)
 
 
-@_needs("sinks")
 @pytest.mark.parametrize("per_sequence", [False, True])
 def test_sinks(per_sequence):
     pk = _packed([5, 9, 4], [7, 0, 1])
@@ -207,13 +193,11 @@ def test_sinks(per_sequence):
     _check(*pk, sinks=sinks)
 
 
-@_needs("return_lse")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_return_lse(dtype):
     _check(*_packed([5, 0, 9, 4], [7, 3, 0, 1], dtype=dtype), return_lse=True, is_causal=True)
 
 
-@_needs("window", "alibi_slopes", "softcap", "sinks", "return_lse")
 @settings(max_examples=examples(40))
 @given(packed, st.sampled_from([None, 1, (2, 0), (None, 3)]), st.booleans(), st.booleans())
 def test_property_all_options(pk, window, use_cap, use_sinks):

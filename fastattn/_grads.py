@@ -1,0 +1,64 @@
+"""The parts of a backward call around its kernel, shared by
+:func:`fastattn.attention_backward` and
+:func:`fastattn.attention_varlen_backward`: the forward's ``lse`` and the
+gradient into it checked, operands in the kernel's dtype, and the
+gradients summed over what the forward broadcast and rounded once to their
+inputs' dtypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from . import _half
+
+__all__ = ["check_lse", "grad_lse_operand", "kernel_operand", "sum_to", "grad_as"]
+
+
+def check_lse(lse: np.ndarray) -> None:
+    """A ValueError naming lse if it has NaN or +inf entries."""
+    bad = np.isnan(lse) | (lse == np.inf)
+    if bad.any():
+        raise ValueError(f"lse of shape {lse.shape} has NaN or +inf entries ({int(bad.sum())}): "
+                         f"lse must be finite, or -inf on a row that sees no key")
+
+
+def grad_lse_operand(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
+    """``grad_lse`` checked against lse's shape, in the arithmetic dtype."""
+    g = np.asarray(grad_lse)
+    if g.shape != shape:
+        raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
+    if g.dtype.kind != "f" and not _half.is_half(g.dtype):
+        raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
+    return kernel_operand(g, adt)
+
+
+def kernel_operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """x in the kernel's storage dtype, aligned (a copy only when needed)."""
+    if x.dtype != dt:
+        return x.astype(dt)
+    return x if x.flags.aligned else np.ascontiguousarray(x)
+
+
+def sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """``grad`` summed over the axes broadcasting added or stretched from
+    ``shape`` (autograd's rule)."""
+    lead = grad.ndim - len(shape)
+    if lead:
+        grad = grad.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """A gradient in its input's dtype (float64 for integer inputs), rounded once."""
+    dt = like.dtype
+    if grad.dtype == dt and _half.is_half(dt):  # the kernel rounded it already
+        return grad
+    if _half.is_half(dt) and grad.dtype == np.float32 and grad.flags.c_contiguous:
+        out = np.empty(grad.shape, dt)  # the kernels' vector rounding, not a ufunc loop
+        _core.round_half(grad, out)
+        return out
+    return grad.astype(dt if dt.kind == "f" else np.float64, copy=False)
