@@ -42,14 +42,16 @@ static int64_t fa_visible_pairs(const fa_attention_args *a, int64_t L, int64_t S
     return a->win_left >= far ? hi : hi - fa_clamped_rows(L, off - a->win_left, S);
 }
 
-static const void *fa_rows_at(fa_operand op, int64_t row, int storage)
+/* Row `row` of an operand of the given storage; its `b`th sequence's part
+ * (float64, ss apart); NULL for an absent operand. */
+static const void *fa_rows_at(const fa_operand *op, int64_t row, int storage)
 {
-    return op.data ? (const char *)op.data + row * op.rs * fa_storage_bytes(storage) : NULL;
+    return op->data ? (const char *)op->data + row * op->rs * fa_storage_bytes(storage) : NULL;
 }
 
-static const void *fa_seq_at(fa_operand op, int64_t b, int64_t ss)
+static const void *fa_seq_at(const fa_operand *op, int64_t b, int64_t ss)
 {
-    return op.data ? (const double *)op.data + b * ss : NULL;
+    return op->data ? (const double *)op->data + b * ss : NULL;
 }
 
 /* Sequence b's own problem (fastattn.h: fa_varlen_args); the forward's
@@ -64,22 +66,22 @@ static void fa_varlen_seq(const fa_varlen_args *v, int64_t b, int backward, fa_b
     a->L = v->cu_q[b + 1] - r0;
     a->S = v->cu_k[b + 1] - k0;
     if (v->lower_right) a->causal_offset = a->S - a->L;
-    a->q.data = fa_rows_at(t->fwd.q, r0, st);
-    a->out.data = fa_rows_at(t->fwd.out, r0, st);
-    a->lse.data = fa_rows_at(t->fwd.lse, r0, dt);
-    a->k.data = fa_rows_at(t->fwd.k, k0, kst);
-    a->v.data = fa_rows_at(t->fwd.v, k0, kst);
-    a->alibi.data = fa_seq_at(t->fwd.alibi, b, v->alibi_ss);
-    a->sinks.data = fa_seq_at(t->fwd.sinks, b, v->sinks_ss);
+    a->q.data = fa_rows_at(&t->fwd.q, r0, st);
+    a->out.data = fa_rows_at(&t->fwd.out, r0, st);
+    a->lse.data = fa_rows_at(&t->fwd.lse, r0, dt);
+    a->k.data = fa_rows_at(&t->fwd.k, k0, kst);
+    a->v.data = fa_rows_at(&t->fwd.v, k0, kst);
+    a->alibi.data = fa_seq_at(&t->fwd.alibi, b, v->alibi_ss);
+    a->sinks.data = fa_seq_at(&t->fwd.sinks, b, v->sinks_ss);
     if (!backward) return;
     g->dout = t->dout, g->glse = t->glse, g->dq = t->dq, g->dk = t->dk, g->dv = t->dv;
     g->dsinks = t->dsinks, g->grad_storage = t->grad_storage;
-    g->dout.data = fa_rows_at(t->dout, r0, st);
-    g->glse.data = fa_rows_at(t->glse, r0, dt);
-    g->dq.data = fa_rows_at(t->dq, r0, t->grad_storage);
-    g->dk.data = fa_rows_at(t->dk, k0, t->grad_storage);
-    g->dv.data = fa_rows_at(t->dv, k0, t->grad_storage);
-    g->dsinks.data = fa_seq_at(t->dsinks, b, v->dsinks_ss);
+    g->dout.data = fa_rows_at(&t->dout, r0, st);
+    g->glse.data = fa_rows_at(&t->glse, r0, dt);
+    g->dq.data = fa_rows_at(&t->dq, r0, t->grad_storage);
+    g->dk.data = fa_rows_at(&t->dk, k0, t->grad_storage);
+    g->dv.data = fa_rows_at(&t->dv, k0, t->grad_storage);
+    g->dsinks.data = fa_seq_at(&t->dsinks, b, v->dsinks_ss);
 }
 
 /* One sequence to run: its index and its work (visible pairs plus its rows
