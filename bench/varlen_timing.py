@@ -1,0 +1,69 @@
+"""attention_varlen and its backward on batches of packed documents.
+
+    python bench/varlen_timing.py [--rounds 7] [--json FILE]
+
+Float32, causal, 64 dimensions; per batch (document lengths uniform in a
+range, seed 0) and thread count (1, 2): the median of ``--rounds`` calls of
+the forward (``return_lse=True``) and of the backward (``grad_out = out``).
+To compare two builds, run it alternately from each build's checkout (the
+fastattn imported is the one on ``sys.path``; this prints its path) and take
+the per-alternation ratios of the ``--json`` files (bench/README.md,
+"Packed sequences in one C call").
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+
+import fastattn
+
+# name: (documents, shortest, longest, heads)
+BATCHES = {
+    "64 x 32": (64, 32, 32, 8),
+    "16 x 128": (16, 128, 128, 8),
+    "256 of 32-96": (256, 32, 96, 8),
+    "64 of 128-384": (64, 128, 384, 8),
+    "1024 of 8-24": (1024, 8, 24, 8),
+    "256 of 32-96, 2 heads": (256, 32, 96, 2),
+    "16 of 64-2048": (16, 64, 2048, 8),
+}
+
+
+def _time(batch, threads, rounds):
+    n, lo, hi, heads = BATCHES[batch]
+    rng = np.random.default_rng(0)
+    cu = np.concatenate([[0], np.cumsum(rng.integers(lo, hi + 1, n))]).astype(np.int64)
+    q, k, v = (rng.standard_normal((int(cu[-1]), heads, 64), dtype=np.float32) for _ in "qkv")
+    fwd, bwd = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        out, lse = fastattn.attention_varlen(q, k, v, cu, cu, is_causal=True, return_lse=True,
+                                             num_threads=threads)
+        t1 = time.perf_counter()
+        fastattn.attention_varlen_backward(out, q, k, v, out, lse, cu, cu, is_causal=True,
+                                           num_threads=threads)
+        fwd.append(t1 - t0)
+        bwd.append(time.perf_counter() - t1)
+    return float(np.median(fwd)) * 1e3, float(np.median(bwd)) * 1e3
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json", help="also write {batch|threads: [forward ms, backward ms]}")
+    args = ap.parse_args(argv)
+    print(f"fastattn from {fastattn.__file__}")
+    print("| batch | thr | forward | backward |\n|---|--:|--:|--:|")
+    res = {}
+    for batch in BATCHES:
+        for threads in (1, 2):
+            f, b = res[f"{batch}|{threads}"] = _time(batch, threads, args.rounds)
+            print(f"| {batch} | {threads} | {f:.2f} ms | {b:.2f} ms |", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh)
+
+
+if __name__ == "__main__":
+    main()
