@@ -54,6 +54,34 @@ static const void *fa_seq_at(const fa_operand *op, int64_t b, int64_t ss)
     return op->data ? (const double *)op->data + b * ss : NULL;
 }
 
+/* A forward problem of one query row whose grouped query heads (batch
+ * (Hkv, g), keys and values broadcast over g) differ by their queries
+ * alone (no ALiBi, no sinks) as one problem per key head with the g heads
+ * as its rows, against the keys the row sees (its causal bound and window
+ * then bound nothing): each key row read once for the group, as
+ * fastattn/_gqa.py folds a decoding step.  Left as it is when the row sees
+ * no key. */
+static void fa_fold_group(fa_attention_args *a)
+{
+    if (a->L != 1 || a->nbatch_dims != 2 || a->batch_shape[1] < 2 || a->alibi.data ||
+        a->sinks.data || a->k.bstride[1] != 0 || a->v.bstride[1] != 0)
+        return;
+    const int64_t p = a->causal_offset, S = a->S;
+    int64_t hi = a->causal ? fa_min64(S, p + 1) : S, lo = 0;
+    if (a->win_right < S - p) hi = fa_min64(hi, p + a->win_right + 1);
+    if (a->win_left != FA_UNBOUNDED && p - a->win_left > 0) lo = p - a->win_left;
+    if (lo >= hi) return;
+    fa_operand *rows[3] = {&a->q, &a->out, &a->lse};
+    for (int i = 0; i < 3; i++) rows[i]->rs = rows[i]->bstride[1]; /* the g heads as rows */
+    a->L = a->batch_shape[1];
+    a->nbatch_dims = 1;
+    a->k.data = fa_rows_at(&a->k, lo, a->kv_storage);
+    a->v.data = fa_rows_at(&a->v, lo, a->kv_storage);
+    a->S = hi - lo;
+    a->causal = 0, a->causal_offset = 0;
+    a->win_left = a->win_right = FA_UNBOUNDED;
+}
+
 /* Sequence b's own problem (fastattn.h: fa_varlen_args); the forward's
  * operands alone unless backward. */
 static void fa_varlen_seq(const fa_varlen_args *v, int64_t b, int backward, fa_backward_args *g)
@@ -73,7 +101,10 @@ static void fa_varlen_seq(const fa_varlen_args *v, int64_t b, int backward, fa_b
     a->v.data = fa_rows_at(&t->fwd.v, k0, kst);
     a->alibi.data = fa_seq_at(&t->fwd.alibi, b, v->alibi_ss);
     a->sinks.data = fa_seq_at(&t->fwd.sinks, b, v->sinks_ss);
-    if (!backward) return;
+    if (!backward) {
+        fa_fold_group(a);
+        return;
+    }
     g->dout = t->dout, g->glse = t->glse, g->dq = t->dq, g->dk = t->dk, g->dv = t->dv;
     g->dsinks = t->dsinks, g->grad_storage = t->grad_storage;
     g->dout.data = fa_rows_at(&t->dout, r0, st);
