@@ -101,26 +101,19 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     qk, kk, vk, ok, dok = (kernel_operand(x, kdt) for x in (q, k, v, o, d_o))
     grouped = H != H_kv
     # The kernel's gradients: in the inputs' 16-bit dtype where it rounds
-    # them itself (nothing to sum), else in the arithmetic's, rounded after
-    # the grouped heads' sum (backward.py's rule, sequence by sequence).
+    # them itself, else in the arithmetic's, rounded here (backward.py's
+    # rule).  Grouped key heads: the C driver sums each sequence's per-head
+    # dK, dV over the group (in its scratch) into these, broadcast over it.
     gdt = kdt if not grouped and is_half(kdt) and _core.backward_rounds(qk) else adt
-    dq = np.zeros(q.shape, gdt)
-    g = H // H_kv
-    # grouped: one gradient per query head, (total_k, H_kv, g, .) so that the
-    # sum over g leaves (total_k, H_kv, .) in order
-    dk = np.zeros((k.shape[0], H_kv, g, k.shape[2]), gdt) if grouped else np.zeros(k.shape, gdt)
-    dv = np.zeros((v.shape[0], H_kv, g, v.shape[2]), gdt) if grouped else np.zeros(v.shape, gdt)
+    dq, dk, dv = (np.zeros(x.shape, gdt) for x in (q, k, v))
     d_sink = None if pc.sinks is None else np.zeros((cq.size - 1, H))
-    key_grad = (lambda x: x.transpose(1, 2, 0, 3)) if grouped else pc.keys
     _core.attention_backward(
         pc.rows(qk), pc.keys(kk), pc.keys(vk), pc.rows(ok), pc.lse_rows(lse_a), pc.rows(dok),
-        pc.rows(dq), key_grad(dk), key_grad(dv), batch=pc.batch, scale=pc.scale,
+        pc.rows(dq), pc.keys(dk), pc.keys(dv), batch=pc.batch, scale=pc.scale,
         causal=pc.causal, win_left=pc.win_left, win_right=pc.win_right,
         num_threads=pc.num_threads, softcap=pc.softcap, alibi=pc.alibi, sinks=pc.sinks,
         glse=pc.lse_rows(g_lse), dsinks=None if d_sink is None else pc.per_sequence(d_sink),
         seqs=pc.seqs)
-    if grouped:
-        dk, dv = dk.sum(axis=2), dv.sum(axis=2)  # the group's query heads, in order
     grads = tuple(grad_as(d, x) for d, x in ((dq, q), (dk, k), (dv, v)))
     if d_sink is None:
         return grads

@@ -132,7 +132,10 @@ int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y);
  * each call's bits do not depend on its threads).  The forward runs every
  * sequence with a query row (no key: zero rows, lse -inf); the backward
  * skips a sequence with no query row or no key (its dq, dk, dv rows and
- * dsinks are left as they were: the caller passes zeros). */
+ * dsinks are left as they were: the caller passes zeros).  A backward's dk
+ * and dv broadcast (stride 0) over the second of two batch dimensions (the
+ * grouped query heads of a key head, batch (Hkv, g)) get each sequence's
+ * per-head gradients summed over it, in order, in float32 or float64. */
 typedef struct fa_varlen_args {
     fa_backward_args t;        /* t.fwd alone for fa_attention_varlen */
     int64_t n;
