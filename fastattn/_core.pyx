@@ -238,6 +238,22 @@ cdef int _fill_seqs(fa_varlen_args *va, tuple seqs, object alibi, object sinks,
     return 0
 
 
+cdef int _run(fa_varlen_args *va, bint backward, tuple seqs, object alibi, object sinks,
+             object dsinks, int nb) except -1:
+    """The call va.t describes (the forward's, va.t.fwd, unless backward),
+    over the packed sequences of seqs if given; its status."""
+    cdef int status
+    if seqs is not None:
+        _fill_seqs(va, seqs, alibi, sinks, dsinks, nb)
+    with nogil:
+        if seqs is None:
+            status = fa_attention_backward(&va.t) if backward else fa_attention(&va.t.fwd)
+        else:
+            status = (fa_attention_backward_varlen(va) if backward
+                      else fa_attention_varlen(va))
+    return status
+
+
 cdef int _check(int status) except -1:
     if status == FA_ENOMEM:
         raise MemoryError("fastattn: the kernel could not allocate its scratch memory")
@@ -269,7 +285,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
     leading sequence axis; out given."""
     cdef fa_varlen_args va
     cdef fa_attention_args *a = &va.t.fwd
-    cdef int nb = len(batch), d, status
+    cdef int nb = len(batch), d
     cdef cnp.npy_intp dims[FA_MAX_BATCH_DIMS + 2]
     cdef cnp.ndarray o
     if nb > FA_MAX_BATCH_DIMS:
@@ -316,14 +332,7 @@ def attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object out, *, tuple 
     _fill_optional(&a.alibi, alibi, nb)
     _fill_optional(&a.sinks, sinks, nb)
     _fill_optional(&a.lse, lse, nb)
-    if seqs is None:
-        with nogil:
-            status = fa_attention(a)
-    else:
-        _fill_seqs(&va, seqs, alibi, sinks, None, nb)
-        with nogil:
-            status = fa_attention_varlen(&va)
-    _check(status)
+    _check(_run(&va, False, seqs, alibi, sinks, None, nb))
     return o
 
 
@@ -390,13 +399,7 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     g.grad_storage = _storage(dq)
     if _storage(dk) != g.grad_storage or _storage(dv) != g.grad_storage:
         raise ValueError("dq, dk and dv must have one dtype")
-    if seqs is None:
-        with nogil:
-            status = fa_attention_backward(g)
-    else:
-        _fill_seqs(&va, seqs, alibi, sinks, dsinks, nb)
-        with nogil:
-            status = fa_attention_backward_varlen(&va)
+    status = _run(&va, True, seqs, alibi, sinks, dsinks, nb)
     if status == FA_ELSE:
         raise ValueError("lse is -inf on a row that sees keys: lse must be what attention("
                          "..., return_lse=True) returned for the same arguments")
