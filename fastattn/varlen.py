@@ -9,8 +9,9 @@ own ``L x S``, never padded to the longest sequence.
 One C call runs every sequence (``src_c/driver/varlen.c``): the long ones
 one after the other on all the threads, the short ones side by side in one
 parallel region, a thread each.  Each sequence's result is bitwise that of
-its own :func:`fastattn.attention` call (grouped-query heads one by one),
-and so the same for any thread count.
+its own :func:`fastattn.attention` call (its grouped-query heads run as
+``attention`` runs them: a one-row sequence's group as the rows of one
+problem), and so the same for any thread count.
 """
 
 from __future__ import annotations
