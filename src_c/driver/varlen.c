@@ -200,8 +200,10 @@ static void fa_varlen_call(const fa_varlen_run *r, int64_t b, int nt)
     g.fwd.num_threads = nt;
     if (!r->backward)
         r->rc[b] = fa_attention(&g.fwd);
+    else if (fa_varlen_grouped(&g))
+        r->rc[b] = fa_varlen_backward_grouped(&g);
     else
-        r->rc[b] = fa_varlen_grouped(&g) ? fa_varlen_backward_grouped(&g) : fa_attention_backward(&g);
+        r->rc[b] = fa_attention_backward(&g);
 }
 
 static void fa_varlen_item(void *ctx, int64_t i, int tid)
