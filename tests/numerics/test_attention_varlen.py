@@ -2,9 +2,9 @@
 
 Packed sequences of different lengths (flash-attn's layout), dtypes, GQA,
 both causal alignments, empty sequences, ``out=`` of any strides, thread
-counts, the window, ALiBi, soft-capping, sink and lse options; and each
-sequence bitwise equal to its own :func:`fastattn.attention` call, for any
-thread count, however the driver spreads the sequences over the threads.
+counts, the window, ALiBi, soft-capping, sink and lse options (each
+sequence's bits against its own :func:`fastattn.attention` call:
+test_varlen_driver.py).
 """
 
 from __future__ import annotations
