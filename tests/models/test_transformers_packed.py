@@ -19,18 +19,12 @@ from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close, 
 
 fa_tf.register()
 
-COMMON = TRAIN_CONFIG
 DOCS = (10, 6, 1, 9)  # one row of four documents, one of a single token
-MODELS = TRAIN_MODELS
-
-
-def _pair(name):
-    return train_pair(name, fa_tf.NAME)
 
 
 def _row():
     g = torch.Generator().manual_seed(2)
-    ids = torch.randint(3, COMMON["vocab_size"], (1, sum(DOCS)), generator=g)
+    ids = torch.randint(3, TRAIN_CONFIG["vocab_size"], (1, sum(DOCS)), generator=g)
     pos = torch.cat([torch.arange(n) for n in DOCS])[None]
     return {"input_ids": ids, "position_ids": pos, "labels": ids.clone(), "use_cache": False}
 
@@ -60,12 +54,12 @@ CU = [0, 10, 16, 17, 26]
 # its packed rows are tested through the collator's offsets below)
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma2"])
 def test_packed_row_trains_through_varlen_with_eager_loss_and_gradients(name, monkeypatch):
-    eager, ours = _pair(name)
+    eager, ours = train_pair(name, fa_tf.NAME)
     batch = _row()
     want = eager(**batch).loss
     calls = _count_varlen_calls(monkeypatch)
     got = ours(**batch).loss
-    assert calls == [CU] * COMMON["num_hidden_layers"]  # every layer, no (L, L) mask read
+    assert calls == [CU] * TRAIN_CONFIG["num_hidden_layers"]  # every layer, no (L, L) mask read
     want.backward()
     got.backward()
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
@@ -76,7 +70,7 @@ def test_flattening_collator_offsets_are_honoured(monkeypatch):
     # DataCollatorWithFlattening(return_flash_attn_kwargs=True) passes the
     # offsets; with the model's cache on, transformers builds no packed mask,
     # and the offsets alone keep the documents apart
-    eager, ours = _pair("mistral")
+    eager, ours = train_pair("mistral", fa_tf.NAME)
     collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
     g = torch.Generator().manual_seed(3)
     docs = [{"input_ids": torch.randint(3, 100, (n,), generator=g).tolist()} for n in DOCS]
@@ -84,7 +78,7 @@ def test_flattening_collator_offsets_are_honoured(monkeypatch):
     assert batch["cu_seq_lens_q"].tolist() == CU
     calls = _count_varlen_calls(monkeypatch)
     got = ours(**batch).loss
-    assert len(calls) == COMMON["num_hidden_layers"]
+    assert len(calls) == TRAIN_CONFIG["num_hidden_layers"]
     want = eager(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
                  labels=batch["labels"], use_cache=False).loss
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
@@ -93,12 +87,12 @@ def test_flattening_collator_offsets_are_honoured(monkeypatch):
     _assert_grads_close(ours, eager)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", TRAIN_MODELS)
 def test_collator_offsets_give_each_document_alone(name, monkeypatch):
     # the packed row against eager on each document as its own batch: the
     # same logits, and the same gradients of a weighted sum of them (gpt-oss's
     # sinks included)
-    eager, ours = _pair(name)
+    eager, ours = train_pair(name, fa_tf.NAME)
     collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
     g = torch.Generator().manual_seed(4)
     docs = [torch.randint(3, 100, (n,), generator=g) for n in DOCS]
@@ -106,7 +100,7 @@ def test_collator_offsets_give_each_document_alone(name, monkeypatch):
     del batch["labels"]
     calls = _count_varlen_calls(monkeypatch)
     got = ours(**batch).logits[0]
-    assert calls == [CU] * COMMON["num_hidden_layers"]
+    assert calls == [CU] * TRAIN_CONFIG["num_hidden_layers"]
     want = torch.cat([eager(input_ids=d[None], use_cache=False).logits[0] for d in docs])
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     w = torch.randn(got.shape, generator=g)
@@ -116,14 +110,14 @@ def test_collator_offsets_give_each_document_alone(name, monkeypatch):
 
 
 def test_packed_row_inference_matches_eager(monkeypatch):
-    eager, ours = _pair("gemma2")
+    eager, ours = train_pair("gemma2", fa_tf.NAME)
     batch = _row()
     del batch["labels"]
     calls = _count_varlen_calls(monkeypatch)
     with torch.no_grad():
         got = ours.eval()(**batch).logits
         want = eager.eval()(**batch).logits
-    assert len(calls) == COMMON["num_hidden_layers"]
+    assert len(calls) == TRAIN_CONFIG["num_hidden_layers"]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 

@@ -24,19 +24,13 @@ from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close, 
 
 fa_tf.register()
 
-COMMON = TRAIN_CONFIG
 SEQ = 16     # four windows long
-MODELS = TRAIN_MODELS
-
-
-def _pair(name):
-    return train_pair(name, fa_tf.NAME)
 
 
 def _batch():
     """Two sequences, the second right-padded (its padding ignored by the loss)."""
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, COMMON["vocab_size"], (2, SEQ), generator=g)
+    ids = torch.randint(3, TRAIN_CONFIG["vocab_size"], (2, SEQ), generator=g)
     mask = torch.ones(2, SEQ, dtype=torch.long)
     mask[1, SEQ - 5:] = 0
     labels = ids.masked_fill(mask == 0, -100)
@@ -59,14 +53,14 @@ def _count_recorded_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", TRAIN_MODELS)
 def test_one_step_loss_and_every_gradient_match_eager(name, monkeypatch):
-    eager, ours = _pair(name)
+    eager, ours = train_pair(name, fa_tf.NAME)
     batch = _batch()
     want = eager(**batch).loss
     calls = _count_recorded_calls(monkeypatch)
     got = ours(**batch).loss
-    assert calls == [True] * COMMON["num_hidden_layers"]  # fastattn ran every layer
+    assert calls == [True] * TRAIN_CONFIG["num_hidden_layers"]  # fastattn ran every layer
     want.backward()
     got.backward()
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
@@ -79,20 +73,20 @@ def test_one_step_loss_and_every_gradient_match_eager(name, monkeypatch):
 
 
 def test_gpt_oss_sinks_of_every_layer_get_eager_gradient():
-    eager, ours = _pair("gptoss")
+    eager, ours = train_pair("gptoss", fa_tf.NAME)
     batch = _batch()
     eager(**batch).loss.backward()
     ours(**batch).loss.backward()
     for a, b in zip(ours.model.layers, eager.model.layers):
         g, w = a.self_attn.sinks.grad, b.self_attn.sinks.grad
-        assert g is not None and g.shape == (COMMON["num_attention_heads"],)
+        assert g is not None and g.shape == (TRAIN_CONFIG["num_attention_heads"],)
         assert torch.count_nonzero(g) == g.numel()
         _assert_grad_close(g, w, "sinks")
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", TRAIN_MODELS)
 def test_five_adam_steps_give_eager_losses(name):
-    eager, ours = _pair(name)
+    eager, ours = train_pair(name, fa_tf.NAME)
     batch = _batch()
     losses = []
     for model in (eager, ours):
@@ -110,7 +104,7 @@ def test_five_adam_steps_give_eager_losses(name):
 
 
 def test_inference_under_no_grad_takes_the_direct_path(monkeypatch):
-    _, ours = _pair("gptoss")
+    _, ours = train_pair("gptoss", fa_tf.NAME)
     ours.eval()
 
     def refuse(*a, **kw):
@@ -123,7 +117,7 @@ def test_inference_under_no_grad_takes_the_direct_path(monkeypatch):
 
 
 def test_attention_dropout_in_training_is_refused():
-    model = _pair("llama")[1]
+    model = train_pair("llama", fa_tf.NAME)[1]
     model.config.attention_dropout = 0.1
     for layer in model.model.layers:
         layer.self_attn.attention_dropout = 0.1
