@@ -389,12 +389,13 @@ def kernel_inputs(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype
     if cdt is _F32 and k.dtype == v.dtype and _half.is_half(k.dtype):
         # float32 queries against 16-bit keys and values (a KV cache): the
         # kernel reads K and V in place, never a float32 copy
-        return _as_input(q, cdt), _as_input(k, k.dtype), _as_input(v, v.dtype)
-    return _as_input(q, cdt), _as_input(k, cdt), _as_input(v, cdt)
+        return kernel_operand(q, cdt), kernel_operand(k, k.dtype), kernel_operand(v, v.dtype)
+    return kernel_operand(q, cdt), kernel_operand(k, cdt), kernel_operand(v, cdt)
 
 
-def _as_input(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
-    """x in the compute dtype, aligned (a copy only when either is needed)."""
+def kernel_operand(x: np.ndarray, cdt: np.dtype) -> np.ndarray:
+    """x in the kernel's element type ``cdt``, aligned (a copy only when
+    either is needed)."""
     if x.dtype != cdt:
         return x.astype(cdt)
     return x if x.flags.aligned else np.ascontiguousarray(x)

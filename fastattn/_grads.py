@@ -1,9 +1,8 @@
 """The parts of a backward call around its kernel, shared by
 :func:`fastattn.attention_backward` and
 :func:`fastattn.attention_varlen_backward`: the forward's ``lse`` and the
-gradient into it checked, operands in the kernel's dtype, and the
-gradients summed over what the forward broadcast and rounded once to their
-inputs' dtypes."""
+gradient into it checked, and the gradients summed over what the forward
+broadcast and rounded once to their inputs' dtypes."""
 
 from __future__ import annotations
 
@@ -13,8 +12,9 @@ import numpy as np
 
 from . import _core
 from . import _half
+from ._api import kernel_operand
 
-__all__ = ["check_lse", "grad_lse_operand", "kernel_operand", "sum_to", "grad_as"]
+__all__ = ["check_lse", "grad_lse_operand", "sum_to", "grad_as"]
 
 
 def check_lse(lse: np.ndarray) -> None:
@@ -33,13 +33,6 @@ def grad_lse_operand(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
     if g.dtype.kind != "f" and not _half.is_half(g.dtype):
         raise TypeError(f"grad_lse must be floating point, got dtype {g.dtype}")
     return kernel_operand(g, adt)
-
-
-def kernel_operand(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """x in the kernel's storage dtype, aligned (a copy only when needed)."""
-    if x.dtype != dt:
-        return x.astype(dt)
-    return x if x.flags.aligned else np.ascontiguousarray(x)
 
 
 def sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:

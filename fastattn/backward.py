@@ -28,9 +28,9 @@ import numpy as np
 from . import _core
 from . import _half
 from . import _scores
-from ._api import arrays_and_dtypes, problem_shape
+from ._api import arrays_and_dtypes, kernel_operand, problem_shape
 from ._gqa import group_heads
-from ._grads import check_lse, grad_as, grad_lse_operand, kernel_operand, sum_to
+from ._grads import check_lse, grad_as, grad_lse_operand, sum_to
 from ._masks import resolve
 from ._validate import check_scale, forward_array, thread_count
 

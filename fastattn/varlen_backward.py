@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex
 import numpy as np
 
 from . import _core
-from ._grads import check_lse, grad_as, grad_lse_operand, kernel_operand, sum_to
+from ._api import kernel_operand
+from ._grads import check_lse, grad_as, grad_lse_operand, sum_to
 from ._half import arith, is_half
 from ._validate import forward_array, kernel_dtypes
 from ._varlen_call import packed_call
