@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "driver/offsets.h"
+#include "driver/window.h"
 #include "fastattn.h"
 #include "runtime/alloc.h"
 #include "runtime/parallel.h"
@@ -29,17 +30,12 @@ static int64_t fa_clamped_rows(int64_t L, int64_t c, int64_t S)
     return (b - a) * c + (a + b - 1) * (b - a) / 2 + (L - b) * S;
 }
 
-/* The query-key pairs that the rows of a problem of L rows and S keys see
- * through its causal bound and window (fa_attention_args' meaning): row i
- * sees keys i + off - wl .. i + off + r, r = 0 if causal else wr (a side
- * beyond L + S bounds nothing). */
-static int64_t fa_visible_pairs(const fa_attention_args *a, int64_t L, int64_t S, int64_t off)
+/* The query-key pairs that L rows see of S keys within the limits w
+ * (window.h: row i sees keys i + lo <= j <= i + hi). */
+static int64_t fa_visible_pairs(const fa_limits *w, int64_t L, int64_t S)
 {
-    const int64_t far = L + S + 1;
-    off = off < -far ? -far : off > far ? far : off;
-    const int64_t r = a->causal ? 0 : fa_min64(a->win_right, far);
-    const int64_t hi = fa_clamped_rows(L, off + r + 1, S);
-    return a->win_left >= far ? hi : hi - fa_clamped_rows(L, off - a->win_left, S);
+    const int64_t hi = w->has_hi ? fa_clamped_rows(L, w->hi + 1, S) : L * S;
+    return w->has_lo ? hi - fa_clamped_rows(L, w->lo, S) : hi;
 }
 
 /* Row `row` of an operand of the given storage; its `b`th sequence's part
@@ -66,10 +62,9 @@ static void fa_fold_group(fa_attention_args *a)
     if (a->L != 1 || a->nbatch_dims != 2 || a->batch_shape[1] < 2 || a->alibi.data ||
         a->sinks.data || a->k.bstride[1] != 0 || a->v.bstride[1] != 0)
         return;
-    const int64_t p = a->causal_offset, S = a->S;
-    int64_t hi = a->causal ? fa_min64(S, p + 1) : S, lo = 0;
-    if (a->win_right < S - p) hi = fa_min64(hi, p + a->win_right + 1);
-    if (a->win_left != FA_UNBOUNDED && p - a->win_left > 0) lo = p - a->win_left;
+    const fa_limits w = fa_limits_of(a);
+    int64_t lo, hi;
+    fa_limits_keys(&w, 0, 1, a->S, &lo, &hi);
     if (lo >= hi) return;
     fa_operand *rows[3] = {&a->q, &a->out, &a->lse};
     for (int i = 0; i < 3; i++) rows[i]->rs = rows[i]->bstride[1]; /* the g heads as rows */
@@ -241,7 +236,9 @@ static int64_t fa_varlen_plan(const fa_varlen_args *v, int backward, int nt, fa_
         const int64_t L = v->cu_q[b + 1] - v->cu_q[b], S = v->cu_k[b + 1] - v->cu_k[b];
         if (L == 0 || (backward && S == 0)) continue;
         jobs[n].b = b;
-        jobs[n].work = fa_visible_pairs(a, L, S, v->lower_right ? S - L : a->causal_offset) + L + S;
+        const int64_t off = v->lower_right ? S - L : a->causal_offset;
+        const fa_limits w = fa_limits_at(a->causal, off, a->win_left, a->win_right, L, S);
+        jobs[n].work = fa_visible_pairs(&w, L, S) + L + S;
         total += jobs[n++].work;
     }
     qsort(jobs, (size_t)n, sizeof *jobs, fa_varlen_longest_first);

@@ -18,21 +18,29 @@ typedef struct fa_limits {
     int has_lo, has_hi; /* 0: that side is unbounded */
 } fa_limits;
 
-static fa_limits fa_limits_of(const fa_attention_args *a)
+/* The limits of L rows against S keys with these bounds (fa_attention_args'
+ * meaning of causal, causal_offset, win_left and win_right). */
+static inline fa_limits fa_limits_at(int causal, int64_t causal_offset, int64_t win_left,
+                                     int64_t win_right, int64_t L, int64_t S)
 {
-    const int64_t wide = a->L + a->S + 1;
-    int64_t right = a->win_right;
+    const int64_t wide = L + S + 1;
+    int64_t right = win_right;
     fa_limits w = {0, 0, 0, 0};
-    if (a->causal && right > 0) right = 0;
+    if (causal && right > 0) right = 0;
     if (right < wide) {
         w.has_hi = 1;
-        w.hi = a->causal_offset + right;
+        w.hi = causal_offset + right;
     }
-    if (a->win_left < wide) {
+    if (win_left < wide) {
         w.has_lo = 1;
-        w.lo = a->causal_offset - a->win_left;
+        w.lo = causal_offset - win_left;
     }
     return w;
+}
+
+static inline fa_limits fa_limits_of(const fa_attention_args *a)
+{
+    return fa_limits_at(a->causal, a->causal_offset, a->win_left, a->win_right, a->L, a->S);
 }
 
 /* Does the window cut the keys [kb, kb + nk) for some row of [i0, i0 + ni)? */
