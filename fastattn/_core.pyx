@@ -346,7 +346,9 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
                        object glse=None, object dsinks=None, tuple seqs=None):
     """Fill dq (batch + (L, E)), dk (batch + (S, E)), dv (batch + (S, Ev))
     and, with sinks, dsinks (float64 batch + (1, 1)): one gradient per batch
-    index (nothing summed), from the validated q, k, v, the forward's out
+    index (nothing summed but for grouped query heads: dk and dv of length 1
+    along the last of batch, the kernel summing that dimension's gradients
+    into them in order), from the validated q, k, v, the forward's out
     and dout (one float dtype; 16-bit ones read in place), the forward's lse
     and glse (None or the gradient into lse), both batch + (L, 1), float64
     for float64 q, else float32, and the forward's options as

@@ -140,18 +140,20 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
     the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
-    (L, E); dk, dv of batch + (S, .) (grouped-query: per query head, then
-    summed over the group here); with sinks, the sink's of batch."""
+    (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv heads, S, .)
+    when grouped-query (summed over each key head's query heads by the
+    kernel, in order); with sinks, the sink's of batch."""
     q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
     cap, al, sk = opts
     empty = np.zeros if L == 0 or S == 0 else np.empty
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
-    whole = gqa is None and all(x.shape[:-2] == batch for x in (q, k, v))
+    kvb = batch if gqa is None else batch[:-1] + gqa[:1]  # the gradients' batch
+    whole = q.shape[:-2] == batch and k.shape[:-2] == kvb and v.shape[:-2] == kvb
     gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
     dq = empty(batch + (L, E), gdt)
-    dk, dv = empty(kb + (S, E), gdt), empty(kb + (S, Ev), gdt)
+    dk, dv = empty(kvb + (S, E), gdt), empty(kvb + (S, Ev), gdt)
     ds = None if sk is None else np.zeros(batch + (1, 1))
     rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
     if gqa is not None:
@@ -166,12 +168,12 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
         al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
                   for x in (al, sk))
     qb, ob, dob, lse3, glse3, dqb, dsb = rows
-    _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dk, dv, batch=kb, scale=sc,
+    # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it
+    dkb, dvb = (dk, dv) if gqa is None else (dk[..., None, :, :], dv[..., None, :, :])
+    _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dkb, dvb, batch=kb, scale=sc,
                              causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
                              bool_mask=bm, add_mask=am, pad=pad, num_threads=nt, softcap=cap,
                              alibi=al, sinks=sk, glse=glse3, dsinks=dsb)
-    if gqa is not None:
-        dk, dv = dk.sum(axis=-3), dv.sum(axis=-3)  # the group's query heads, in order
     return dq, dk, dv, None if ds is None else ds[..., 0, 0]
 
 

@@ -100,12 +100,11 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     check_lse(lse_a)
     g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, lse_a.shape, adt)
     qk, kk, vk, ok, dok = (kernel_operand(x, kdt) for x in (q, k, v, o, d_o))
-    grouped = H != H_kv
     # The kernel's gradients: in the inputs' 16-bit dtype where it rounds
     # them itself, else in the arithmetic's, rounded here (backward.py's
-    # rule).  Grouped key heads: the C driver sums each sequence's per-head
-    # dK, dV over the group (in its scratch) into these, broadcast over it.
-    gdt = kdt if not grouped and is_half(kdt) and _core.backward_rounds(qk) else adt
+    # rule).  Grouped key heads: the kernel sums each key head's dK, dV over
+    # its query heads into these, broadcast over them.
+    gdt = kdt if is_half(kdt) and _core.backward_rounds(qk) else adt
     dq, dk, dv = (np.zeros(x.shape, gdt) for x in (q, k, v))
     d_sink = None if pc.sinks is None else np.zeros((cq.size - 1, H))
     _core.attention_backward(

@@ -90,7 +90,12 @@ int fa_attention(const fa_attention_args *args);
  * == kv_storage; weights unused) and two of its results are read: fwd.out
  * (storage type) and fwd.lse (dtype, (batch..., L, 1)).  Per batch index b
  * of fwd.batch_shape, nothing summed over what the forward broadcast (the
- * caller does, in a fixed order), with D_i = dout_i . out_i and g = glse:
+ * caller does, in a fixed order) but for grouped query heads: where dk and
+ * dv both have stride 0 along the last batch dimension, the (..., Hkv, g)
+ * layout, each of their rows is summed over that dimension in order, from
+ * float accumulators (one rounding, times scale once).  No other gradient
+ * may have stride 0 along a batch dimension of length > 1 (FA_EINVAL).
+ * With D_i = dout_i . out_i and g = glse:
  *   dq[b] = scale dS K,  dk[b] = scale dS^T Q,  dv[b] = P^T dout,
  *   dS = P o (dout V^T - D + g) (times 1 - tanh^2 through the soft cap),
  *   dsinks[b] = sum_i exp(t - lse_i) (g_i - D_i) over the rows with lse_i
@@ -133,9 +138,8 @@ int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y);
  * sequence with a query row (no key: zero rows, lse -inf); the backward
  * skips a sequence with no query row or no key (its dq, dk, dv rows and
  * dsinks are left as they were: the caller passes zeros).  A backward's dk
- * and dv broadcast (stride 0) over the second of two batch dimensions (the
- * grouped query heads of a key head, batch (Hkv, g)) get each sequence's
- * per-head gradients summed over it, in order, in float32 or float64. */
+ * and dv may be grouped (stride 0 along the last batch dimension) as
+ * fa_attention_backward takes them. */
 typedef struct fa_varlen_args {
     fa_backward_args t;        /* t.fwd alone for fa_attention_varlen */
     int64_t n;

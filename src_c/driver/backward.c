@@ -49,6 +49,7 @@ int fa_attention_backward(const fa_backward_args *g)
     if (!a->lse.data || !a->out.data || !g->dout.data || !g->dq.data || !g->dk.data ||
         !g->dv.data || (a->sinks.data && !g->dsinks.data))
         return FA_EINVAL;
+    if (a->L > 0 && a->S > 0 && fa_bw_group(g) < 1) return FA_EINVAL; /* empty: no strides */
     if (g->grad_storage != a->dtype &&
         !(half && g->grad_storage == a->storage && fa_backward16_runs(a)))
         return FA_EINVAL;

@@ -6,17 +6,20 @@
  * bw_fused_item.
  *
  * FlashAttention-2's order, with no atomics, in one of two schemes chosen
- * by the shape and the threads (bw_scheme.h).  Fused: a work item is one
- * batch index, owning its dK, dV (float accumulators in its thread's
- * scratch) and looping over its query blocks in order, each a float dQ tile
- * summed over the key blocks in order; each (query block, key block) pair
- * computes S, dP, dQ, dV and dK once: five products.  Two passes, where few
- * batch indices would leave threads idle: the dK/dV items are (batch index,
- * key block), looping over the query blocks in order; the dQ items are
- * (batch index, query block), looping over the key blocks in order, so S
- * and dP are computed twice; both passes' items share one parallel loop
- * (bw_pass_item).  Either way every gradient element is summed in one fixed
- * order, the same in both schemes and whichever thread runs it.  First the
+ * by the shape and the threads (bw_scheme.h).  A key head is the grp batch
+ * indices that share its dK, dV (grouped query heads, bw_scheme.h's
+ * fa_bw_group; grp = 1 without them).  Fused: a work item is one key head,
+ * owning its dK, dV (float accumulators in its thread's scratch) and
+ * looping over its batch indices in order, each over its query blocks in
+ * order, each a float dQ tile summed over the key blocks in order; each
+ * (query block, key block) pair computes S, dP, dQ, dV and dK once: five
+ * products.  Two passes, where few key heads would leave threads idle: the
+ * dK/dV items are (key head, key block), looping over its batch indices and
+ * their query blocks in order; the dQ items are (batch index, query block),
+ * looping over the key blocks in order, so S and dP are computed twice;
+ * both passes' items share one parallel loop (bw_pass_item).  Either way
+ * every gradient element is summed in one fixed order, the same in both
+ * schemes and whichever thread runs it.  First the
  * rows whose lse is -inf are checked to see no key (FA_ELSE otherwise:
  * nothing is written); then per batch index, its rows' D_i - g_i (a scratch
  * of L per batch index) and its sink's gradient. */
@@ -56,6 +59,7 @@ typedef struct FN(bw_plan) {
     FN(bw_layout) lay;
     FA_T **bufs;
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
+    int64_t grp, nkh;          /* batch indices per key head, key heads */
     int64_t nkp;               /* key blocks packed at once: nkb fused, else 1 */
     int nt, fused;             /* fused: one pass per batch index (bwfused_tmpl.h) */
     int dk_out, dv_out;        /* fused: dK (dV) summed in the output itself, its rows
@@ -135,14 +139,16 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->nqb = fa_div_up(a->L, pl->bqp);
     pl->nkb = fa_div_up(a->S, FA_KC);
     pl->lim = fa_limits_of(a);
+    pl->grp = fa_bw_group(g); /* >= 1: fa_attention_backward checked it */
+    pl->nkh = pl->nbatch / pl->grp;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
-    pl->fused = fa_bw_fuses(pl->nbatch, nt, a->S, a->E, a->Ev, sizeof(FA_T));
+    pl->fused = fa_bw_fuses(pl->nkh, nt, a->S, a->E, a->Ev, sizeof(FA_T));
     pl->nkp = pl->fused ? pl->nkb : 1;
     pl->dk_out = pl->fused && a->E == pl->ldE && g->dk.cs == 1 && g->dk.rs == a->E;
     pl->dv_out = pl->fused && a->Ev == pl->ldEv && g->dv.cs == 1 && g->dv.rs == a->Ev;
-    const int64_t most = pl->fused ? pl->nbatch : pl->nbatch * (pl->nqb + pl->nkb);
+    const int64_t most = pl->fused ? pl->nkh : pl->nkh * pl->nkb + pl->nbatch * pl->nqb;
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     FN(bw_views)(pl);
     FN(bw_layout_of)(pl);

@@ -6,7 +6,7 @@
  * calls it where the table has them, after its own checks.
  *
  * Everything else is the float32 backward's (backward_tmpl.h), in float32:
- * the same plan rules (the fused pass, one item per batch index, or the two
+ * the same plan rules (the fused pass, one item per key head, or the two
  * passes, chosen by bw_scheme.h), the same checks before anything is
  * written, the same D_i - g_i and sink gradient, the scores rebuilt by the
  * forward's soft cap, ALiBi and mask code, P = exp(s - lse) and dS by the
@@ -17,7 +17,8 @@
  * (grad_storage 16-bit) or stored in float32 for the caller to sum and
  * round.  Each
  * accumulator element is summed in one fixed order (dQ over the key blocks,
- * dK and dV over the query blocks, in order), the same in both schemes and
+ * dK and dV over the key head's batch indices and their query blocks, in
+ * order), the same in both schemes and
  * on any thread: bitwise the same gradients for any thread count. */
 #include <float.h>
 #include <math.h>
@@ -81,6 +82,7 @@ typedef struct bw16_plan {
     int g16;                   /* the gradients written rounded to 16 bits */
     uint16_t eb;               /* the type's exponent bits */
     int64_t nbatch, nqb, nkb, nkp;
+    int64_t grp, nkh;          /* batch indices per key head, key heads (bw_scheme.h) */
     int64_t ep, evp, e16, ev16; /* E, Ev rounded up to 32 and to 16 */
     int64_t ldt;               /* row stride of dK^T, dV^T: nkp key blocks */
     unsigned char **bufs;
@@ -165,15 +167,17 @@ static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
     pl->nqb = fa_div_up(a->L, BW16_BQ);
     pl->nkb = fa_div_up(a->S, BW16_KB);
     pl->lim = fa_limits_of(a);
+    pl->grp = fa_bw_group(g); /* >= 1: fa_attention_backward checked it */
+    pl->nkh = pl->nbatch / pl->grp;
     int nt = fa_resolve_threads(a->num_threads);
     const double work = (double)pl->nbatch * (double)a->L * (double)a->S * (double)(a->E + a->Ev);
     if (work < FA_PARALLEL_MIN_WORK) nt = 1;
     /* the float32 backward's rule and bound, so that both bound memory alike */
-    pl->fused = fa_bw_fuses(pl->nbatch, nt, a->S, a->E, a->Ev, 4);
+    pl->fused = fa_bw_fuses(pl->nkh, nt, a->S, a->E, a->Ev, 4);
     pl->nkp = pl->fused ? pl->nkb : 1;
     pl->ldt = pl->nkp * BW16_KB;
-    const int64_t most = pl->fused ? pl->nbatch
-                                   : pl->nbatch * (pl->nqb > pl->nkb ? pl->nqb : pl->nkb);
+    const int64_t nq_items = pl->nbatch * pl->nqb, nkv_items = pl->nkh * pl->nkb;
+    const int64_t most = pl->fused ? pl->nkh : nq_items > nkv_items ? nq_items : nkv_items;
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
     pl->nocap = *a;
     pl->nocap.softcap = 0;

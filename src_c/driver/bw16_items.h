@@ -2,8 +2,9 @@
  * of bw16.c (after its plan and bw16_pair.h).  The items are the float32
  * backward's (backward_tmpl.h, bwpass_tmpl.h, bwfused_tmpl.h): checks per
  * (batch index, query block), D_i - g_i per batch index, then the fused
- * items (one per batch index) or the two passes' (dQ per query block, dK
- * and dV per key block), the same pairs in the same orders. */
+ * items (one per key head) or the two passes' (dQ per batch index and query
+ * block, dK and dV per key head and key block), the same pairs in the same
+ * orders. */
 
 /* The pair of query block qb and key block kb, whole. */
 static bw16_pair bw16_pair_of(const bw16_plan *pl, int64_t qb, int64_t kb)
@@ -227,23 +228,29 @@ static void bw16_dq_item(void *ctx, int64_t it, int tid)
     bw16_store(pl, &o, &pl->b->dq, go.dq, t.i0, t.nq, a->E, o.dq, pl->e16, 0, (float)a->scale);
 }
 
-/* dK/dV item (batch, key block): over the query blocks in order, dV^T +=
- * dO^T P and dK^T += Q^T dS; dK then times scale. */
+/* dK/dV item (key head, key block): over the head's batch indices and their
+ * query blocks in order, dV^T += dO^T P and dK^T += Q^T dS; dK then times
+ * scale.  The block is packed again only for a batch index that reads
+ * other keys (fa_same_keys). */
 static void bw16_dkv_item(void *ctx, int64_t it, int tid)
 {
     const bw16_plan *pl = (const bw16_plan *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
-    const int64_t b = it / pl->nkb, kb = it % pl->nkb;
-    fa_offsets off;
-    fa_bw_offsets go;
-    fa_batch_offsets(a, b, &off);
-    fa_bw_offsets_of(pl->b, b, &go);
+    const int64_t bk = it / pl->nkb, kb = it % pl->nkb;
+    fa_offsets off, packed;
+    fa_bw_offsets go, go0; /* go.dk, go.dv are the same for every index of the head */
+    fa_bw_offsets_of(pl->b, bk * pl->grp, &go0);
     bw16_ops o = bw16_ops_of(pl, tid);
     bw16_pair t = bw16_pair_of(pl, 0, kb);
     memset(o.dkt, 0, (size_t)(pl->e16 * pl->ldt) * sizeof(float));
     memset(o.dvt, 0, (size_t)(pl->ev16 * pl->ldt) * sizeof(float));
-    if (!(a->pad.data && count_pad_f32(a, off.pad, t.kb, t.nk) == t.nk)) {
-        (void)bw16_keys(pl, &off, &t, &o, 0);
+    int have = 0;
+    for (int64_t h = 0; h < pl->grp; h++) {
+        fa_batch_offsets(a, bk * pl->grp + h, &off);
+        fa_bw_offsets_of(pl->b, bk * pl->grp + h, &go);
+        if (a->pad.data && count_pad_f32(a, off.pad, t.kb, t.nk) == t.nk) continue;
+        if (!have || !fa_same_keys(&off, &packed)) (void)bw16_keys(pl, &off, &t, &o, 0);
+        packed = off, have = 1;
         pl->T->tiles_on(o.tf);
         for (int64_t qb = 0; qb < pl->nqb; qb++) {
             bw16_pair u = bw16_pair_of(pl, qb, kb);
@@ -254,8 +261,8 @@ static void bw16_dkv_item(void *ctx, int64_t it, int tid)
         }
         pl->T->tiles_off(o.tf);
     }
-    bw16_store(pl, &o, &pl->b->dk, go.dk, t.kb, t.nk, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
-    bw16_store(pl, &o, &pl->b->dv, go.dv, t.kb, t.nk, a->Ev, o.dvt, pl->ldt, 1, 1);
+    bw16_store(pl, &o, &pl->b->dk, go0.dk, t.kb, t.nk, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
+    bw16_store(pl, &o, &pl->b->dv, go0.dv, t.kb, t.nk, a->Ev, o.dvt, pl->ldt, 1, 1);
 }
 
 /* Query block qb of a fused item (keys packed in o's slots, kbad per key
@@ -284,31 +291,45 @@ static void bw16_fused_block(const bw16_plan *pl, const fa_offsets *off, const f
     bw16_store(pl, o, &pl->b->dq, go->dq, t.i0, t.nq, a->E, o->dq, pl->e16, 0, (float)a->scale);
 }
 
-/* Fused item (batch index b): its keys packed once, then its query blocks. */
-static void bw16_fused_item(void *ctx, int64_t b, int tid)
+/* Every key block of a fused item packed into o's slots; kbad[kb] = -1 if
+ * the block is all padding (not packed), else 1 if K holds NaN/Inf. */
+static void bw16_fused_keys(const bw16_plan *pl, const fa_offsets *off, const bw16_ops *o,
+                            int *kbad)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    for (int64_t kb = 0; kb < pl->nkb; kb++) {
+        bw16_pair t = bw16_pair_of(pl, 0, kb);
+        bw16_ops u = *o;
+        bw16_slot(pl, &u, o, kb);
+        kbad[kb] = a->pad.data && count_pad_f32(a, off->pad, t.kb, t.nk) == t.nk
+                       ? -1 : bw16_keys(pl, off, &t, &u, 1);
+    }
+}
+
+/* Fused item (key head bk): its keys packed (again only for a batch index
+ * that reads other keys), then each batch index's query blocks in order. */
+static void bw16_fused_item(void *ctx, int64_t bk, int tid)
 {
     const bw16_plan *pl = (const bw16_plan *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
     int *kbad = pl->kbad + (int64_t)tid * pl->nkb;
-    fa_offsets off;
-    fa_bw_offsets go;
-    fa_batch_offsets(a, b, &off);
-    fa_bw_offsets_of(pl->b, b, &go);
+    fa_offsets off, packed;
+    fa_bw_offsets go, go0; /* go.dk, go.dv are the same for every index of the head */
+    fa_bw_offsets_of(pl->b, bk * pl->grp, &go0);
     bw16_ops o = bw16_ops_of(pl, tid);
     memset(o.dkt, 0, (size_t)(pl->e16 * pl->ldt) * sizeof(float));
     memset(o.dvt, 0, (size_t)(pl->ev16 * pl->ldt) * sizeof(float));
-    for (int64_t kb = 0; kb < pl->nkb; kb++) {
-        bw16_pair t = bw16_pair_of(pl, 0, kb);
-        bw16_ops u = o;
-        bw16_slot(pl, &u, &o, kb);
-        kbad[kb] = a->pad.data && count_pad_f32(a, off.pad, t.kb, t.nk) == t.nk
-                       ? -1 : bw16_keys(pl, &off, &t, &u, 1);
+    for (int64_t h = 0; h < pl->grp; h++) {
+        fa_batch_offsets(a, bk * pl->grp + h, &off);
+        fa_bw_offsets_of(pl->b, bk * pl->grp + h, &go);
+        if (h == 0 || !fa_same_keys(&off, &packed)) bw16_fused_keys(pl, &off, &o, kbad);
+        packed = off;
+        pl->T->tiles_on(o.tf);
+        for (int64_t qb = 0; qb < pl->nqb; qb++) bw16_fused_block(pl, &off, &go, &o, kbad, qb);
+        pl->T->tiles_off(o.tf);
     }
-    pl->T->tiles_on(o.tf);
-    for (int64_t qb = 0; qb < pl->nqb; qb++) bw16_fused_block(pl, &off, &go, &o, kbad, qb);
-    pl->T->tiles_off(o.tf);
-    bw16_store(pl, &o, &pl->b->dk, go.dk, 0, a->S, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
-    bw16_store(pl, &o, &pl->b->dv, go.dv, 0, a->S, a->Ev, o.dvt, pl->ldt, 1, 1);
+    bw16_store(pl, &o, &pl->b->dk, go0.dk, 0, a->S, a->E, o.dkt, pl->ldt, 1, (float)a->scale);
+    bw16_store(pl, &o, &pl->b->dv, go0.dv, 0, a->S, a->Ev, o.dvt, pl->ldt, 1, 1);
 }
 
 int fa_backward16_runs(const fa_attention_args *a)
@@ -340,10 +361,10 @@ int fa_backward16(const fa_backward_args *g)
     if (!bad) {
         fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, bw16_delta_item, &pl);
         if (pl.fused) {
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch, bw16_fused_item, &pl);
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nkh, bw16_fused_item, &pl);
         } else {
             fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, nq_items, bw16_dq_item, &pl);
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * pl.nkb, bw16_dkv_item, &pl);
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nkh * pl.nkb, bw16_dkv_item, &pl);
         }
     }
     bw16_free(&pl);

@@ -1,11 +1,13 @@
-/* bw_scheme.h -- which of the backward's two schemes a call runs, for the
- * float backward (backward_tmpl.h) and the 16-bit one (bw16.c) alike. */
+/* bw_scheme.h -- which of the backward's two schemes a call runs, and the
+ * grouped query heads its dK/dV items sum over, for the float backward
+ * (backward_tmpl.h) and the 16-bit one (bw16.c) alike. */
 #ifndef FASTATTN_BW_SCHEME_H
 #define FASTATTN_BW_SCHEME_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fastattn.h"
 #include "kernels/blocking.h"
 
 /* 1: the fused pass (one item per batch index, five products per pair);
@@ -25,6 +27,27 @@ static inline int fa_bw_fuses(int64_t nbatch, int nt, int64_t S, int64_t E, int6
     const int64_t t = nt < 1 ? 1 : nt, busiest = (nbatch + t - 1) / t;
     return bytes <= FA_BW_FUSED_MAX_BYTES &&
            FA_BW_FUSED_PRODUCTS * busiest * t <= FA_BW_PASSES_PRODUCTS * nbatch;
+}
+
+/* The grouped query heads that share one key head's dK and dV: the length
+ * of the last batch dimension where dk and dv are both broadcast along it
+ * (stride 0: the grouped-query layout (..., Hkv, g)), else 1.  The drivers
+ * then run one dK/dV item per key head over its g batch indices in order,
+ * so each key's gradient is summed over the group in one fixed order.  -1
+ * (refused) where some other batch dimension of length > 1 has a gradient
+ * broadcast along it, or dk alone or dv alone along the last: two items
+ * would write one element. */
+static inline int64_t fa_bw_group(const fa_backward_args *g)
+{
+    const int nd = g->fwd.nbatch_dims;
+    int64_t grp = 1;
+    for (int d = 0; d < nd; d++) {
+        if (g->fwd.batch_shape[d] <= 1) continue;
+        const int zk = g->dk.bstride[d] == 0, zv = g->dv.bstride[d] == 0;
+        if (g->dq.bstride[d] == 0 || zk != zv || (zk && d != nd - 1)) return -1;
+        if (zk) grp = g->fwd.batch_shape[d];
+    }
+    return grp;
 }
 
 #endif

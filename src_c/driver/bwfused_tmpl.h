@@ -1,17 +1,20 @@
 /* bwfused_tmpl.h -- the fused backward pass (chosen by bw_scheme.h):
- * one work item per batch index, over its query blocks in order, each over
- * its key blocks in order, every pair's S, dP, dQ, dV and dK computed once.
+ * one work item per key head, over its batch indices in order, each over
+ * its query blocks in order, each over its key blocks in order, every
+ * pair's S, dP, dQ, dV and dK computed once.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT), after bwpass_tmpl.h's helpers:
  * FN(bw_fused_keys) -> bw_fused_keys_f32, bw_fused_keys_f64; likewise
  * bw_fused_at, bw_fused_acc, bw_fused_block, bw_fused_item.
  *
  * The sums are those of the two passes, in their order: a dQ element over
  * the key blocks in order (the tile of its query block, then stored), a dK
- * or dV element over the query blocks in order (the item's accumulators:
- * the output itself where its rows lie contiguous at the accumulators'
- * width, else scratch, stored once at the end); so the gradients are
- * bitwise those of the two passes.  The keys are packed once per item, not once per pair: K and V as
- * keys, K as values, every block at a stride of one block's piece. */
+ * or dV element over the key head's batch indices and their query blocks
+ * in order (the item's accumulators: the output itself where its rows lie
+ * contiguous at the accumulators' width, else scratch, stored once at the
+ * end); so the gradients are bitwise those of the two passes.  The keys
+ * are packed once per item (again only for a batch index that reads other
+ * keys), not once per pair: K and V as keys, K as values, every block at a
+ * stride of one block's piece. */
 
 /* Key block kb of the item's packed keys in pair t (bw_pair_of's t.kp and
  * t.vkp point at block 0). */
@@ -81,22 +84,30 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
     FN(bw_store)(&pl->b->dq, go->dq, t.i0, t.nq, a->E, dq, pl->ldE, (FA_T)a->scale);
 }
 
-/* Fused item (batch index b): dQ, dK and dV of its rows and keys. */
-static void FN(bw_fused_item)(void *ctx, int64_t b, int tid)
+/* Fused item (key head bk: batch indices bk grp .. bk grp + grp - 1): dQ
+ * of each index's rows; dK and dV of its keys summed over the indices in
+ * order, times scale once at the end.  The keys are packed again only where
+ * an index reads other keys than the last one packed. */
+static void FN(bw_fused_item)(void *ctx, int64_t bk, int tid)
 {
     const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
     const fa_attention_args *a = &pl->b->fwd;
     FA_T *x = FN(bw_base)(pl, tid), *dk, *dv;
     int *kbad = pl->kbad + (int64_t)tid * pl->nkb;
-    fa_offsets off;
-    fa_bw_offsets go;
-    fa_batch_offsets(a, b, &off);
-    fa_bw_offsets_of(pl->b, b, &go);
-    FN(bw_fused_acc)(pl, &go, x, &dk, &dv);
+    fa_offsets off, packed;
+    fa_bw_offsets go, go0; /* go.dk, go.dv are the same for every index of the head */
+    fa_bw_offsets_of(pl->b, bk * pl->grp, &go0);
+    FN(bw_fused_acc)(pl, &go0, x, &dk, &dv);
     memset(dk, 0, (size_t)(a->S * pl->ldE) * sizeof(FA_T));
     memset(dv, 0, (size_t)(a->S * pl->ldEv) * sizeof(FA_T));
-    FN(bw_fused_keys)(pl, &off, x, kbad);
-    for (int64_t qb = 0; qb < pl->nqb; qb++) FN(bw_fused_block)(pl, &off, &go, x, kbad, qb);
-    FN(bw_store)(&pl->b->dk, go.dk, 0, a->S, a->E, dk, pl->ldE, (FA_T)a->scale); /* in place */
-    if (!pl->dv_out) FN(bw_store)(&pl->b->dv, go.dv, 0, a->S, a->Ev, dv, pl->ldEv, 1);
+    for (int64_t h = 0; h < pl->grp; h++) {
+        const int64_t b = bk * pl->grp + h;
+        fa_batch_offsets(a, b, &off);
+        fa_bw_offsets_of(pl->b, b, &go);
+        if (h == 0 || !fa_same_keys(&off, &packed)) FN(bw_fused_keys)(pl, &off, x, kbad);
+        packed = off;
+        for (int64_t qb = 0; qb < pl->nqb; qb++) FN(bw_fused_block)(pl, &off, &go, x, kbad, qb);
+    }
+    FN(bw_store)(&pl->b->dk, go0.dk, 0, a->S, a->E, dk, pl->ldE, (FA_T)a->scale); /* in place */
+    if (!pl->dv_out) FN(bw_store)(&pl->b->dv, go0.dv, 0, a->S, a->Ev, dv, pl->ldEv, 1);
 }

@@ -1,8 +1,9 @@
 /* bwpass_tmpl.h -- the work items of the backward pass and its entry point.
  * Part of backward_tmpl.h (FA_SFX; FA_T, KT, KCUR): FN(bw_check_item) ->
  * bw_check_item_f32, bw_check_item_f64; likewise bw_dot, bw_delta_item,
- * bw_dq_item, bw_dkv_item, bw_pass_item, bw_keys, bw_store, backward (which
- * runs the two passes' items or the fused pass's, bwfused_tmpl.h). */
+ * bw_dq_item, bw_dkv_rows, bw_dkv_item, bw_pass_item, bw_keys, bw_store,
+ * backward (which runs the two passes' items or the fused pass's,
+ * bwfused_tmpl.h). */
 
 /* The pair t's keys (batch offsets off) packed: K and V as keys; K as
  * values into kv if kv is not NULL (returns 1 if that holds NaN/Inf). */
@@ -200,55 +201,69 @@ static void FN(bw_dq_item)(const FN(bw_plan) *pl, int64_t b, int64_t qb, int tid
     FN(bw_store)(&pl->b->dq, go.dq, t.i0, t.nq, a->E, acc, pl->ldE, (FA_T)a->scale);
 }
 
-/* dK/dV item (batch index b, key block kb): over the query blocks in
- * order, dV += P^T dO and dK += dS^T Q; dK then times scale. */
-static void FN(bw_dkv_item)(const FN(bw_plan) *pl, int64_t b, int64_t kb, int tid)
+/* One batch index's part of a dK/dV item (key block kb, packed in the
+ * thread's scratch x): over its query blocks in order, dV += P^T dO and
+ * dK += dS^T Q into the scratch's accumulators. */
+static void FN(bw_dkv_rows)(const FN(bw_plan) *pl, const fa_offsets *off,
+                            const fa_bw_offsets *go, int64_t kb, FA_T *x)
+{
+    const KT *K = pl->K;
+    FA_T *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
+    FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
+    for (int64_t qb = 0; qb < pl->nqb; qb++) {
+        FN(bw_pair) t = FN(bw_pair_of)(pl, x, qb, kb);
+        if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk)) continue;
+        FN(bw_rows)(pl, off, go, &t, 1);
+        const int bad_q = FN(pack_v)(&pl->as_qv, K, off->q, t.i0, t.nq, pl->ldE, K->nr, qv);
+        const int bad_do = FN(pack_v)(&pl->as_dov, K, go->dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
+        FN(bw_trim)(pl, &t);
+        FN(bw_tile)(pl, off, go, &t);
+        FN(bw_pair_kv)(pl, &t, bad_do, t.s, dov, pl->ldEv, dv, pl->ldEv, pt);
+        FN(bw_pair_kv)(pl, &t, bad_q, t.dp, qv, pl->ldE, dk, pl->ldE, pt);
+    }
+}
+
+/* dK/dV item (key head bk, key block kb): over the head's batch indices
+ * and their query blocks in order, dV += P^T dO and dK += dS^T Q; dK then
+ * times scale.  The block is packed again only for a batch index that
+ * reads other keys (fa_same_keys). */
+static void FN(bw_dkv_item)(const FN(bw_plan) *pl, int64_t bk, int64_t kb, int tid)
 {
     const fa_attention_args *a = &pl->b->fwd;
-    const KT *K = pl->K;
     FA_T *x = FN(bw_base)(pl, tid), *dk = x + pl->lay.acc1, *dv = x + pl->lay.acc2;
-    FA_T *qv = x + pl->lay.qv, *dov = x + pl->lay.dov, *pt = x + pl->lay.pt;
-    fa_offsets off;
-    fa_bw_offsets go;
-    fa_batch_offsets(a, b, &off);
-    fa_bw_offsets_of(pl->b, b, &go);
+    fa_offsets off, packed;
+    fa_bw_offsets go, go0; /* go.dk, go.dv are the same for every index of the head */
+    fa_bw_offsets_of(pl->b, bk * pl->grp, &go0);
     FN(bw_pair) t = FN(bw_pair_of)(pl, x, 0, kb);
     memset(dk, 0, (size_t)(t.nk * pl->ldE) * sizeof(FA_T));
     memset(dv, 0, (size_t)(t.nk * pl->ldEv) * sizeof(FA_T));
-    if (!FN(bw_all_pad)(a, &off, &t)) {
-        FN(bw_keys)(pl, &off, &t, NULL);
-        for (int64_t qb = 0; qb < pl->nqb; qb++) {
-            t = FN(bw_pair_of)(pl, x, qb, kb);
-            if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk)) continue;
-            FN(bw_rows)(pl, &off, &go, &t, 1);
-            const int bad_q = FN(pack_v)(&pl->as_qv, K, off.q, t.i0, t.nq, pl->ldE, K->nr, qv);
-            const int bad_do =
-                FN(pack_v)(&pl->as_dov, K, go.dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
-            FN(bw_pair) u = t; /* t keeps the whole block, to store it */
-            FN(bw_trim)(pl, &u);
-            FN(bw_tile)(pl, &off, &go, &u);
-            FN(bw_pair_kv)(pl, &u, bad_do, u.s, dov, pl->ldEv, dv, pl->ldEv, pt);
-            FN(bw_pair_kv)(pl, &u, bad_q, u.dp, qv, pl->ldE, dk, pl->ldE, pt);
-        }
+    int have = 0;
+    for (int64_t h = 0; h < pl->grp; h++) {
+        fa_batch_offsets(a, bk * pl->grp + h, &off);
+        fa_bw_offsets_of(pl->b, bk * pl->grp + h, &go);
+        if (FN(bw_all_pad)(a, &off, &t)) continue;
+        if (!have || !fa_same_keys(&off, &packed)) FN(bw_keys)(pl, &off, &t, NULL);
+        packed = off, have = 1;
+        FN(bw_dkv_rows)(pl, &off, &go, kb, x);
     }
-    FN(bw_store)(&pl->b->dk, go.dk, t.kb, t.nk, a->E, dk, pl->ldE, (FA_T)a->scale);
-    FN(bw_store)(&pl->b->dv, go.dv, t.kb, t.nk, a->Ev, dv, pl->ldEv, 1);
+    FN(bw_store)(&pl->b->dk, go0.dk, t.kb, t.nk, a->E, dk, pl->ldE, (FA_T)a->scale);
+    FN(bw_store)(&pl->b->dv, go0.dv, t.kb, t.nk, a->Ev, dv, pl->ldEv, 1);
 }
 
-/* Two-pass item it of nbatch x (nkb + nqb), the two passes in one loop (they
+/* Two-pass item it of nkh x nkb + nbatch x nqb, the two passes in one loop (they
  * are independent: each reads only the operands and delta) and in an order
  * of about decreasing cost under the causal and window limits, so that on
  * a dynamic schedule the threads finish together: the dK/dV items by key
- * block from the first (seen by the most query rows), then the dQ items by
- * query block from the last (seeing the most keys), the batch indices
- * interleaved.  Any order gives the same bits: an item writes only its own
+ * block from the first (seen by the most query rows), the key heads
+ * interleaved, then the dQ items by query block from the last (seeing the
+ * most keys), the batch indices interleaved.  Any order gives the same bits: an item writes only its own
  * gradients, summed in its own fixed order. */
 static void FN(bw_pass_item)(void *ctx, int64_t it, int tid)
 {
     const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
-    const int64_t nkv = pl->nbatch * pl->nkb, nb = pl->nbatch;
+    const int64_t nkv = pl->nkh * pl->nkb, nb = pl->nbatch;
     if (it < nkv)
-        FN(bw_dkv_item)(pl, it % nb, it / nb, tid);
+        FN(bw_dkv_item)(pl, it % pl->nkh, it / pl->nkh, tid);
     else
         FN(bw_dq_item)(pl, (it - nkv) % nb, pl->nqb - 1 - (it - nkv) / nb, tid);
 }
@@ -269,9 +284,9 @@ static int FN(backward)(const fa_backward_args *g)
     if (!bad) {
         fa_parallel_for(pl.nt, FA_SCHED_STATIC, pl.nbatch, FN(bw_delta_item), &pl);
         if (pl.fused) {
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch, FN(bw_fused_item), &pl);
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nkh, FN(bw_fused_item), &pl);
         } else {
-            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nbatch * (pl.nkb + pl.nqb),
+            fa_parallel_for(pl.nt, FA_SCHED_DYNAMIC, pl.nkh * pl.nkb + pl.nbatch * pl.nqb,
                             FN(bw_pass_item), &pl);
         }
     }

@@ -45,6 +45,13 @@ static inline void fa_batch_offsets(const fa_attention_args *a, int64_t b, fa_of
     }
 }
 
+/* Do two batch indices read the same keys, values and key padding (then
+ * what was packed of one's keys serves the other)? */
+static inline int fa_same_keys(const fa_offsets *x, const fa_offsets *y)
+{
+    return x->k == y->k && x->v == y->v && x->pad == y->pad;
+}
+
 /* The log-sum-exp (natural log) of a row whose scores, shifted by m, sum to
  * l > 0: m + log l, from log2 units when base2. */
 static inline double fa_lse_of(double m, double l, int base2)

@@ -14,6 +14,7 @@
  * thread count, so neither do the packed results. */
 #include <stdlib.h>
 
+#include "driver/bw_scheme.h"
 #include "driver/offsets.h"
 #include "driver/window.h"
 #include "fastattn.h"
@@ -130,75 +131,12 @@ typedef struct fa_varlen_run {
     int *rc; /* per sequence */
 } fa_varlen_run;
 
-/* Whether a backward's dk, dv are broadcast over the grouped query heads
- * (batch (Hkv, g), stride 0 along g): each sequence's per-head gradients
- * are then summed over g (fastattn.h: fa_varlen_args). */
-static int fa_varlen_grouped(const fa_backward_args *t)
-{
-    return t->fwd.nbatch_dims == 2 && t->fwd.batch_shape[1] > 1 && t->dk.bstride[1] == 0;
-}
-
-/* y[h, j, :] = sum over i < G, in order, of x[h, i, j, :] (x contiguous
- * (H, G, S, C)) into y's rows: the grouped heads' gradients of one sequence.
- * FA_SUM_HEADS(T) defines fa_sum_heads_T (fa_sum_heads_float, _double). */
-#define FA_SUM_HEADS(T)                                                                      \
-    static void fa_sum_heads_##T(const T *x, int64_t H, int64_t G, int64_t S, int64_t C,      \
-                                 const fa_operand *y)                                         \
-    {                                                                                         \
-        for (int64_t h = 0; h < H; h++)                                                       \
-            for (int64_t j = 0; j < S; j++) {                                                 \
-                T *yr = (T *)y->data + h * y->bstride[0] + j * y->rs;                         \
-                const T *xr = x + (h * G * S + j) * C;                                        \
-                for (int64_t c = 0; c < C; c++) {                                             \
-                    T acc = xr[c];                                                            \
-                    for (int64_t i = 1; i < G; i++) acc += xr[i * S * C + c];                 \
-                    yr[c * y->cs] = acc;                                                      \
-                }                                                                             \
-            }                                                                                 \
-    }
-FA_SUM_HEADS(float)
-FA_SUM_HEADS(double)
-#undef FA_SUM_HEADS
-
-/* A grouped sequence's backward (fa_varlen_grouped): its per-head dk, dv
- * into scratch of its own size, then summed into g's dk, dv rows. */
-static int fa_varlen_backward_grouped(fa_backward_args *g)
-{
-    const int64_t H = g->fwd.batch_shape[0], G = g->fwd.batch_shape[1], S = g->fwd.S;
-    const int64_t E = g->fwd.E, Ev = g->fwd.Ev, esz = fa_storage_bytes(g->grad_storage);
-    char *x = (char *)fa_malloc((size_t)(H * G * S * (E + Ev) * esz));
-    if (!x) return FA_ENOMEM;
-    const fa_operand dk = g->dk, dv = g->dv;
-    fa_operand *part[2] = {&g->dk, &g->dv};
-    const int64_t cols[2] = {E, Ev};
-    for (int i = 0; i < 2; i++) {
-        part[i]->data = x + (i ? H * G * S * E * esz : 0);
-        part[i]->bstride[0] = G * S * cols[i], part[i]->bstride[1] = S * cols[i];
-        part[i]->rs = cols[i], part[i]->cs = 1;
-    }
-    const int rc = fa_attention_backward(g);
-    if (rc == FA_OK && g->grad_storage == FA_FLOAT64) {
-        fa_sum_heads_double((const double *)g->dk.data, H, G, S, E, &dk);
-        fa_sum_heads_double((const double *)g->dv.data, H, G, S, Ev, &dv);
-    } else if (rc == FA_OK) {
-        fa_sum_heads_float((const float *)g->dk.data, H, G, S, E, &dk);
-        fa_sum_heads_float((const float *)g->dv.data, H, G, S, Ev, &dv);
-    }
-    fa_free(x);
-    return rc;
-}
-
 static void fa_varlen_call(const fa_varlen_run *r, int64_t b, int nt)
 {
     fa_backward_args g;
     fa_varlen_seq(r->v, b, r->backward, &g);
     g.fwd.num_threads = nt;
-    if (!r->backward)
-        r->rc[b] = fa_attention(&g.fwd);
-    else if (fa_varlen_grouped(&g))
-        r->rc[b] = fa_varlen_backward_grouped(&g);
-    else
-        r->rc[b] = fa_attention_backward(&g);
+    r->rc[b] = r->backward ? fa_attention_backward(&g) : fa_attention(&g.fwd);
 }
 
 static void fa_varlen_item(void *ctx, int64_t i, int tid)
@@ -213,12 +151,8 @@ static int fa_varlen_check(const fa_varlen_args *v, int backward)
     const fa_attention_args *a = &v->t.fwd;
     if (v->n < 0 || !v->cu_q || !v->cu_k || v->cu_q[0] != 0 || v->cu_k[0] != 0 ||
         v->cu_q[v->n] != a->L || v->cu_k[v->n] != a->S || a->bool_mask.data ||
-        a->add_mask.data || a->pad.data || a->weights)
-        return FA_EINVAL;
-    /* grouped gradients are summed in their float type, never 16-bit */
-    if (backward && fa_varlen_grouped(&v->t) &&
-        (v->t.dv.bstride[1] != 0 || (v->t.grad_storage != FA_FLOAT32 &&
-                                      v->t.grad_storage != FA_FLOAT64)))
+        a->add_mask.data || a->pad.data || a->weights ||
+        (backward && a->L > 0 && a->S > 0 && fa_bw_group(&v->t) < 1))
         return FA_EINVAL;
     for (int64_t b = 0; b < v->n; b++)
         if (v->cu_q[b + 1] < v->cu_q[b] || v->cu_k[b + 1] < v->cu_k[b]) return FA_EINVAL;

@@ -116,6 +116,12 @@ def test_fused_gqa_and_two_pass_group_agree_bitwise(isa, dtype):
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_fused_gqa_and_two_pass_group_agree_bitwise_16_bit(isa, dt):
+    q, k, v, d_o = _inputs(dt, 8, 4, 90, 140, 32, 32, seed=4)
+    _both_schemes(q, k, v, d_o, 2, 1, enable_gqa=True, is_causal=True)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
 def test_fused_and_two_pass_agree_bitwise_16_bit(isa, dt):
     q, k, v, d_o = _inputs(dt, HEADS, HEADS, 90, 140, 32, 32, seed=2)
     _both_schemes(q, k, v, d_o, 1, 1, is_causal=True, softcap=3.0)
