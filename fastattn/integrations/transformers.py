@@ -26,6 +26,9 @@ of packed sequences: where a flattening collator passes ``cu_seq_lens_q`` /
 transformers' packed pattern, the attention function runs
 :func:`fastattn.torch.attention_varlen` over the documents (each attends only
 to itself, its own length squared of work) instead of reading the mask.
+Under ``torch.compile`` a row with the collator's offsets becomes the
+operator ``fastattn::packed_rows``, which makes that decision when it runs
+(:mod:`fastattn.integrations.transformers_packed`).
 ``scaling``, ``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
 grouped-query heads are read in place (never repeated); the result is written
 straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
@@ -45,7 +48,6 @@ reads full-attention layers' paged cache in place with
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -54,6 +56,7 @@ from .._api import attention as _attention
 from ..torch import attention_varlen as _varlen
 from ..torch import scaled_dot_product_attention as _sdpa
 from . import transformers_cb as _cb
+from . import transformers_packed as _packed
 
 __all__ = ["register", "attention_forward", "attention_mask", "NAME"]
 
@@ -205,6 +208,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       scale=scaling, window=window, softcap=softcap, sinks=s_aux,
                       num_threads=nt)
         return res[None], None
+    if not dropout and _traced_rows(query, key, attention_mask, position_bias, kwargs):
+        mask = None if attention_mask is None else attention_mask[..., :L]
+        return _packed.packed_or_masked(
+            query, key, value, mask, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"],
+            causal=causal, window=window, scale=scaling, softcap=softcap, sinks=s_aux,
+            num_threads=nt), None
     mask = pad = None
     if attention_mask is not None and (attention_mask.dtype is not torch.bool
                                        or attention_mask.shape[-2] != 1):
@@ -228,9 +237,6 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out, None
 
 
-_PATTERN_ROWS = 256  # rows of the mask compared at a time (_is_packed_pattern)
-
-
 def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwargs):
     """The sequence offsets (int64, from 0 to L) when the call is self-attention
     over one row of packed sequences, each attending only to itself, else
@@ -239,19 +245,17 @@ def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwar
     starts of ``position_ids`` (a position that does not follow its
     predecessor by 1 starts a sequence, as transformers finds packed
     sequences); a mask given with them must be exactly the packed pattern
-    (within each sequence: causal, with the window, or full), or the call
-    keeps the mask."""
+    (within each sequence: causal, with the window, or full; a collator's
+    offsets also stand against the row's own pattern: transformers_packed's
+    offsets_of), or the call keeps the mask.  None while torch.compile
+    traces (_traced_rows)."""
     B, _, L, _ = query.shape
     if (B != 1 or L < 2 or key.shape[-2] != L or position_bias is not None or _is_compiling()
             or not query.is_cpu):
         return None
-    cu = kwargs.get("cu_seq_lens_q")
-    if cu is not None:
-        ck = kwargs.get("cu_seq_lens_k")
-        if not isinstance(cu, _Tensor) or not isinstance(ck, _Tensor) or not torch.equal(cu, ck):
-            return None
-        cu = cu.to(torch.int64)
-    else:
+    cu, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    given = cu is not None
+    if not given:
         pos = kwargs.get("position_ids")
         if attention_mask is None or not isinstance(pos, _Tensor) or pos.shape[-1] != L:
             return None
@@ -259,61 +263,23 @@ def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwar
         starts = torch.nonzero(pos[1:] - pos[:-1] != 1).flatten() + 1
         if starts.numel() == 0:  # one sequence: the mask path is as fast
             return None
-        cu = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), L)])
-    if cu.ndim != 1 or cu.numel() < 2 or int(cu[0]) != 0 or int(cu[-1]) != L or bool(
-            (cu[1:] < cu[:-1]).any()):
+        cu = ck = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), L)])
+    elif not isinstance(cu, _Tensor) or not isinstance(ck, _Tensor):
         return None
-    if attention_mask is not None and not _is_packed_pattern(attention_mask, cu, causal, window):
-        return None
-    return cu
+    return _packed.offsets_of(cu, ck, L, attention_mask, causal, window, given=given)
 
 
-# The last masks checked (a model hands the same mask to each of its layers
-# of a kind; two kinds alternate in Gemma 2 and gpt-oss): (weak reference to
-# the mask, what it was checked against with its version counter, verdict).
-_checked: list[tuple[Any, tuple, bool]] = []
-
-
-def _is_packed_pattern(mask, cu, causal, window) -> bool:
-    """Whether ``mask`` ((1, 1, L, L): bool True = attend, or float 0 / -inf)
-    is exactly attention within the sequences of ``cu``, causal (and in the
-    window) if so; a mask checked before against the same arguments, and not
-    written since, is not read again."""
-    key = (mask._version, tuple(cu.tolist()), bool(causal), window)
-    for ref, seen, verdict in _checked:
-        if ref() is mask and seen == key:
-            return verdict
-    verdict = _pattern_of_bands(mask, cu, causal, window)
-    _checked[:] = [(weakref.ref(mask), key, verdict)] + _checked[:1]
-    return verdict
-
-
-def _pattern_of_bands(mask, cu, causal, window) -> bool:
-    """_is_packed_pattern's check, a band of rows at a time, so that its own
-    temporaries stay a small part of the mask."""
-    L = int(cu[-1])
-    if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
-        return False
-    seg = torch.searchsorted(cu[1:], torch.arange(L), right=True)
-    got_all = mask.reshape(L, L)
-    j = torch.arange(L)[None, :]
-    for r0 in range(0, L, _PATTERN_ROWS):
-        r1 = min(L, r0 + _PATTERN_ROWS)
-        i = torch.arange(r0, r1)[:, None]
-        want = seg[r0:r1, None] == seg[None, :]
-        if causal:
-            want &= j <= i
-            if window is not None:
-                want &= j >= i - window[0]
-        got = got_all[r0:r1]
-        if got.dtype is not torch.bool:
-            attend = got == 0
-            if not bool((attend | (got == float("-inf"))).all()):
-                return False
-            got = attend
-        if not torch.equal(got, want):
-            return False
-    return True
+def _traced_rows(query, key, attention_mask, position_bias, kwargs) -> bool:
+    """Whether a call traced by torch.compile is one row with a flattening
+    collator's offsets (and no mask, or the full (1, 1, L, S) one): then the
+    operator fastattn::packed_rows makes _packed_rows' decision when it runs."""
+    B, _, L, _ = query.shape
+    cu, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    return (B == 1 and L >= 2 and key.shape[-2] == L and position_bias is None
+            and isinstance(cu, _Tensor) and isinstance(ck, _Tensor) and query.is_cpu
+            and _is_compiling()
+            and (attention_mask is None
+                 or (attention_mask.ndim == 4 and attention_mask.shape[:3] == (1, 1, L))))
 
 
 def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,

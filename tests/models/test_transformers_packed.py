@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
                                    "transformers (pip install 'fastattn[torch]')")
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
+from fastattn.integrations import transformers_packed as fa_packed  # noqa: E402
 from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
                            train_pair)
 
@@ -159,7 +160,7 @@ def test_a_mask_other_than_the_packed_pattern_keeps_the_mask_path():
 
 def test_a_leak_in_a_later_band_of_a_long_mask_is_seen():
     # the pattern is compared a band of rows at a time: a leak past the first band
-    L = 2 * fa_tf._PATTERN_ROWS + 88
+    L = 2 * fa_packed.PATTERN_ROWS + 88
     pos = torch.cat([torch.arange(300), torch.arange(L - 300)])[None]
     i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
     packed = (j <= i) & ((i < 300) == (j < 300))
