@@ -2,6 +2,7 @@
 query head, and against torch.
 
     python bench/gqa_backward.py [--rounds 9] [--threads 1,2] [--json FILE]
+    python bench/gqa_backward.py --peak 4096
 
 Causal, per shape (SHAPES below: batch, query heads, key/value heads, L, D),
 dtype and thread count, each round in one process: fastattn's
@@ -12,6 +13,11 @@ torch SDPA's forward + backward with ``enable_gqa=True`` next to fastattn's
 forward + backward.  Printed: medians of the per-round ratios, with their
 lowest and highest round.  The fastattn imported is the one on ``sys.path``
 (its path is printed), so two builds can be compared from their checkouts.
+
+``--peak L``: one grouped backward at (1, 32 query heads, 8 key/value heads,
+L, 128), float32, causal, the process's first (its memory fresh, as a
+training step's gradients are): its time, and the peak of NumPy's
+allocations during it (tracemalloc) beside the gradients' own bytes.
 """
 import argparse
 import json
@@ -94,13 +100,33 @@ def _measure(shape, dtype, threads, rounds, torch):
     return res
 
 
+def _peak(n):
+    import tracemalloc
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 32, n, 128), dtype=np.float32)
+    k, v = (rng.standard_normal((1, 8, n, 128), dtype=np.float32) for _ in "kv")
+    out, lse = fastattn.attention(q, k, v, is_causal=True, enable_gqa=True, return_lse=True)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    grads = fastattn.attention_backward(out, q, k, v, out, lse, is_causal=True, enable_gqa=True)
+    t = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    print(f"(1, 32, 8, {n}, 128) float32 causal, first call: backward {t * 1e3:.0f} ms, NumPy's "
+          f"peak {peak / 2 ** 20:.1f} MiB, the gradients "
+          f"{sum(g.nbytes for g in grads) / 2 ** 20:.1f} MiB")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--json")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--peak", type=int, metavar="L")
     args = ap.parse_args()
+    if args.peak:
+        print("fastattn from", fastattn.__file__)
+        return _peak(args.peak)
     torch = None
     if not args.no_torch:
         try:
