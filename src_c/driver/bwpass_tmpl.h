@@ -250,14 +250,15 @@ static void FN(bw_dkv_item)(const FN(bw_plan) *pl, int64_t bk, int64_t kb, int t
     FN(bw_store)(&pl->b->dv, go0.dv, t.kb, t.nk, a->Ev, dv, pl->ldEv, 1);
 }
 
-/* Two-pass item it of nkh x nkb + nbatch x nqb, the two passes in one loop (they
- * are independent: each reads only the operands and delta) and in an order
- * of about decreasing cost under the causal and window limits, so that on
- * a dynamic schedule the threads finish together: the dK/dV items by key
- * block from the first (seen by the most query rows), the key heads
+/* Two-pass item it of nkh x nkb + nbatch x nqb, the two passes in one loop
+ * (they are independent: each reads only the operands and delta) and in an
+ * order of about decreasing cost under the causal and window limits, so
+ * that on a dynamic schedule the threads finish together: the dK/dV items
+ * by key block from the first (seen by the most query rows), the key heads
  * interleaved, then the dQ items by query block from the last (seeing the
- * most keys), the batch indices interleaved.  Any order gives the same bits: an item writes only its own
- * gradients, summed in its own fixed order. */
+ * most keys), the batch indices interleaved.  Any order gives the same
+ * bits: an item writes only its own gradients, summed in its own fixed
+ * order. */
 static void FN(bw_pass_item)(void *ctx, int64_t it, int tid)
 {
     const FN(bw_plan) *pl = (const FN(bw_plan) *)ctx;
