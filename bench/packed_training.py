@@ -1,7 +1,7 @@
 """Training steps on packed rows through transformers: fastattn against sdpa.
 
     python bench/packed_training.py [--rounds 9] [--threads 1] [--docs 16] [--doc-len 128]
-                                    [--compile [BACKEND]]
+                                    [--compile [BACKEND] [--positions-only]]
 
 A random-weight Llama (hidden 256, 4 heads of 64, 2 kv heads, 2 layers,
 intermediate 1024, float32) in ``model.train()`` takes one forward, backward
@@ -21,7 +21,9 @@ three ways as ``torch.compile``-d models given the row as a flattening collator
 gives it (``cu_seq_lens_q`` / ``cu_seq_lens_k`` too): there ``fastattn`` is
 the operator ``fastattn::packed_rows`` (transformers_packed.py), which runs
 the documents alone when it finds the mask to be their pattern; ``fastattn,
-mask`` is the compiled mask path it replaced.
+mask`` is the compiled mask path it replaced.  ``--positions-only`` gives the
+row as the collator does by default (``position_ids`` alone: the operator
+finds the documents from them when it runs).
 """
 import argparse
 import copy
@@ -62,6 +64,7 @@ def main(argv=None):
     ap.add_argument("--docs", type=int, default=16)
     ap.add_argument("--doc-len", type=int, default=128)
     ap.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND")
+    ap.add_argument("--positions-only", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     fa_tf.register(num_threads=args.threads)
@@ -77,7 +80,7 @@ def main(argv=None):
     ids = torch.randint(3, 1000, (1, n), generator=g)
     pos = torch.arange(args.doc_len).repeat(args.docs)[None]
     batch = {"input_ids": ids, "position_ids": pos, "labels": ids, "use_cache": False}
-    if args.compile is not None:
+    if args.compile is not None and not args.positions_only:
         cu = torch.arange(0, n + 1, args.doc_len, dtype=torch.int32)
         batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=args.doc_len,
                      max_length_k=args.doc_len)
@@ -100,6 +103,7 @@ def main(argv=None):
             losses[name] = loss
     print(f"row of {args.docs} documents x {args.doc_len} tokens ({n}), {args.threads} "
           f"thread(s), {'torch.compile ' + args.compile + ', ' if args.compile else ''}"
+          f"{'position_ids only, ' if args.positions_only else ''}"
           f"{args.rounds} rounds; torch {torch.__version__}, transformers "
           f"{transformers.__version__}; losses: "
           + ", ".join(f"{k} {v:.6f}" for k, v in losses.items()))

@@ -210,10 +210,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return res[None], None
     if not dropout and _traced_rows(query, key, attention_mask, position_bias, kwargs):
         mask = None if attention_mask is None else attention_mask[..., :L]
+        cu = kwargs.get("cu_seq_lens_q")
         return _packed.packed_or_masked(
-            query, key, value, mask, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"],
-            causal=causal, window=window, scale=scaling, softcap=softcap, sinks=s_aux,
-            num_threads=nt), None
+            query, key, value, mask, cu, kwargs.get("cu_seq_lens_k"),
+            kwargs.get("position_ids") if cu is None else None, causal=causal, window=window,
+            scale=scaling, softcap=softcap, sinks=s_aux, num_threads=nt), None
     mask = pad = None
     if attention_mask is not None and (attention_mask.dtype is not torch.bool
                                        or attention_mask.shape[-2] != 1):
@@ -253,33 +254,27 @@ def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwar
     if (B != 1 or L < 2 or key.shape[-2] != L or position_bias is not None or _is_compiling()
             or not query.is_cpu):
         return None
-    cu, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-    given = cu is not None
-    if not given:
-        pos = kwargs.get("position_ids")
-        if attention_mask is None or not isinstance(pos, _Tensor) or pos.shape[-1] != L:
-            return None
-        pos = pos.reshape(-1, L)[0]
-        starts = torch.nonzero(pos[1:] - pos[:-1] != 1).flatten() + 1
-        if starts.numel() == 0:  # one sequence: the mask path is as fast
-            return None
-        cu = ck = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), L)])
-    elif not isinstance(cu, _Tensor) or not isinstance(ck, _Tensor):
+    cu, ck, pos = (kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "position_ids"))
+    if cu is not None and not (isinstance(cu, _Tensor) and isinstance(ck, _Tensor)):
         return None
-    return _packed.offsets_of(cu, ck, L, attention_mask, causal, window, given=given)
+    if not isinstance(pos, _Tensor):
+        pos = None
+    return _packed.row_offsets(cu, ck, pos, L, attention_mask, causal, window)
 
 
 def _traced_rows(query, key, attention_mask, position_bias, kwargs) -> bool:
-    """Whether a call traced by torch.compile is one row with a flattening
-    collator's offsets (and no mask, or the full (1, 1, L, S) one): then the
+    """Whether a call traced by torch.compile is one row that _packed_rows
+    would look at: a flattening collator's offsets (and no mask, or the full
+    (1, 1, L, S) one), or ``position_ids`` with that full mask; then the
     operator fastattn::packed_rows makes _packed_rows' decision when it runs."""
     B, _, L, _ = query.shape
-    cu, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-    return (B == 1 and L >= 2 and key.shape[-2] == L and position_bias is None
-            and isinstance(cu, _Tensor) and isinstance(ck, _Tensor) and query.is_cpu
-            and _is_compiling()
-            and (attention_mask is None
-                 or (attention_mask.ndim == 4 and attention_mask.shape[:3] == (1, 1, L))))
+    cu, ck, pos = (kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "position_ids"))
+    full = (attention_mask is not None and attention_mask.ndim == 4
+            and attention_mask.shape[:3] == (1, 1, L))
+    given = isinstance(cu, _Tensor) and isinstance(ck, _Tensor)
+    found = cu is None and isinstance(pos, _Tensor) and pos.shape[-1] == L and full
+    return (B == 1 and L >= 2 and key.shape[-2] == L and position_bias is None and query.is_cpu
+            and _is_compiling() and (given or found) and (attention_mask is None or full))
 
 
 def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,

@@ -2,16 +2,17 @@
 a mask is exactly their pattern, and the operator that runs the row under
 ``torch.compile``.
 
-Eagerly, the backend reads the offsets (a flattening collator's
+Eagerly, the backend finds the documents (a flattening collator's
 ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or restarting ``position_ids``) and
-the mask in Python and runs :func:`fastattn.torch.attention_varlen` where the
-mask is exactly their pattern (``transformers.py``'s ``_packed_rows``).  While
+checks the mask in Python (:func:`row_offsets`, from ``transformers.py``'s
+``_packed_rows``), then runs :func:`fastattn.torch.attention_varlen`.  While
 ``torch.compile`` traces, no tensor's values can be read, so a call that
-carries the collator's offsets becomes the operator ``fastattn::packed_rows``
-(:func:`packed_or_masked`), which makes the same decision when it runs: the
-documents through ``attention_varlen`` where the offsets agree and the mask
-(if any) is their packed pattern, else the mask as it is (or, with no mask,
-the causal row with its window) -- the eager call's result either way.  Its
+carries the collator's offsets, or ``position_ids`` and a mask, becomes the
+operator ``fastattn::packed_rows`` (:func:`packed_or_masked`), which makes
+the same decision when it runs: the documents through ``attention_varlen``
+where they are found and the mask (if any) is their pattern, else the mask
+as it is (or, with no mask, the causal row with its window) -- the eager
+call's result either way.  Its
 backward is the operator ``fastattn::packed_rows_backward``, down the branch
 the forward took.
 """
@@ -30,7 +31,8 @@ from ..varlen_backward import attention_varlen_backward as _attention_varlen_bac
 from .._torch_views import (array_view, constants, fake_grads, tensor_view, window_of,
                             window_pair)
 
-__all__ = ["PATTERN_ROWS", "is_packed_pattern", "offsets_of", "packed_or_masked"]
+__all__ = ["PATTERN_ROWS", "is_packed_pattern", "offsets_of", "restarts", "row_offsets",
+           "packed_or_masked"]
 
 _Tensor = torch.Tensor
 
@@ -53,6 +55,34 @@ def offsets_of(cu_q: _Tensor, cu_k: _Tensor, L: int, mask: _Tensor | None, causa
         return cu
     whole = cu.new_tensor([0, L])
     return cu if given and is_packed_pattern(mask, whole, causal, window) else None
+
+
+def restarts(position_ids: _Tensor, L: int) -> _Tensor | None:
+    """The offsets (int64, from 0 to L) of the sequences of a row of ``L``
+    positions, a sequence starting where a position does not follow its
+    predecessor by 1 (as transformers finds packed sequences); None for one
+    sequence (the mask path is as fast) or positions of another length."""
+    if position_ids.shape[-1] != L or position_ids.numel() < L:
+        return None
+    pos = position_ids.reshape(-1, L)[0]
+    starts = torch.nonzero(pos[1:] - pos[:-1] != 1).flatten() + 1
+    if starts.numel() == 0:
+        return None
+    return torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), L)])
+
+
+def row_offsets(cu_q: _Tensor | None, cu_k: _Tensor | None, position_ids: _Tensor | None,
+                L: int, mask: _Tensor | None, causal: bool, window: tuple | None
+                ) -> _Tensor | None:
+    """A row's documents: a flattening collator's offsets (``cu_q``, ``cu_k``
+    tensors) where given, else the restarts of ``position_ids`` with a mask
+    (that must then be their pattern); checked by :func:`offsets_of`.
+    None: the row is read through its mask."""
+    if cu_q is not None:
+        return None if cu_k is None else offsets_of(cu_q, cu_k, L, mask, causal, window,
+                                                    given=True)
+    cu = None if position_ids is None or mask is None else restarts(position_ids, L)
+    return None if cu is None else offsets_of(cu, cu, L, mask, causal, window, given=False)
 
 
 PATTERN_ROWS = 256  # rows of the mask compared at a time (is_packed_pattern)
@@ -112,22 +142,26 @@ def _pattern_of_bands(mask, cu, causal, window) -> bool:
 # ---------------------------------------------------------------------------
 
 def packed_or_masked(query: _Tensor, key: _Tensor, value: _Tensor, mask: _Tensor | None,
-                     cu_q: _Tensor, cu_k: _Tensor, *, causal: bool, window: tuple | None,
+                     cu_q: _Tensor | None, cu_k: _Tensor | None,
+                     position_ids: _Tensor | None, *, causal: bool, window: tuple | None,
                      scale: float | None, softcap: float | None, sinks: _Tensor | None,
                      num_threads: int | None) -> _Tensor:
     """The row's attention as ``fastattn::packed_rows``: query ``(1, H, L, E)``,
     key and value ``(1, Hkv, L, .)``, ``mask`` ``(1, 1, L, L)`` (bool True =
-    attend, or float 0 / -inf) or None -> ``(1, L, H, Ev)``, differentiable in
-    query, key, value and ``sinks``."""
+    attend, or float 0 / -inf) or None, the documents as :func:`row_offsets`
+    finds them when it runs -> ``(1, L, H, Ev)``, differentiable in query,
+    key, value and ``sinks``."""
     constants({"attention_mask": mask})
     wl, wr = window_pair(window)
-    return torch.ops.fastattn.packed_rows(query, key, value, mask, cu_q, cu_k, causal, wl, wr,
-                                          scale, softcap, sinks, num_threads)[0]
+    return torch.ops.fastattn.packed_rows(query, key, value, mask, cu_q, cu_k, position_ids,
+                                          causal, wl, wr, scale, softcap, sinks,
+                                          num_threads)[0]
 
 
 @torch.library.custom_op("fastattn::packed_rows", mutates_args=(), device_types="cpu")
 def _packed_rows_op(query: _Tensor, key: _Tensor, value: _Tensor, mask: _Tensor | None,
-                    cu_q: _Tensor, cu_k: _Tensor, causal: bool, window_left: int,
+                    cu_q: _Tensor | None, cu_k: _Tensor | None, position_ids: _Tensor | None,
+                    causal: bool, window_left: int,
                     window_right: int, scale: float | None, softcap: float | None,
                     sinks: _Tensor | None, num_threads: int | None
                     ) -> tuple[_Tensor, _Tensor, _Tensor]:
@@ -137,7 +171,7 @@ def _packed_rows_op(query: _Tensor, key: _Tensor, value: _Tensor, mask: _Tensor 
     a = array_view
     _, H, L, _ = query.shape
     window = window_of(window_left, window_right)
-    cu = offsets_of(cu_q, cu_k, L, mask, causal, window, given=True)
+    cu = row_offsets(cu_q, cu_k, position_ids, L, mask, causal, window)
     with torch.no_grad():
         if cu is not None:
             q, k, v = (a(x[0].transpose(0, 1), n) for x, n in ((query, "query"), (key, "key"),
@@ -166,8 +200,8 @@ def _masked(mask, causal, window) -> tuple:
 
 
 @_packed_rows_op.register_fake
-def _packed_rows_fake(query, key, value, mask, cu_q, cu_k, causal, window_left, window_right,
-                      scale, softcap, sinks, num_threads):
+def _packed_rows_fake(query, key, value, mask, cu_q, cu_k, position_ids, causal, window_left,
+                      window_right, scale, softcap, sinks, num_threads):
     _, H, L, _ = query.shape
     lse_dt = torch.float64 if query.dtype == torch.float64 else torch.float32
     return (query.new_empty((1, L, H, value.shape[-1])), query.new_empty((H, L), dtype=lse_dt),
@@ -176,8 +210,9 @@ def _packed_rows_fake(query, key, value, mask, cu_q, cu_k, causal, window_left, 
 
 @torch.library.custom_op("fastattn::packed_rows_backward", mutates_args=(), device_types="cpu")
 def _packed_rows_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tensor,
-                             key: _Tensor, value: _Tensor, mask: _Tensor | None, cu_q: _Tensor,
-                             out: _Tensor, lse: _Tensor,
+                             key: _Tensor, value: _Tensor, mask: _Tensor | None,
+                             cu_q: _Tensor | None, position_ids: _Tensor | None, out: _Tensor,
+                             lse: _Tensor,
                              alone: _Tensor, causal: bool, window_left: int,
                              window_right: int, scale: float | None, softcap: float | None,
                              sinks: _Tensor | None, num_threads: int | None
@@ -191,7 +226,8 @@ def _packed_rows_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query:
     common = dict(scale=scale, softcap=softcap, sinks=a(sinks, "sinks"),
                   num_threads=num_threads)
     if bool(alone):
-        cu = a(cu_q.to(torch.int64), "cu_q")
+        L = query.shape[2]  # the forward found these offsets valid
+        cu = a(cu_q.to(torch.int64) if cu_q is not None else restarts(position_ids, L), "cu")
         rows = [a(x[0].transpose(0, 1), n) for x, n in ((query, "query"), (key, "key"),
                                                         (value, "value"))]
         grads = _attention_varlen_backward(a(grad_out[0], "grad_out"), *rows, a(out[0], "out"),
@@ -216,33 +252,32 @@ def _packed_rows_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query:
 
 
 @_packed_rows_backward_op.register_fake
-def _packed_rows_backward_fake(grad_out, grad_lse, query, key, value, mask, cu_q, out, lse,
-                               alone, causal, window_left, window_right, scale, softcap, sinks,
-                               num_threads):
+def _packed_rows_backward_fake(grad_out, grad_lse, query, key, value, mask, cu_q,
+                               position_ids, out, lse, alone, causal, window_left,
+                               window_right, scale, softcap, sinks, num_threads):
     return fake_grads(query, key, value, sinks)
 
 
 def _setup(ctx, inputs, output) -> None:
-    (q, k, v, mask, cu_q, cu_k, causal, wl, wr, scale, cap, sinks, nt) = inputs
+    (q, k, v, mask, cu_q, cu_k, pos, causal, wl, wr, scale, cap, sinks, nt) = inputs
     constants({"attention_mask": mask})
     ctx.options = (causal, wl, wr, scale, cap, nt)
     ctx.has_sinks = sinks is not None
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(q, k, v, mask, cu_q, sinks, *output)
+    ctx.save_for_backward(q, k, v, mask, cu_q, pos, sinks, *output)
 
 
 def _backward(ctx, grad_out, grad_lse, grad_alone):
-    q, k, v, mask, cu_q, sinks, out, lse, alone = ctx.saved_tensors
+    q, k, v, mask, cu_q, pos, sinks, out, lse, alone = ctx.saved_tensors
     causal, wl, wr, scale, cap, nt = ctx.options
     if grad_out is None and grad_lse is None:
-        return (None,) * 13
+        return (None,) * 14
     if grad_out is None:  # only lse was used
         grad_out = torch.zeros_like(out)
     dq, dk, dv, ds = torch.ops.fastattn.packed_rows_backward(
-        grad_out, grad_lse, q, k, v, mask, cu_q, out, lse, alone, causal, wl, wr, scale, cap,
-        sinks, nt)
-    return (dq, dk, dv, None, None, None, None, None, None, None, None,
-            ds if ctx.has_sinks else None, None)
+        grad_out, grad_lse, q, k, v, mask, cu_q, pos, out, lse, alone, causal, wl, wr, scale,
+        cap, sinks, nt)
+    return (dq, dk, dv) + (None,) * 9 + (ds if ctx.has_sinks else None, None)
 
 
 torch.library.register_autograd("fastattn::packed_rows", _backward, setup_context=_setup)

@@ -66,3 +66,10 @@ def assert_grad_close(got, want, name):
     assert got is not None, name
     torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL_REL * float(want.abs().max()),
                                msg=lambda m: f"{name}: {m}")
+
+
+def assert_grads_close(ours, eager):
+    """Every parameter's gradient of ``ours`` close to ``eager``'s (assert_grad_close)."""
+    theirs = dict(eager.named_parameters())
+    for pname, p in ours.named_parameters():
+        assert_grad_close(p.grad, theirs[pname].grad, pname)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from fastattn.integrations import transformers_packed as fa_packed  # noqa: E402
-from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
+from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grads_close,  # noqa: E402
                            train_pair)
 
 fa_tf.register()
@@ -42,12 +42,6 @@ def _count_varlen_calls(monkeypatch):
     return calls
 
 
-def _assert_grads_close(ours, eager):
-    theirs = dict(eager.named_parameters())
-    for pname, p in ours.named_parameters():
-        assert_grad_close(p.grad, theirs[pname].grad, pname)
-
-
 CU = [0, 10, 16, 17, 26]
 
 
@@ -64,7 +58,7 @@ def test_packed_row_trains_through_varlen_with_eager_loss_and_gradients(name, mo
     want.backward()
     got.backward()
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
-    _assert_grads_close(ours, eager)
+    assert_grads_close(ours, eager)
 
 
 def test_flattening_collator_offsets_are_honoured(monkeypatch):
@@ -85,7 +79,7 @@ def test_flattening_collator_offsets_are_honoured(monkeypatch):
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
     got.backward()
     want.backward()
-    _assert_grads_close(ours, eager)
+    assert_grads_close(ours, eager)
 
 
 @pytest.mark.parametrize("name", TRAIN_MODELS)
@@ -107,7 +101,7 @@ def test_collator_offsets_give_each_document_alone(name, monkeypatch):
     w = torch.randn(got.shape, generator=g)
     (got * w).sum().backward()
     (want * w).sum().backward()
-    _assert_grads_close(ours, eager)
+    assert_grads_close(ours, eager)
 
 
 def test_packed_row_inference_matches_eager(monkeypatch):

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from fastattn.integrations import transformers_packed as fa_packed  # noqa: E402
-from models_common import (TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
+from models_common import (TRAIN_CONFIG, TRAIN_MODELS, assert_grads_close,  # noqa: E402
                            train_pair)
 
 fa_tf.register()
@@ -50,8 +50,8 @@ def _count_calls(monkeypatch):
     return calls
 
 
-def _collated(seed):
-    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+def _collated(seed, offsets=True):
+    collate = transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=offsets)
     g = torch.Generator().manual_seed(seed)
     docs = [torch.randint(3, 100, (n,), generator=g) for n in DOCS]
     batch = collate([{"input_ids": d.tolist()} for d in docs])
@@ -59,18 +59,19 @@ def _collated(seed):
     return docs, batch, g
 
 
-def _assert_grads_close(ours, eager):
-    theirs = dict(eager.named_parameters())
-    for pname, p in ours.named_parameters():
-        assert_grad_close(p.grad, theirs[pname].grad, pname)
-
-
-@pytest.mark.parametrize("name", TRAIN_MODELS)
-def test_compiled_packed_row_gives_each_document_alone(name, monkeypatch):
+def _compiled_documents_alone(name, monkeypatch, offsets):
+    """A tiny ``name`` model compiled, on a collated row (with or without the
+    offsets) against eager on each document alone: the packed kernels ran in
+    every layer, forward and backward; logits and gradients alike."""
     eager, ours = train_pair(name, fa_tf.NAME)
-    docs, batch, g = _collated(4)
+    docs, batch, g = _collated(4, offsets)
+    assert ("cu_seq_lens_q" in batch) == offsets
+    # with the offsets, the model's cache on: transformers builds the row's
+    # causal mask, not the packed one (the offsets stand against it); without
+    # them, off: the packed mask from position_ids
+    cache = {} if offsets else {"use_cache": False}
     calls = _count_calls(monkeypatch)
-    got = torch.compile(ours, backend="aot_eager")(**batch).logits[0]
+    got = torch.compile(ours, backend="aot_eager")(**batch, **cache).logits[0]
     assert calls[0] == [[0, 10, 16, 17, 26]] * LAYERS  # no (L, L) mask read by the kernels
     want = torch.cat([eager(input_ids=d[None], use_cache=False).logits[0] for d in docs])
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
@@ -78,7 +79,32 @@ def test_compiled_packed_row_gives_each_document_alone(name, monkeypatch):
     (got * w).sum().backward()
     (want * w).sum().backward()
     assert len(calls[1]) == LAYERS
-    _assert_grads_close(ours, eager)
+    assert_grads_close(ours, eager)
+
+
+@pytest.mark.parametrize("name", TRAIN_MODELS)
+def test_compiled_row_with_collator_offsets_gives_each_document_alone(name, monkeypatch):
+    _compiled_documents_alone(name, monkeypatch, offsets=True)
+
+
+# DataCollatorWithFlattening's default: position_ids alone; transformers builds
+# the packed mask from them, which the operator finds their pattern.  (gpt-oss's
+# models in transformers 5.x build no packed mask from position_ids: without the
+# collator's offsets its row is read through the mask, eager or compiled.)
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2"])
+def test_compiled_row_of_restarting_positions_gives_each_document_alone(name, monkeypatch):
+    _compiled_documents_alone(name, monkeypatch, offsets=False)
+
+
+def test_compiled_row_of_one_sequence_reads_its_mask(monkeypatch):
+    eager, ours = train_pair("mistral", fa_tf.NAME)
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, 100, (1, 20), generator=g)
+    calls = _count_calls(monkeypatch)
+    got = torch.compile(ours, backend="aot_eager")(input_ids=ids, use_cache=False).logits
+    assert calls[0] == []
+    torch.testing.assert_close(got, eager(input_ids=ids, use_cache=False).logits, rtol=1e-4,
+                               atol=1e-5)
 
 
 def test_compiled_offsets_the_mask_contradicts_keep_the_mask(monkeypatch):
@@ -132,9 +158,12 @@ MASKS = {
 ALONE = {"documents": 1, "row_causal": 1, "no_mask": 1, "leaky": 0}
 
 
-def _op(q, k, v, mask, cu, sinks, causal=True):
-    return torch.ops.fastattn.packed_rows(q, k, v, mask, cu, cu, causal, -1, -1, None, None,
-                                          sinks, 1)
+POSITIONS = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4]])  # CU's documents
+
+
+def _op(q, k, v, mask, cu, sinks, causal=True, positions=None):
+    return torch.ops.fastattn.packed_rows(q, k, v, mask, cu, cu, positions, causal, -1, -1,
+                                          None, None, sinks, 1)
 
 
 @pytest.mark.parametrize("mask", list(MASKS))
@@ -151,36 +180,58 @@ def test_operator_runs_documents_alone_only_where_the_mask_allows(mask):
     torch.testing.assert_close(out[0], want, rtol=0, atol=0)
 
 
+# the documents found from position_ids need a mask, and it must be their pattern
+POSITION_CASES = {"documents": 1, "row_causal": 0, "no_mask": 0, "leaky": 0}
+
+
+@pytest.mark.parametrize("mask", list(POSITION_CASES))
+def test_operator_finds_documents_from_positions_only_with_their_pattern(mask):
+    q, k, v, sinks = _qkv()
+    m = MASKS[mask]()
+    out, _, alone = _op(q, k, v, m, None, sinks, positions=POSITIONS)
+    assert int(alone) == POSITION_CASES[mask]
+    found = fa_tf._packed_rows(q, k, m, True, None, None, {"position_ids": POSITIONS})
+    assert (found is not None) == bool(POSITION_CASES[mask])
+    with_offsets, _, _ = _op(q, k, v, m, CU, sinks)
+    if POSITION_CASES[mask]:
+        torch.testing.assert_close(out, with_offsets, rtol=0, atol=0)
+
+
 def test_offsets_from_position_ids_do_not_stand_against_the_row_pattern():
     q, k, _, _ = _qkv()
-    pos = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4]])
     row = _pattern(torch.tensor([0, L]))
-    assert fa_tf._packed_rows(q, k, row, True, None, None, {"position_ids": pos}) is None
+    assert fa_tf._packed_rows(q, k, row, True, None, None, {"position_ids": POSITIONS}) is None
     got = fa_tf._packed_rows(q, k, row, True, None, None,
                              {"cu_seq_lens_q": CU, "cu_seq_lens_k": CU})
     assert got.tolist() == CU.tolist()
 
 
-@pytest.mark.parametrize("mask", ["documents", "leaky", "no_mask"])
-def test_operator_passes_opcheck(mask):
+@pytest.mark.parametrize("mask, positions", [("documents", False), ("leaky", False),
+                                             ("no_mask", False), ("documents", True)],
+                         ids=["documents", "leaky", "no_mask", "documents_from_positions"])
+def test_operator_passes_opcheck(mask, positions):
     q, k, v, sinks = _qkv(grad=True)
+    cu = None if positions else CU
     torch.library.opcheck(torch.ops.fastattn.packed_rows,
-                          (q, k, v, MASKS[mask](), CU, CU, True, -1, -1, 0.3, 5.0, sinks, 1))
+                          (q, k, v, MASKS[mask](), cu, cu, POSITIONS if positions else None,
+                           True, -1, -1, 0.3, 5.0, sinks, 1))
 
 
-@pytest.mark.parametrize("mask, window", [("documents", None), ("no_mask", (2, 0)),
-                                          ("leaky", None)],
-                         ids=["documents_alone", "documents_alone_window", "mask_read"])
-def test_operator_gradients_match_finite_differences_in_float64(mask, window):
+@pytest.mark.parametrize("mask, window, positions",
+                         [("documents", None, False), ("no_mask", (2, 0), False),
+                          ("leaky", None, False), ("documents", None, True)],
+                         ids=["documents_alone", "documents_alone_window", "mask_read",
+                              "documents_from_positions"])
+def test_operator_gradients_match_finite_differences_in_float64(mask, window, positions):
     q, k, v, sinks = _qkv(torch.float64, grad=True)
     m = MASKS[mask]()
-    _, _, alone = _op(q, k, v, m, CU, sinks)
+    cu, pos = (None, POSITIONS) if positions else (CU, None)
+    _, _, alone = _op(q, k, v, m, cu, sinks, positions=pos)
     assert int(alone) == ALONE[mask]
-
     wl, wr = (-1, -1) if window is None else window
 
     def f(q, k, v, sinks):  # the result and each row's lse, both differentiable
-        return torch.ops.fastattn.packed_rows(q, k, v, m, CU, CU, True, wl, wr, 0.5, 4.0,
+        return torch.ops.fastattn.packed_rows(q, k, v, m, cu, cu, pos, True, wl, wr, 0.5, 4.0,
                                               sinks, 1)[:2]
 
     assert torch.autograd.gradcheck(f, (q, k, v, sinks))
