@@ -18,9 +18,12 @@ only the padding (``None`` without padding, else a ``(batch, 1, 1, S)`` bool
 tensor, True = attend).  The attention function then calls fastattn with
 ``is_causal='lower_right'`` (when the module is causal), ``window=(W - 1, 0)``
 for ``sliding_window=W`` (transformers counts the current token), and the
-padding as ``key_padding_mask``.  Any other pattern (chunked, packed
-sequences, a static cache whose keys run past the queries, tracing) gets the
-full mask, as a float tensor (0 or ``-inf``), used as it is, except one row
+padding as ``key_padding_mask``.  While torch.compile traces, no pattern can
+be evaluated: the plain causal one (known by the model's mask function) still
+gets only the padding (kept even where it hides nothing), the others the full
+mask.  Any other pattern (chunked, packed sequences, a static cache whose keys
+run past the queries) gets the full mask, as a float tensor (0 or ``-inf``),
+used as it is, except one row
 of packed sequences: where a flattening collator passes ``cu_seq_lens_q`` /
 ``cu_seq_lens_k``, or ``position_ids`` restart and the mask is exactly
 transformers' packed pattern, the attention function runs
@@ -105,8 +108,10 @@ def _masking_utils():
     return _mu[0]
 
 
-def _padding(attention_mask, batch_size: int, kv_length: int, kv_offset: int):
-    """The (batch, S) bool padding of the keys (True = attend), None if none."""
+def _padding(attention_mask, batch_size: int, kv_length: int, kv_offset: int, read: bool):
+    """The (batch, S) bool padding of the keys (True = attend), None if none;
+    unless ``read`` (while tracing no value can be read), a 2-D mask's
+    padding is kept even where it hides nothing."""
     if attention_mask is None:
         return None
     pad = attention_mask.to(torch.bool)
@@ -114,7 +119,7 @@ def _padding(attention_mask, batch_size: int, kv_length: int, kv_offset: int):
     if short > 0:  # keys past the 2-D mask are not attended (as transformers does)
         pad = torch.nn.functional.pad(pad, (0, short), value=False)
     pad = pad[:, kv_offset:kv_offset + kv_length]
-    if bool(pad.all()):
+    if read and bool(pad.all()):
         return None
     return pad.expand(batch_size, kv_length) if pad.shape[0] != batch_size else pad
 
@@ -158,8 +163,8 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
     else:
         native = not tracing and _native_pattern(mask_function, batch_size, q_length,
                                                  kv_length, q_offset, kv_offset, local_size)
-    if native and not tracing:
-        pad = _padding(attention_mask, batch_size, kv_length, kv_offset)
+    if native:  # (while tracing, only plain causal is known to be native)
+        pad = _padding(attention_mask, batch_size, kv_length, kv_offset, read=not tracing)
         return None if pad is None else pad[:, None, None, :]
     full = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
                         q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,

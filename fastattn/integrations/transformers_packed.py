@@ -161,9 +161,8 @@ def packed_or_masked(query: _Tensor, key: _Tensor, value: _Tensor, mask: _Tensor
 @torch.library.custom_op("fastattn::packed_rows", mutates_args=(), device_types="cpu")
 def _packed_rows_op(query: _Tensor, key: _Tensor, value: _Tensor, mask: _Tensor | None,
                     cu_q: _Tensor | None, cu_k: _Tensor | None, position_ids: _Tensor | None,
-                    causal: bool, window_left: int,
-                    window_right: int, scale: float | None, softcap: float | None,
-                    sinks: _Tensor | None, num_threads: int | None
+                    causal: bool, window_left: int, window_right: int, scale: float | None,
+                    softcap: float | None, sinks: _Tensor | None, num_threads: int | None
                     ) -> tuple[_Tensor, _Tensor, _Tensor]:
     """``fastattn::packed_rows``: the result ``(1, L, H, Ev)``, each row's
     log-sum-exp ``(H, L)``, and 1 where the documents ran alone (else 0: the
@@ -212,8 +211,7 @@ def _packed_rows_fake(query, key, value, mask, cu_q, cu_k, position_ids, causal,
 def _packed_rows_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tensor,
                              key: _Tensor, value: _Tensor, mask: _Tensor | None,
                              cu_q: _Tensor | None, position_ids: _Tensor | None, out: _Tensor,
-                             lse: _Tensor,
-                             alone: _Tensor, causal: bool, window_left: int,
+                             lse: _Tensor, alone: _Tensor, causal: bool, window_left: int,
                              window_right: int, scale: float | None, softcap: float | None,
                              sinks: _Tensor | None, num_threads: int | None
                              ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor]:

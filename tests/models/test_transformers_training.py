@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 import fastattn.torch as fat  # noqa: E402
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
-                           train_pair)
+                           assert_grads_close, train_pair)
 
 fa_tf.register()
 
@@ -35,9 +35,6 @@ def _batch():
     mask[1, SEQ - 5:] = 0
     labels = ids.masked_fill(mask == 0, -100)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-_assert_grad_close = assert_grad_close
 
 
 def _count_recorded_calls(monkeypatch):
@@ -67,7 +64,7 @@ def test_one_step_loss_and_every_gradient_match_eager(name, monkeypatch):
     theirs = dict(eager.named_parameters())
     n = 0
     for pname, p in ours.named_parameters():
-        _assert_grad_close(p.grad, theirs[pname].grad, pname)
+        assert_grad_close(p.grad, theirs[pname].grad, pname)
         n += 1
     assert n == len(theirs)
 
@@ -81,7 +78,7 @@ def test_gpt_oss_sinks_of_every_layer_get_eager_gradient():
         g, w = a.self_attn.sinks.grad, b.self_attn.sinks.grad
         assert g is not None and g.shape == (TRAIN_CONFIG["num_attention_heads"],)
         assert torch.count_nonzero(g) == g.numel()
-        _assert_grad_close(g, w, "sinks")
+        assert_grad_close(g, w, "sinks")
 
 
 @pytest.mark.parametrize("name", TRAIN_MODELS)
@@ -125,3 +122,28 @@ def test_attention_dropout_in_training_is_refused():
     model.train()
     with pytest.raises(ValueError, match="dropout_p=0.1"):
         model(input_ids=_batch()["input_ids"])
+
+
+def test_compiled_step_of_a_plain_causal_model_reads_no_mask(monkeypatch):
+    # while torch.compile traces, the mask function knows a plain causal
+    # model's pattern without evaluating it: each traced attention call gets
+    # the padding alone (fastattn's causal path), not the (L, S) mask
+    torch._dynamo.reset()
+    eager, ours = train_pair("llama", fa_tf.NAME)
+    seen = []
+    sdpa = fa_tf._sdpa
+
+    def spying(q, k, v, mask, *args, key_padding_mask=None, **kw):
+        seen.append((mask is None, key_padding_mask is not None))
+        return sdpa(q, k, v, mask, *args, key_padding_mask=key_padding_mask, **kw)
+
+    monkeypatch.setattr(fa_tf, "_sdpa", spying)
+    batch = _batch()
+    got = torch.compile(ours, backend="aot_eager")(**batch).loss
+    assert seen == [(True, True)] * TRAIN_CONFIG["num_hidden_layers"]  # traced once per layer
+    want = eager(**batch).loss
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    got.backward()
+    want.backward()
+    assert_grads_close(ours, eager)
+    torch._dynamo.reset()
