@@ -19,10 +19,10 @@
  * looping over the key blocks in order, so S and dP are computed twice;
  * both passes' items share one parallel loop (bw_pass_item).  Either way
  * every gradient element is summed in one fixed order, the same in both
- * schemes and whichever thread runs it.  First the
- * rows whose lse is -inf are checked to see no key (FA_ELSE otherwise:
- * nothing is written); then per batch index, its rows' D_i - g_i (a scratch
- * of L per batch index) and its sink's gradient. */
+ * schemes and whichever thread runs it.  First the rows whose lse is -inf
+ * are checked to see no key (FA_ELSE otherwise: nothing is written); then
+ * per batch index, its rows' D_i - g_i (a scratch of L per batch index) and
+ * its sink's gradient. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -61,7 +61,7 @@ typedef struct FN(bw_plan) {
     int64_t nbatch, bqp, ldE, ldEv, nqb, nkb;
     int64_t grp, nkh;          /* batch indices per key head, key heads */
     int64_t nkp;               /* key blocks packed at once: nkb fused, else 1 */
-    int nt, fused;             /* fused: one pass per batch index (bwfused_tmpl.h) */
+    int nt, fused;             /* fused: one pass per key head (bwfused_tmpl.h) */
     int dk_out, dv_out;        /* fused: dK (dV) summed in the output itself, its rows
                                 * contiguous and E (Ev) the accumulators' width, so the
                                 * kernels write nothing outside it (no scratch) */

@@ -15,11 +15,10 @@
  * operands of dV += P^T dO, dK += dS^T Q and dQ += dS K, whose accumulators
  * are float32 over all blocks, each gradient rounded once as it is stored
  * (grad_storage 16-bit) or stored in float32 for the caller to sum and
- * round.  Each
- * accumulator element is summed in one fixed order (dQ over the key blocks,
- * dK and dV over the key head's batch indices and their query blocks, in
- * order), the same in both schemes and
- * on any thread: bitwise the same gradients for any thread count. */
+ * round.  Each accumulator element is summed in one fixed order (dQ over
+ * the key blocks, dK and dV over the key head's batch indices and their
+ * query blocks, in order), the same in both schemes and on any thread:
+ * bitwise the same gradients for any thread count. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>

@@ -10,23 +10,24 @@
 #include "fastattn.h"
 #include "kernels/blocking.h"
 
-/* 1: the fused pass (one item per batch index, five products per pair);
+/* 1: the fused pass (one item per key head, nkh of them: a batch index
+ * each without grouped query heads, fa_bw_group; five products per pair);
  * 0: the two passes (items per key block and per query block, seven).  The
- * fused pass's time is its busiest thread's, ceil(nbatch / nt) items; the
- * two passes' items are small enough to share the nt threads evenly.  So
- * fused where 5 ceil(nbatch / nt) <= 7 nbatch / nt: always on one thread,
- * 8 batch indices on up to 11 threads but not on 12 or more, one index on
- * two threads never; and only where an item's keys, S (3E + 2Ev) elements
- * of elem bytes, fit FA_BW_FUSED_MAX_BYTES (blocking.h).  Both schemes sum
- * every gradient element over the same pairs in the same order, so the
- * choice, which depends on the thread count, never changes a bit. */
-static inline int fa_bw_fuses(int64_t nbatch, int nt, int64_t S, int64_t E, int64_t Ev,
+ * fused pass's time is its busiest thread's, ceil(nkh / nt) items; the two
+ * passes' items are small enough to share the nt threads evenly.  So fused
+ * where 5 ceil(nkh / nt) <= 7 nkh / nt: always on one thread, 8 key heads
+ * on up to 11 threads but not on 12 or more, one head on two threads
+ * never; and only where an item's keys, S (3E + 2Ev) elements of elem
+ * bytes, fit FA_BW_FUSED_MAX_BYTES (blocking.h).  Both schemes sum every
+ * gradient element over the same pairs in the same order, so the choice,
+ * which depends on the thread count, never changes a bit. */
+static inline int fa_bw_fuses(int64_t nkh, int nt, int64_t S, int64_t E, int64_t Ev,
                               size_t elem)
 {
     const double bytes = (double)S * (double)(3 * E + 2 * Ev) * (double)elem;
-    const int64_t t = nt < 1 ? 1 : nt, busiest = (nbatch + t - 1) / t;
+    const int64_t t = nt < 1 ? 1 : nt, busiest = (nkh + t - 1) / t;
     return bytes <= FA_BW_FUSED_MAX_BYTES &&
-           FA_BW_FUSED_PRODUCTS * busiest * t <= FA_BW_PASSES_PRODUCTS * nbatch;
+           FA_BW_FUSED_PRODUCTS * busiest * t <= FA_BW_PASSES_PRODUCTS * nkh;
 }
 
 /* The grouped query heads that share one key head's dK and dV: the length
