@@ -199,7 +199,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if kwargs.get("output_attentions"):
         raise ValueError("attn_implementation='fastattn' does not return attention weights; "
                          "use 'eager' with output_attentions=True")
-    nt = _settings["num_threads"] or _get_threads()
+    nt = _settings["num_threads"] or (_traced_threads() if _is_compiling() else _get_threads())
     window = (sliding_window - 1, 0) if causal and sliding_window is not None else None
     if "cu_seq_lens_q" in kwargs and _cb.is_batching_call(kwargs):
         return _cb.batching_attention(query, key, value, kwargs, causal=causal, scale=scaling,
@@ -241,6 +241,13 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
           gqa, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
+
+
+@torch.compiler.assume_constant_result
+def _traced_threads() -> int:
+    """torch.get_num_threads() for a call torch.compile traces, read when it
+    traces (a torch function that returns no tensor would break the graph)."""
+    return _get_threads()
 
 
 def _packed_rows(query, key, attention_mask, causal, window, position_bias, kwargs):

@@ -71,7 +71,7 @@ def _compiled_documents_alone(name, monkeypatch, offsets):
     # them, off: the packed mask from position_ids
     cache = {} if offsets else {"use_cache": False}
     calls = _count_calls(monkeypatch)
-    got = torch.compile(ours, backend="aot_eager")(**batch, **cache).logits[0]
+    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(**batch, **cache).logits[0]
     assert calls[0] == [[0, 10, 16, 17, 26]] * LAYERS  # no (L, L) mask read by the kernels
     want = torch.cat([eager(input_ids=d[None], use_cache=False).logits[0] for d in docs])
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
@@ -101,7 +101,7 @@ def test_compiled_row_of_one_sequence_reads_its_mask(monkeypatch):
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(3, 100, (1, 20), generator=g)
     calls = _count_calls(monkeypatch)
-    got = torch.compile(ours, backend="aot_eager")(input_ids=ids, use_cache=False).logits
+    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(input_ids=ids, use_cache=False).logits
     assert calls[0] == []
     torch.testing.assert_close(got, eager(input_ids=ids, use_cache=False).logits, rtol=1e-4,
                                atol=1e-5)
@@ -116,7 +116,7 @@ def test_compiled_offsets_the_mask_contradicts_keep_the_mask(monkeypatch):
     wrong = torch.tensor([0, 13, 26], dtype=batch["cu_seq_lens_q"].dtype)
     batch.update(cu_seq_lens_q=wrong, cu_seq_lens_k=wrong, use_cache=False)
     calls = _count_calls(monkeypatch)
-    got = torch.compile(ours, backend="aot_eager")(**batch).logits
+    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(**batch).logits
     assert calls[0] == []
     want = eager(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
                  use_cache=False).logits

@@ -139,8 +139,25 @@ def test_compiled_step_of_a_plain_causal_model_reads_no_mask(monkeypatch):
 
     monkeypatch.setattr(fa_tf, "_sdpa", spying)
     batch = _batch()
-    got = torch.compile(ours, backend="aot_eager")(**batch).loss
+    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(**batch).loss
     assert seen == [(True, True)] * TRAIN_CONFIG["num_hidden_layers"]  # traced once per layer
+    want = eager(**batch).loss
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    got.backward()
+    want.backward()
+    assert_grads_close(ours, eager)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", TRAIN_MODELS)
+def test_compiled_training_step_is_one_graph_and_matches_eager(name):
+    # fullgraph=True: the attention and mask functions break no graph (the
+    # thread count read once while tracing); every model's loss and gradients
+    # as eager, sliding windows, soft cap and sinks included
+    torch._dynamo.reset()
+    eager, ours = train_pair(name, fa_tf.NAME)
+    batch = _batch()
+    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(**batch).loss
     want = eager(**batch).loss
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
     got.backward()
