@@ -36,8 +36,9 @@ operator ``fastattn::packed_rows``, which makes that decision when it runs
 grouped-query heads are read in place (never repeated); the result is written
 straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
 
-Attention runs on ``torch.get_num_threads()`` threads unless ``register``
-was given ``num_threads``.  The backend trains: with grad mode on and the
+Attention runs on ``torch.get_num_threads()`` threads (under
+``torch.compile``, their number when the model was traced) unless
+``register`` was given ``num_threads``.  The backend trains: with grad mode on and the
 queries, keys, values or ``s_aux`` requiring grad, the call is recorded by
 autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its gradient; there
 is no dropout (an ``attention_dropout`` > 0 in training is refused).
