@@ -23,14 +23,14 @@ be evaluated: the plain causal one (known by the model's mask function) still
 gets only the padding (kept even where it hides nothing), the others the full
 mask.  Any other pattern (chunked, packed sequences, a static cache whose keys
 run past the queries) gets the full mask, as a float tensor (0 or ``-inf``),
-used as it is, except one row
-of packed sequences: where a flattening collator passes ``cu_seq_lens_q`` /
-``cu_seq_lens_k``, or ``position_ids`` restart and the mask is exactly
-transformers' packed pattern, the attention function runs
-:func:`fastattn.torch.attention_varlen` over the documents (each attends only
-to itself, its own length squared of work) instead of reading the mask.
-Under ``torch.compile`` a row with the collator's offsets becomes the
-operator ``fastattn::packed_rows``, which makes that decision when it runs
+used as it is, except one row of packed sequences: where a flattening
+collator passes ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or ``position_ids``
+restart and the mask is exactly transformers' packed pattern, the attention
+function runs :func:`fastattn.torch.attention_varlen` over the documents
+(each attends only to itself, its own length squared of work) instead of
+reading the mask.  Under ``torch.compile`` such a row (the collator's
+offsets, or ``position_ids`` and a mask) becomes the operator
+``fastattn::packed_rows``, which makes that decision when it runs
 (:mod:`fastattn.integrations.transformers_packed`).
 ``scaling``, ``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
 grouped-query heads are read in place (never repeated); the result is written
@@ -38,10 +38,11 @@ straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
 
 Attention runs on ``torch.get_num_threads()`` threads (under
 ``torch.compile``, their number when the model was traced) unless
-``register`` was given ``num_threads``.  The backend trains: with grad mode on and the
-queries, keys, values or ``s_aux`` requiring grad, the call is recorded by
-autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its gradient; there
-is no dropout (an ``attention_dropout`` > 0 in training is refused).
+``register`` was given ``num_threads``.  The backend trains: with grad mode
+on and the queries, keys, values or ``s_aux`` requiring grad, the call is
+recorded by autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its
+gradient; there is no dropout (an ``attention_dropout`` > 0 in training is
+refused).
 
 ``register`` also lets ``model.generate_batch`` (continuous batching) run
 with the name: see :mod:`fastattn.integrations.transformers_cb` for the
