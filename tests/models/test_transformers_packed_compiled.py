@@ -1,11 +1,12 @@
 """Packed rows under torch.compile through attn_implementation="fastattn": a
-traced call with a flattening collator's offsets becomes the operator
-fastattn::packed_rows, which runs the documents alone where it finds the
-mask to be their pattern (or, for the collator's offsets, the row's own) and
-reads the mask otherwise -- the eager call's result either way.  Tiny random
-models compiled with the aot_eager backend (the operator's own code runs;
-no C++ build), against eager on each document alone; the operator's
-decisions, torch.library.opcheck and float64 gradcheck on both branches."""
+traced call with a flattening collator's offsets, or with position_ids and a
+mask, becomes the operator fastattn::packed_rows, which runs the documents
+alone where it finds them and the mask to be their pattern (or, for the
+collator's offsets, the row's own) and reads the mask otherwise -- the eager
+call's result either way.  Tiny random models compiled whole
+(fullgraph=True) with the aot_eager backend (the operator's own code runs; no
+C++ build), against eager on each document alone; the operator's decisions,
+torch.library.opcheck and float64 gradcheck on both branches."""
 
 import pytest
 
