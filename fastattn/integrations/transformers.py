@@ -19,11 +19,14 @@ tensor, True = attend).  The attention function then calls fastattn with
 ``is_causal='lower_right'`` (when the module is causal), ``window=(W - 1, 0)``
 for ``sliding_window=W`` (transformers counts the current token), and the
 padding as ``key_padding_mask``.  While torch.compile traces, no pattern can
-be evaluated: the plain causal one (known by the model's mask function) still
-gets only the padding (kept even where it hides nothing), the others the full
-mask.  Any other pattern (chunked, packed sequences, a static cache whose keys
-run past the queries) gets the full mask, as a float tensor (0 or ``-inf``),
-used as it is, except one row of packed sequences: where a flattening
+be evaluated: the plain causal one (known by the model's mask function) and
+the sliding window transformers declares (its ``local_size`` the config's
+``sliding_window`` with ``allow_is_causal_skip``: the contract its own sdpa
+mask trusts) still get only the padding (kept even where it hides nothing),
+the others the full mask.  Any other pattern (chunked, packed sequences, a
+static cache whose keys run past the queries) gets the full mask, as a float
+tensor (0 or ``-inf``), used as it is, except one row of packed sequences:
+where a flattening
 collator passes ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or ``position_ids``
 restart and the mask is exactly transformers' packed pattern, the attention
 function runs :func:`fastattn.torch.attention_varlen` over the documents
@@ -148,6 +151,21 @@ def _native_pattern(mask_function, batch_size, q_length, kv_length, q_offset, kv
     return bool((got == want).all())
 
 
+def _declared_window(local_size, kwargs) -> bool:
+    """Whether transformers declares the mask causal with the config's sliding
+    window of ``local_size``, as its own sdpa mask trusts without evaluating
+    it: ``allow_is_causal_skip`` (which it turns off wherever it changes the
+    mask function: packed rows, added and/or masks, a compiled cache's
+    decoding step), ``local_size`` the config's ``sliding_window``, and no
+    attention chunks (whose mask passes the chunk size as ``local_size``).
+    The window itself reaches the attention function as its
+    ``sliding_window`` argument, as it does for every backend."""
+    config = kwargs.get("config")
+    return (type(local_size) is int and kwargs.get("allow_is_causal_skip") is True
+            and config is not None and getattr(config, "sliding_window", None) == local_size
+            and getattr(config, "attention_chunk_size", None) is None)
+
+
 def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
                    kv_offset: int = 0, mask_function=None, attention_mask=None,
                    local_size: int | None = None, **kwargs):
@@ -158,14 +176,16 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
         mask_function = mu.causal_mask_function
     tracing = _is_compiling() or (
         attention_mask is not None and type(attention_mask) is not torch.Tensor)
-    if mask_function is mu.causal_mask_function and local_size is None:
-        # plain causal: native whenever the queries are the last keys
+    if (mask_function is mu.causal_mask_function and local_size is None
+            or tracing and _declared_window(local_size, kwargs)):
+        # plain causal, or while tracing the sliding window transformers
+        # declares: native whenever the queries are the last keys
         native = (isinstance(q_offset, int) and isinstance(kv_offset, int)
                   and q_offset + q_length == kv_offset + kv_length)
     else:
         native = not tracing and _native_pattern(mask_function, batch_size, q_length,
                                                  kv_length, q_offset, kv_offset, local_size)
-    if native:  # (while tracing, only plain causal is known to be native)
+    if native:
         pad = _padding(attention_mask, batch_size, kv_length, kv_offset, read=not tracing)
         return None if pad is None else pad[:, None, None, :]
     full = mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,

@@ -132,6 +132,34 @@ def test_mask_function_gives_the_full_float_mask_otherwise():
     assert m.shape == (1, 1, 8, 8) and torch.isinf(m[0, 0, 4, 0])
 
 
+def test_traced_mask_trusts_only_the_sliding_window_transformers_declares(monkeypatch):
+    # while tracing the mask function cannot be evaluated: the window is taken
+    # from what transformers says of it (its sdpa mask's contract), and only
+    # where it says it; otherwise the full mask, as before
+    mu = transformers.masking_utils
+    monkeypatch.setattr(fa_tf, "_is_compiling", lambda: True)
+    pad = torch.ones(1, 8, dtype=torch.bool)
+    sliding = transformers.MistralConfig(sliding_window=4)
+    chunks = transformers.MistralConfig(sliding_window=4)
+    chunks.attention_chunk_size = 4
+
+    def traced(config, skip=True, fn=mu.sliding_window_causal_mask_function(4), q_length=8):
+        return fa_tf.attention_mask(1, q_length, 8, mask_function=fn,
+                                    attention_mask=pad, local_size=4, config=config,
+                                    allow_is_causal_skip=skip)
+
+    m = traced(sliding)
+    assert m.dtype == torch.bool and m.shape == (1, 1, 1, 8)  # the padding, kept unread
+    full = [traced(sliding, skip=False),  # the mask function was changed
+            traced(transformers.MistralConfig(sliding_window=5)),  # another window
+            traced(None),
+            traced(chunks, fn=mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=int))),
+            traced(sliding, q_length=6)]  # the queries are not the last keys
+    for m in full:
+        assert m.dtype == torch.float32 and m.shape == (1, 1, m.shape[2], 8)
+    assert full[-1].shape[2] == 6
+
+
 def test_attention_weights_are_refused():
     model = _model("llama")
     ids, mask = _inputs()

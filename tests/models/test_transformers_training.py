@@ -129,9 +129,10 @@ def test_compiled_training_step_is_one_graph_and_matches_eager(name, monkeypatch
     # fullgraph=True: the attention and mask functions break no graph (the
     # thread count read once while tracing); every model's loss and gradients
     # as eager, sliding windows, soft cap and sinks included.  A plain causal
-    # model's pattern is known from its mask function without evaluating it:
-    # each of Llama's traced calls gets the padding alone (fastattn's causal
-    # path), not the (L, S) mask
+    # pattern is known from its mask function without evaluating it, and a
+    # sliding window's from what transformers declares with it: every traced
+    # call gets the padding alone (fastattn's causal path, with the layer's
+    # window), not the (L, S) mask
     torch._dynamo.reset()
     eager, ours = train_pair(name, fa_tf.NAME)
     seen = []
@@ -145,8 +146,7 @@ def test_compiled_training_step_is_one_graph_and_matches_eager(name, monkeypatch
     batch = _batch()
     got = torch.compile(ours, backend="aot_eager", fullgraph=True)(**batch).loss
     assert len(seen) == TRAIN_CONFIG["num_hidden_layers"]  # traced once per layer
-    if name == "llama":
-        assert seen == [(True, True)] * len(seen)
+    assert seen == [(True, True)] * len(seen)
     want = eager(**batch).loss
     torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
     got.backward()
