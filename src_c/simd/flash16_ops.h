@@ -211,6 +211,10 @@ static inline vf m16_recip_or_zero(vf l) /* NaN stays NaN */
 static inline void m16_store_halves(uint16_t *o, int64_t cs, int64_t ne, m16_vi x, uint16_t *tmp)
 {
 #if !defined(FA_AVX512_SIMDE)
+    if (cs == 1 && ne == M16_W) { /* a plain store: masked ones are slow on AMD */
+        _mm256_storeu_si256((__m256i *)(void *)o, _mm512_castsi512_si256(x));
+        return;
+    }
     if (cs == 1) {
         _mm512_mask_storeu_epi16(o, (__mmask32)((1u << ne) - 1), x);
         return;
