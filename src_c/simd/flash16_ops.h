@@ -110,8 +110,10 @@ static inline m16_vi m16_widen(const uint16_t *p, int64_t n, int hi)
 #else
 static inline m16_vi m16_widen(const uint16_t *p, int64_t n, int hi)
 {
-    const __mmask32 m = n >= M16_W ? 0xffffu : (((__mmask32)1 << n) - 1);
-    const m16_vi w = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, p)));
+    const __m256i h = n >= M16_W ? _mm256_loadu_si256((const __m256i *)(const void *)p)
+                                 : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(
+                                       ((__mmask32)1 << n) - 1, p));
+    const m16_vi w = _mm512_cvtepu16_epi32(h);
     return hi ? _mm512_slli_epi32(w, 16) : w;
 }
 #endif
