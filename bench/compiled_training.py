@@ -7,9 +7,9 @@ A random-weight Llama (hidden 256, 4 heads of 64, 2 kv heads, 2 layers,
 intermediate 1024, float32, plain causal; with ``--window W`` a Mistral of
 the same sizes, every layer with a sliding window of W) in ``model.train()``
 takes one forward and backward on ``batch`` rows of ``seq`` tokens (with more
-than one row, the second left-padded by a quarter). Three ways, the same weights,
-interleaved in each round: ``sdpa`` and ``fastattn`` under ``torch.compile``,
-and ``fastattn`` eager. Each time is the best of 2 steps; the table gives the
+than one row, the second left-padded by a quarter). Three ways, the same
+weights, interleaved in each round: ``sdpa`` and ``fastattn`` under
+``torch.compile``, and ``fastattn`` eager. Each time is the best of 2 steps; the table gives the
 median step time over the rounds and the median of the per-round ratios of
 compiled sdpa's time to each way's (lowest and highest round). The fastattn
 imported is the one on ``sys.path`` (its path is printed), so two builds can

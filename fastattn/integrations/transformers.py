@@ -26,12 +26,11 @@ mask trusts) still get only the padding (kept even where it hides nothing),
 the others the full mask.  Any other pattern (chunked, packed sequences, a
 static cache whose keys run past the queries) gets the full mask, as a float
 tensor (0 or ``-inf``), used as it is, except one row of packed sequences:
-where a flattening
-collator passes ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or ``position_ids``
-restart and the mask is exactly transformers' packed pattern, the attention
-function runs :func:`fastattn.torch.attention_varlen` over the documents
-(each attends only to itself, its own length squared of work) instead of
-reading the mask.  Under ``torch.compile`` such a row (the collator's
+where a flattening collator passes ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or
+``position_ids`` restart and the mask is exactly transformers' packed
+pattern, the attention function runs :func:`fastattn.torch.attention_varlen`
+over the documents (each attends only to itself, its own length squared of
+work) instead of reading the mask.  Under ``torch.compile`` such a row (the collator's
 offsets, or ``position_ids`` and a mask) becomes the operator
 ``fastattn::packed_rows``, which makes that decision when it runs
 (:mod:`fastattn.integrations.transformers_packed`).
