@@ -2,10 +2,11 @@
  * the scratch layout and the loops; all arithmetic is in the ISA's 16-bit
  * matrix kernels (kernels/flash16.h: an entry of its f32 table).
  *
- * Work items are (batch index x chunk of up to FA_FLASH16_MAX_CHUNK query
- * blocks of FA_FLASH16_MQ rows), dynamically scheduled: an item's result
- * does not depend on the thread that runs it, nor on how the blocks are
- * chunked, so results are bitwise the same for any thread count.  An item
+ * Work items are (chunk of up to FA_FLASH16_MAX_CHUNK query blocks of
+ * FA_FLASH16_MQ rows x batch index), dynamically scheduled, the causal
+ * longest first: an item's result does not depend on the thread that runs
+ * it, nor on how the blocks are chunked, so results are bitwise the same
+ * for any thread count.  An item
  * walks the keys its rows see in panels of FA_FLASH16_PANEL keys, packed
  * once into its thread's scratch (K rows, V^T) and shared by its query
  * blocks; each block keeps its own state (Q^T, O^T, m, l) across the panels
@@ -273,16 +274,19 @@ static void fa_flash16_chunk_keys(const fa_flash16_plan *pl, int64_t r0, int64_t
     *klo = *klo / KGRID * KGRID;
 }
 
-/* Work item it = (batch index, chunk of query blocks). */
+/* Work item it = (chunk of query blocks, batch index): chunk-major, the
+ * causal longest rows first, so that the dynamic schedule ends on short
+ * items (the float driver's order). */
 static void fa_flash16_item(void *ctx, int64_t it, int tid)
 {
     const fa_flash16_plan *pl = (const fa_flash16_plan *)ctx;
     const fa_attention_args *a = pl->a;
-    const int64_t r0 = it % pl->nchunks * pl->chunk * MQ;
+    const int64_t c = a->causal ? pl->nchunks - 1 - it / pl->nb : it / pl->nb;
+    const int64_t r0 = c * pl->chunk * MQ;
     const int64_t nblk = fa_min64(pl->chunk, pl->nqb - r0 / MQ);
     const int64_t rows = fa_min64(nblk * MQ, a->L - r0);
     fa_offsets off;
-    fa_batch_offsets(a, it / pl->nchunks, &off);
+    fa_batch_offsets(a, it % pl->nb, &off);
     const fa_flash16_bufs bf = fa_flash16_carve(pl->scratch + (size_t)tid * (size_t)pl->lay.total,
                                                 &pl->lay);
     for (int64_t b = 0; b < nblk; b++) fa_flash16_block(pl, &bf, &off, b, r0 + b * MQ, 0);
