@@ -30,11 +30,11 @@ where a flattening collator passes ``cu_seq_lens_q`` / ``cu_seq_lens_k``, or
 ``position_ids`` restart and the mask is exactly transformers' packed
 pattern, the attention function runs :func:`fastattn.torch.attention_varlen`
 over the documents (each attends only to itself, its own length squared of
-work) instead of reading the mask.  Under ``torch.compile`` such a row (the collator's
-offsets, or ``position_ids`` and a mask) becomes the operator
+work) instead of reading the mask.  Under ``torch.compile`` such a row (the
+collator's offsets, or ``position_ids`` and a mask) becomes the operator
 ``fastattn::packed_rows``, which makes that decision when it runs
-(:mod:`fastattn.integrations.transformers_packed`).
-``scaling``, ``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
+(:mod:`fastattn.integrations.transformers_packed`).  ``scaling``,
+``softcap``, ``s_aux`` (attention sinks) and ``position_bias`` are honoured;
 grouped-query heads are read in place (never repeated); the result is written
 straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
 

@@ -6,14 +6,13 @@
  * FA_FLASH16_MQ rows x batch index), dynamically scheduled, the causal
  * longest first: an item's result does not depend on the thread that runs
  * it, nor on how the blocks are chunked, so results are bitwise the same
- * for any thread count.  An item
- * walks the keys its rows see in panels of FA_FLASH16_PANEL keys, packed
- * once into its thread's scratch (K rows, V^T) and shared by its query
- * blocks; each block keeps its own state (Q^T, O^T, m, l) across the panels
- * and runs, by the ISA's key_blocks kernel (kernels/flash16_blocks.h), over
- * the key blocks of FA_FLASH16_KB keys of a panel (on its own
- * grid of FA_FLASH16_KGRID from its first key, so every block meets the
- * same key blocks in any chunk):
+ * for any thread count.  An item walks the keys its rows see in panels of
+ * FA_FLASH16_PANEL keys, packed once into its thread's scratch (K rows,
+ * V^T) and shared by its query blocks; each block keeps its own state (Q^T,
+ * O^T, m, l) across the panels and runs, by the ISA's key_blocks kernel
+ * (kernels/flash16_blocks.h), over the key blocks of FA_FLASH16_KB keys of
+ * a panel (on its own grid of FA_FLASH16_KGRID from its first key, so every
+ * block meets the same key blocks in any chunk):
  *   per key block j: masks (causal, window, key padding) on S^T, the
  *   running max (raised lazily; then O^T, complete up to block j-1, is
  *   rescaled), the weights P^T -- and, issued a few at a time between the

@@ -102,7 +102,8 @@ def test_compiled_row_of_one_sequence_reads_its_mask(monkeypatch):
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(3, 100, (1, 20), generator=g)
     calls = _count_calls(monkeypatch)
-    got = torch.compile(ours, backend="aot_eager", fullgraph=True)(input_ids=ids, use_cache=False).logits
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    got = compiled(input_ids=ids, use_cache=False).logits
     assert calls[0] == []
     torch.testing.assert_close(got, eager(input_ids=ids, use_cache=False).logits, rtol=1e-4,
                                atol=1e-5)
