@@ -20,7 +20,7 @@ static int bf16_native_tile(int op, const void *a, const void *b, void *c)
 #endif
     uint8_t cfg[64];
     fa_tilecfg_fill(cfg);
-    _tile_loadconfig(cfg);
+    fa_ldtilecfg(cfg);
     _tile_loadd(0, c, FT_COLSB);
     _tile_loadd(1, a, FT_COLSB);
     _tile_loadd(2, b, FT_COLSB);

@@ -51,6 +51,23 @@ static inline void fa_tilecfg_fill(uint8_t cfg[64])
     }
 }
 
+#if defined(FA_SIMD_AMX) && !defined(FA_BF16_EMULATED)
+/* LDTILECFG of the 64 bytes at cfg.  Not _tile_loadconfig on gcc/clang: gcc
+ * 12's tells the compiler that it reads 8 bytes ("m" of a pointer), so the
+ * stores of the rest of cfg may be dropped as dead, and the instruction then
+ * faults on a configuration whose column and row bytes are garbage.  Here
+ * the operand is all 64 bytes. */
+static inline void fa_ldtilecfg(const uint8_t cfg[64])
+{
+#if defined(__GNUC__) || defined(__clang__)
+    typedef struct { uint8_t b[64]; } fa_tilecfg_bytes;
+    __asm__ volatile("ldtilecfg %0" ::"m"(*(const fa_tilecfg_bytes *)(const void *)cfg));
+#else
+    _tile_loadconfig(cfg);
+#endif
+}
+#endif
+
 #if defined(FA_SIMD_AMX) && defined(FA_BF16_EMULATED)
 typedef fa_emu_tiles fa_tilefile;
 #define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); fa_emu_tile_loadconfig(tf, c_); } while (0)
@@ -63,7 +80,7 @@ typedef fa_emu_tiles fa_tilefile;
 #define FA_AMX_FP16 1
 #elif defined(FA_SIMD_AMX)
 typedef struct { int unused; } fa_tilefile;
-#define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); _tile_loadconfig(c_); } while (0)
+#define FT_CONFIG(tf) do { uint8_t c_[64]; fa_tilecfg_fill(c_); fa_ldtilecfg(c_); } while (0)
 #define FT_RELEASE(tf) _tile_release()
 #define FT_LOAD(tf, t, p, s) _tile_loadd(t, p, s)
 #define FT_STORE(tf, t, p, s) _tile_stored(t, p, s)
