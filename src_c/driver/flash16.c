@@ -131,10 +131,12 @@ static fa_flash16_state fa_flash16_state_of(const fa_flash16_bufs *bf, const fa_
     return s;
 }
 
-/* Does the path take the call (flash16.h)?  *f16: float16 on tiles. */
-static int fa_flash16_takes(const fa_attention_args *a, const fa_flash16_kernels *K, int *f16)
+/* Does the path take the call of at least min_rows rows (flash16.h)?
+ * *f16: float16 on tiles. */
+static int fa_flash16_takes(const fa_attention_args *a, const fa_flash16_kernels *K,
+                            int64_t min_rows, int *f16)
 {
-    if (!K->pack_kv || a->dtype != FA_FLOAT32 || a->L < FA_FLASH16_MIN_ROWS || a->weights ||
+    if (!K->pack_kv || a->dtype != FA_FLOAT32 || a->L < min_rows || a->weights ||
         a->bool_mask.data || a->add_mask.data || a->softcap > 0 || a->alibi.data ||
         a->sinks.data)
         return 0;
@@ -314,34 +316,58 @@ static void fa_flash16_item(void *ctx, int64_t it, int tid)
     }
 }
 
+/* The plan of a on nt threads (its scratch not yet given); 0 where the
+ * path declines a. */
+static int fa_flash16_setup(fa_flash16_plan *pl, const fa_attention_args *a, int nt,
+                            int64_t min_rows)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->a = a;
+    pl->K = fa_flash16_current();
+    if (!fa_flash16_takes(a, pl->K, min_rows, &pl->f16)) return 0;
+    pl->nb = 1;
+    for (int d = 0; d < a->nbatch_dims; d++) pl->nb *= a->batch_shape[d];
+    if (pl->nb == 0) return 0;
+    pl->lim = fa_limits_of(a);
+    pl->c = (float)(a->scale * FA_LOG2E);
+    pl->nqb = fa_div_up(a->L, MQ);
+    /* chunks share a packed panel: as long as there are enough of them to
+     * keep the threads busy (the float driver's rule) */
+    pl->chunk = fa_min64(fa_min64(fa_div_up(pl->nb * pl->nqb, 4 * (int64_t)nt), FA_FLASH16_MAX_CHUNK),
+                         pl->nqb);
+    pl->nchunks = fa_div_up(pl->nqb, pl->chunk);
+    pl->ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
+    pl->evp = fa_round_up(a->Ev, FA_FLASH16_EROWS);
+    pl->npk = fa_min64(fa_round_up(a->S, KGRID), PANEL_KEYS);
+    pl->vt_rs = pl->npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
+    pl->lay = fa_flash16_layout_of(pl);
+    return 1;
+}
+
 int fa_flash16(const fa_attention_args *a)
 {
     fa_flash16_plan pl;
-    memset(&pl, 0, sizeof pl);
-    pl.a = a;
-    pl.K = fa_flash16_current();
-    if (!fa_flash16_takes(a, pl.K, &pl.f16)) return FA_FLASH16_DECLINED;
-    pl.nb = 1;
-    for (int d = 0; d < a->nbatch_dims; d++) pl.nb *= a->batch_shape[d];
-    if (pl.nb == 0) return FA_FLASH16_DECLINED;
     const int nt = fa_resolve_threads(a->num_threads);
-    pl.lim = fa_limits_of(a);
-    pl.c = (float)(a->scale * FA_LOG2E);
-    pl.nqb = fa_div_up(a->L, MQ);
-    /* chunks share a packed panel: as long as there are enough of them to
-     * keep the threads busy (the float driver's rule) */
-    pl.chunk = fa_min64(fa_min64(fa_div_up(pl.nb * pl.nqb, 4 * (int64_t)nt), FA_FLASH16_MAX_CHUNK),
-                        pl.nqb);
-    pl.nchunks = fa_div_up(pl.nqb, pl.chunk);
-    pl.ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
-    pl.evp = fa_round_up(a->Ev, FA_FLASH16_EROWS);
-    pl.npk = fa_min64(fa_round_up(a->S, KGRID), PANEL_KEYS);
-    pl.vt_rs = pl.npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
-    pl.lay = fa_flash16_layout_of(&pl);
+    if (!fa_flash16_setup(&pl, a, nt, FA_FLASH16_MIN_ROWS)) return FA_FLASH16_DECLINED;
     void *mem = fa_malloc((size_t)pl.lay.total * (size_t)nt + 64); /* before any output */
     if (!mem) return FA_ENOMEM;
     pl.scratch = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
     fa_parallel_for(nt, FA_SCHED_DYNAMIC, pl.nb * pl.nchunks, fa_flash16_item, &pl);
     fa_free(mem);
+    return FA_OK;
+}
+
+int64_t fa_flash16_one_bytes(const fa_attention_args *a)
+{
+    fa_flash16_plan pl;
+    return fa_flash16_setup(&pl, a, 1, 1) ? pl.lay.total : 0;
+}
+
+int fa_flash16_one(const fa_attention_args *a, void *mem)
+{
+    fa_flash16_plan pl;
+    if (!fa_flash16_setup(&pl, a, 1, 1)) return FA_FLASH16_DECLINED;
+    pl.scratch = (char *)mem;
+    for (int64_t it = 0; it < pl.nb * pl.nchunks; it++) fa_flash16_item(&pl, it, 0);
     return FA_OK;
 }

@@ -24,4 +24,16 @@
 #define FA_FLASH16_DECLINED (-1)
 int fa_flash16(const fa_attention_args *a);
 
+/* The same on the calling thread (a->num_threads unused), in the caller's
+ * scratch: fa_flash16_one_bytes(a) bytes at mem, 64-byte aligned, for a
+ * driver that runs many such problems in its own parallel region and
+ * allocates before it writes anything (driver/paged.c's prefill chunks).
+ * Any number of rows (the caller keeps FA_FLASH16_MIN_ROWS for the problem
+ * the rows belong to); otherwise the bytes are 0 where fa_flash16 would
+ * decline a, and fa_flash16_one then returns FA_FLASH16_DECLINED having
+ * written nothing, else FA_OK (it allocates nothing).  The same bits as
+ * fa_flash16 on any thread count. */
+int64_t fa_flash16_one_bytes(const fa_attention_args *a);
+int fa_flash16_one(const fa_attention_args *a, void *mem);
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/flash16.h"
 #include "driver/mask_summary.h"
 #include "driver/offsets.h"
 #include "driver/scratch.h"
@@ -37,6 +38,7 @@
  * ns; cost orders the items, longest first. */
 typedef struct fa_paged_entry {
     int64_t b, r0, r1, k0, k1, s, ns, cost;
+    int flash16; /* a prefill chunk on the 16-bit matrix driver (fa_paged_flash16_bytes) */
 } fa_paged_entry;
 
 static inline int64_t fa_paged_max(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -115,7 +117,7 @@ static int64_t fa_paged_entries(const fa_paged_args *a, int64_t chunk_rows, int6
             for (int64_t s = 0; s < ns; s++, n++) {
                 if (!ent) continue;
                 fa_paged_entry *e = ent + n;
-                e->b = b, e->r0 = r0, e->r1 = r1, e->s = s, e->ns = ns;
+                e->b = b, e->r0 = r0, e->r1 = r1, e->s = s, e->ns = ns, e->flash16 = 0;
                 e->k0 = ns == 1 ? lo : lo + s * split_kc;
                 e->k1 = ns == 1 ? hi : fa_min64(e->k0 + split_kc, hi);
                 e->cost = fa_paged_cost(a, b, r0, r1, e->k0, e->k1);
@@ -235,6 +237,40 @@ static void fa_paged_local(const fa_paged_args *a, int64_t b, int64_t h, int64_t
     la->lse.data = a->lse ? (char *)a->lse + (h * a->total_q + cu) * dsz : NULL;
     la->lse.rs = 1;
     la->num_threads = 1;
+}
+
+/* fa_paged_local for the rows [e->r0, e->r1) of prefill entry e alone
+ * against its keys [e->k0, e->k1), gathered at kbuf, vbuf: the problem the
+ * 16-bit matrix driver takes for query head h. */
+static void fa_paged_chunk_local(const fa_paged_args *a, const fa_paged_entry *e, int64_t h,
+                                 const void *kbuf, const void *vbuf, fa_attention_args *la)
+{
+    const int64_t qsz = fa_storage_bytes(a->storage), dsz = fa_storage_bytes(a->dtype);
+    fa_paged_local(a, e->b, h, e->k0, kbuf, vbuf, la);
+    la->L = e->r1 - e->r0;
+    la->S = e->k1 - e->k0; /* the keys past them are hidden from every row */
+    la->q.data = (const char *)la->q.data + e->r0 * a->q_rs * qsz;
+    la->out.data = (char *)la->out.data + e->r0 * a->o_rs * qsz;
+    if (la->lse.data) la->lse.data = (char *)la->lse.data + e->r0 * dsz;
+    la->causal_offset += e->r0;
+}
+
+/* Does prefill entry e run on the 16-bit matrix driver (driver/flash16.h:
+ * AMX tiles or VDPBF16PS, P.V on 16-bit operands)?  Queries and caches of
+ * one 16-bit type, a sequence with as many queries as the forward takes
+ * there (so that every chunk of it, a short last one too, runs where
+ * fastattn.attention runs its rows), and a problem that driver takes (no
+ * soft cap, ALiBi or sinks: the same for every head of the group): the
+ * scratch bytes of one head's problem, else 0 (pchunk's float32 path). */
+static int64_t fa_paged_flash16_bytes(const fa_paged_args *a, const fa_paged_entry *e)
+{
+    const int64_t nq = fa_paged_nq(a, e->b);
+    if (a->dtype != FA_FLOAT32 || a->storage == FA_FLOAT32 || a->kv_storage != a->storage ||
+        nq <= FA_DIRECT_MAX_ROWS || nq < FA_FLASH16_MIN_ROWS || e->ns != 1)
+        return 0;
+    fa_attention_args la;
+    fa_paged_chunk_local(a, e, 0, NULL, NULL, &la);
+    return fa_flash16_one_bytes(&la);
 }
 
 /* Does the entry run the query heads of a kv head group as the rows of one

@@ -38,6 +38,7 @@ typedef struct FN(fa_pplan) {
     FA_T *part, **bufs;         /* key-split partials; per-thread scratch */
     fa_scratch_layout lay;      /* the streaming part of each bufs[t] */
     int64_t gather_keys, ldv, kv_bytes, v_at; /* the gathered rows: keys, bytes each, V's offset */
+    int64_t f16_bytes;          /* the 16-bit matrix driver's scratch (pflash16), after them */
     int nt, base2, q8;          /* q8: some entry runs on the int8 kernel */
 } FN(fa_pplan);
 
@@ -78,6 +79,12 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
         const fa_paged_entry *e = pl->ent + i;
         const int prefill = fa_paged_nq(a, e->b) > FA_DIRECT_MAX_ROWS; /* pchunk's */
         const int64_t erows = fa_paged_grouped(a, e) ? G : e->r1 - e->r0;
+#if !FA_IS_F64(FA_SFX)
+        const int64_t f16 = fa_paged_flash16_bytes(a, e);
+        pl->ent[i].flash16 = f16 > 0;
+        pl->f16_bytes = fa_paged_max(pl->f16_bytes, f16);
+        if (f16) pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
+#endif
         rows = fa_paged_max(rows, prefill ? chunk_heads * chunk : erows);
         pl->q8 |= FN(pplan_q8)(pl, e);
         if (!fa_paged_in_place(a, e) && !FN(pplan_q8)(pl, e)) /* the copy's rows */
@@ -124,7 +131,8 @@ static char *FN(pplan_gather_at)(const FN(fa_pplan) *pl, FA_T *buf)
 /* The per-thread scratch, before any output is touched: FA_OK or FA_ENOMEM. */
 static int FN(pplan_alloc)(FN(fa_pplan) *pl)
 {
-    const int64_t gather = pl->v_at + pl->gather_keys * pl->a->Ev * pl->kv_bytes + 64;
+    const int64_t gather = pl->v_at + fa_round_up(pl->gather_keys * pl->a->Ev * pl->kv_bytes, 64) +
+                           (pl->f16_bytes ? pl->f16_bytes + 64 : 0) + 64;
     size_t bytes = (size_t)fa_round_up(pl->lay.total, 64) * sizeof(FA_T) + (size_t)gather;
     const size_t q8 = (size_t)fa_q8_scratch_floats(pl->a->Ev) * sizeof(float);
     if (pl->q8 && bytes < q8) bytes = q8;
@@ -344,6 +352,34 @@ static void FN(pchunk)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t 
     }
 }
 
+#if !FA_IS_F64(FA_SFX)
+/* The 16-bit matrix driver's scratch in thread scratch buf: after the
+ * gathered values, 64-byte aligned. */
+static void *FN(pplan_f16_at)(const FN(fa_pplan) *pl, FA_T *buf)
+{
+    const char *v = FN(pplan_gather_at)(pl, buf) + pl->v_at;
+    const uintptr_t at = (uintptr_t)(v + fa_round_up(pl->gather_keys * pl->a->Ev * pl->kv_bytes, 64));
+    return (void *)(at + (64 - at % 64) % 64);
+}
+
+/* Prefill entry e of kv head g on the 16-bit matrix driver (e->flash16):
+ * its keys gathered once as they are stored, then each query head of the
+ * group as one problem on the calling thread. */
+static void FN(pflash16)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g, int tid)
+{
+    const fa_paged_args *a = pl->a;
+    const int64_t G = a->Hq / a->Hkv;
+    char *kbuf = FN(pplan_gather_at)(pl, pl->bufs[tid]), *vbuf = kbuf + pl->v_at;
+    void *mem = FN(pplan_f16_at)(pl, pl->bufs[tid]);
+    fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
+    for (int64_t h = g * G; h < (g + 1) * G; h++) {
+        fa_attention_args la;
+        fa_paged_chunk_local(a, e, h, kbuf, vbuf, &la);
+        (void)fa_flash16_one(&la, mem); /* taken: the plan asked with these arguments */
+    }
+}
+#endif
+
 /* Work item it on thread tid: entry it / Hkv, kv head it % Hkv; a prefill
  * chunk by pchunk, else its keys gathered once, then the group's query
  * heads streamed over them. */
@@ -373,6 +409,12 @@ static void FN(prun_item)(void *ctx, int64_t it, int tid)
         FN(pstream_pages)(pl, e, g, &la, at, &sc);
         return;
     }
+#if !FA_IS_F64(FA_SFX)
+    if (e->flash16) {
+        FN(pflash16)(pl, e, g, tid);
+        return;
+    }
+#endif
     if (nq > FA_DIRECT_MAX_ROWS) {
         FN(pchunk)(pl, e, g, pl->bufs[tid]);
         return;

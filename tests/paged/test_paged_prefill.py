@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import fastattn
-from conftest import assert_close, finite_absmax
+from conftest import ISAS, assert_close, finite_absmax, using_isa
 from paged_common import bf16_weights_bound, check_int8, gather, make_batch, reference_paged
 
 CHUNKS = [1, 9, 15, 16, 17, 64, 65, 512]
+MATRIX_ISAS = [n for n in ISAS if n in ("amx", "avx512_bf16", "neon_bf16")]
 
 
 def _call(args, **kw):
@@ -160,3 +161,54 @@ def test_chunk_bits_are_the_forwards_over_the_gathered_keys(isa, rng, opts, nq, 
     q = np.ascontiguousarray(args["query"][:nq].swapaxes(0, 1))
     fwd = fastattn.attention(q, k, v, is_causal="lower_right", enable_gqa=True, **opts)
     assert fwd.swapaxes(0, 1).tobytes() == np.ascontiguousarray(out[:nq]).tobytes()
+
+
+
+@pytest.fixture(params=MATRIX_ISAS, ids=[f"isa={n}" for n in MATRIX_ISAS])
+def matrix_isa(request):
+    """The ISA paths of this build with the 16-bit matrix driver."""
+    with using_isa(request.param):
+        yield request.param
+
+
+@pytest.mark.parametrize("opts", [{}, {"is_causal": False}], ids=["causal", "not_causal"])
+@pytest.mark.parametrize("nq,n", [(16, 16), (17, 300), (520, 700)])
+def test_bfloat16_chunk_bits_are_the_forwards_on_the_matrix_tiers(matrix_isa, rng, opts, nq, n):
+    # bfloat16 queries over bfloat16 pools: each head of a chunk runs on the
+    # 16-bit matrix driver, as the forward does, over the same keys from key 0
+    args = make_batch(rng, [n, 50], [nq, 1], block_size=16, hq=8, hkv=2, e=32,
+                      dtype="bfloat16")
+    args["query"] = args["query"].astype(args["key_cache"].dtype)
+    out = _call(args, **opts)
+    k, v = (np.ascontiguousarray(gather(args[x], args["block_table"][0], n, "NHD")
+                                 .astype(args[x].dtype).swapaxes(0, 1))
+            for x in ("key_cache", "value_cache"))
+    q = np.ascontiguousarray(args["query"][:nq].swapaxes(0, 1))
+    causal = "lower_right" if opts.get("is_causal", True) else False
+    fwd = fastattn.attention(q, k, v, is_causal=causal, enable_gqa=True)
+    assert fwd.swapaxes(0, 1).tobytes() == np.ascontiguousarray(out[:nq]).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+@pytest.mark.parametrize("opts", [{}, {"window": (70, 0)},
+                                  {"window": (40, 30), "is_causal": False}],
+                         ids=["causal", "window", "window_both_sides_not_causal"])
+def test_16_bit_queries_chunks_bits_identical_for_thread_counts_and_block_sizes(isa, rng, dtype,
+                                                                              opts):
+    # 16-bit queries over pools of their type (on the matrix tiers the
+    # chunks' heads run on the 16-bit matrix driver, each on one thread)
+    args = make_batch(rng, [700, 300, 50], [520, 40, 1], block_size=16, hq=8, hkv=2, e=32,
+                      dtype=dtype)
+    args["query"] = args["query"].astype(args["key_cache"].dtype)
+    first = _call(args, num_threads=1, return_lse=True, **opts)
+    for bs in (3, 128):
+        paged = _repaged(args, bs, rng)
+        for t in (1, 2, 3):
+            for a, b in zip(first, _call(paged, num_threads=t, return_lse=True, **opts)):
+                assert a.tobytes() == b.tobytes()
+    ref, ref_lse = reference_paged(args, **opts)
+    # float32 arithmetic on the 16-bit values, the result rounded once
+    ulp = 2.0 ** -(11 if args["key_cache"].dtype == np.float16 else 8)
+    np.testing.assert_allclose(first[0].astype(np.float64), ref, rtol=ulp + 1e-5,
+                               atol=ulp * finite_absmax(ref) + bf16_weights_bound(args, ref))
+    np.testing.assert_allclose(first[1], ref_lse, rtol=1e-4, atol=1e-4)
