@@ -2,13 +2,15 @@
  * the scratch layout and the loops; all arithmetic is in the ISA's 16-bit
  * matrix kernels (kernels/flash16.h: an entry of its f32 table).
  *
- * Work items are (chunk of up to FA_FLASH16_MAX_CHUNK query blocks of
- * FA_FLASH16_MQ rows x batch index), dynamically scheduled, the causal
- * longest first: an item's result does not depend on the thread that runs
- * it, nor on how the blocks are chunked, so results are bitwise the same
- * for any thread count.  An item walks the keys its rows see in panels of
- * FA_FLASH16_PANEL keys, packed once into its thread's scratch (K rows,
- * V^T) and shared by its query blocks; each block keeps its own state (Q^T,
+ * Work items are (chunk of query blocks of FA_FLASH16_MQ rows x group of
+ * batch indices that read the same keys and values: the query heads of a
+ * grouped-query head, else one), at most FA_FLASH16_MAX_CHUNK blocks in
+ * all, dynamically scheduled, the causal longest first: an item's result
+ * does not depend on the thread that runs it, nor on how the blocks are
+ * grouped, so results are bitwise the same for any thread count.  An item
+ * walks the keys its rows see in panels of FA_FLASH16_PANEL keys, packed
+ * once into its thread's scratch (K rows, V^T) and shared by all its query
+ * blocks; each block keeps its own state (Q^T,
  * O^T, m, l) across the panels and runs, by the ISA's key_blocks kernel
  * (kernels/flash16_blocks.h), over the key blocks of FA_FLASH16_KB keys of
  * a panel (on its own grid of FA_FLASH16_KGRID from its first key, so every
@@ -70,6 +72,7 @@ typedef struct fa_flash16_plan {
     float c;        /* scale * log2(e): the scores in log2 units */
     int f16;        /* 1: float16, 0: bfloat16 */
     int64_t nb, nqb, chunk, nchunks; /* batch items, query blocks, blocks per chunk */
+    int64_t hg, ng;                  /* batch indices per item (fa_flash16_heads), items per chunk */
     int64_t ep, evp, npk, vt_rs;       /* padded E and Ev, keys packed per panel, V^T stride */
     fa_flash16_layout lay;
     char *scratch;
@@ -100,7 +103,7 @@ static fa_flash16_layout fa_flash16_layout_of(const fa_flash16_plan *pl)
     y.l = lay_take(&b, MQ * 4);
     y.block = at;
     y.block_bytes = b;
-    y.total = at + pl->chunk * b;
+    y.total = at + pl->chunk * pl->hg * b;
     return y;
 }
 
@@ -275,45 +278,67 @@ static void fa_flash16_chunk_keys(const fa_flash16_plan *pl, int64_t r0, int64_t
     *klo = *klo / KGRID * KGRID;
 }
 
-/* Work item it = (chunk of query blocks, batch index): chunk-major, the
- * causal longest rows first, so that the dynamic schedule ends on short
- * items (the float driver's order). */
+/* Work item it = (chunk of query blocks, group of pl->hg batch indices
+ * that read the same keys and values): chunk-major, the causal longest
+ * rows first, so that the dynamic schedule ends on short items (the float
+ * driver's order).  The group's blocks (batch index s of the group, block
+ * b: state s * nblk + b) run over each panel packed once for them all. */
 static void fa_flash16_item(void *ctx, int64_t it, int tid)
 {
     const fa_flash16_plan *pl = (const fa_flash16_plan *)ctx;
     const fa_attention_args *a = pl->a;
-    const int64_t c = a->causal ? pl->nchunks - 1 - it / pl->nb : it / pl->nb;
-    const int64_t r0 = c * pl->chunk * MQ;
+    const int64_t c = a->causal ? pl->nchunks - 1 - it / pl->ng : it / pl->ng;
+    const int64_t r0 = c * pl->chunk * MQ, hg = pl->hg;
     const int64_t nblk = fa_min64(pl->chunk, pl->nqb - r0 / MQ);
     const int64_t rows = fa_min64(nblk * MQ, a->L - r0);
-    fa_offsets off;
-    fa_batch_offsets(a, it % pl->nb, &off);
+    fa_offsets off[FA_FLASH16_MAX_CHUNK];
+    for (int64_t h = 0; h < hg; h++) fa_batch_offsets(a, it % pl->ng * hg + h, &off[h]);
     const fa_flash16_bufs bf = fa_flash16_carve(pl->scratch + (size_t)tid * (size_t)pl->lay.total,
                                                 &pl->lay);
-    for (int64_t b = 0; b < nblk; b++) fa_flash16_block(pl, &bf, &off, b, r0 + b * MQ, 0);
+    for (int64_t h = 0; h < hg; h++)
+        for (int64_t b = 0; b < nblk; b++)
+            fa_flash16_block(pl, &bf, &off[h], h * nblk + b, r0 + b * MQ, 0);
     int64_t klo, khi;
     fa_flash16_chunk_keys(pl, r0, nblk, rows, &klo, &khi);
     unsigned nonfinite = 0;
     if (klo < khi) memset(bf.flags + klo, 0, (size_t)(khi - klo));
     pl->K->tiles_on(bf.tf);
     for (int64_t p0 = klo; p0 < khi; p0 += FA_FLASH16_PANEL) {
-        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off, p0, fa_min64(khi, p0 + PANEL_KEYS));
-        for (int64_t b = 0; b < nblk; b++) {
-            const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off, r0 + b * MQ);
-            const fa_flash16_state s = fa_flash16_state_of(&bf, &pl->lay, b);
-            fa_flash16_panel(pl, &bf, &s, &rw, fa_min64(a->L - rw.q0, MQ), p0,
-                             fa_min64(khi, p0 + FA_FLASH16_PANEL));
-        }
+        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off[0], p0, fa_min64(khi, p0 + PANEL_KEYS));
+        for (int64_t h = 0; h < hg; h++)
+            for (int64_t b = 0; b < nblk; b++) {
+                const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off[h], r0 + b * MQ);
+                const fa_flash16_state st = fa_flash16_state_of(&bf, &pl->lay, h * nblk + b);
+                fa_flash16_panel(pl, &bf, &st, &rw, fa_min64(a->L - rw.q0, MQ), p0,
+                                 fa_min64(khi, p0 + FA_FLASH16_PANEL));
+            }
     }
     pl->K->tiles_off(bf.tf);
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t q0 = r0 + b * MQ, nq = fa_min64(a->L - q0, MQ);
-        fa_flash16_block(pl, &bf, &off, b, q0, 1);
-        if (!nonfinite) continue;
-        const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off, q0);
-        fa_flash16_nonfinite(pl, &bf, &off, &rw, nq, fa_flash16_state_of(&bf, &pl->lay, b).l, klo,
-                             khi, (uint16_t *)a->out.data + off.o + q0 * a->out.rs);
-    }
+    for (int64_t h = 0; h < hg; h++)
+        for (int64_t b = 0; b < nblk; b++) {
+            const int64_t q0 = r0 + b * MQ, nq = fa_min64(a->L - q0, MQ);
+            fa_flash16_block(pl, &bf, &off[h], h * nblk + b, q0, 1);
+            if (!nonfinite) continue;
+            const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off[h], q0);
+            fa_flash16_nonfinite(pl, &bf, &off[h], &rw, nq,
+                                 fa_flash16_state_of(&bf, &pl->lay, h * nblk + b).l, klo, khi,
+                                 (uint16_t *)a->out.data + off[h].o + q0 * a->out.rs);
+        }
+}
+
+/* The batch indices an item takes together: the length of the last batch
+ * dimension along which the keys, values and key padding do not move
+ * (stride 0: grouped-query heads, whose panels are then packed once per
+ * group, not per head), if its blocks fit FA_FLASH16_MAX_CHUNK; else 1.
+ * Which blocks share an item changes no bit. */
+static int64_t fa_flash16_heads(const fa_attention_args *a)
+{
+    const int d = a->nbatch_dims - 1;
+    if (d < 0 || a->k.bstride[d] != 0 || a->v.bstride[d] != 0 ||
+        (a->pad.data && a->pad.bstride[d] != 0))
+        return 1;
+    const int64_t g = a->batch_shape[d];
+    return g >= 1 && g <= FA_FLASH16_MAX_CHUNK ? g : 1;
 }
 
 /* The plan of a on nt threads (its scratch not yet given); 0 where the
@@ -331,9 +356,13 @@ static int fa_flash16_setup(fa_flash16_plan *pl, const fa_attention_args *a, int
     pl->lim = fa_limits_of(a);
     pl->c = (float)(a->scale * FA_LOG2E);
     pl->nqb = fa_div_up(a->L, MQ);
+    pl->hg = fa_flash16_heads(a);
+    pl->ng = pl->nb / pl->hg;
     /* chunks share a packed panel: as long as there are enough of them to
-     * keep the threads busy (the float driver's rule) */
-    pl->chunk = fa_min64(fa_min64(fa_div_up(pl->nb * pl->nqb, 4 * (int64_t)nt), FA_FLASH16_MAX_CHUNK),
+     * keep the threads busy (the float driver's rule), and at most
+     * FA_FLASH16_MAX_CHUNK blocks with the group's */
+    pl->chunk = fa_min64(fa_min64(fa_div_up(pl->ng * pl->nqb, 4 * (int64_t)nt),
+                                  FA_FLASH16_MAX_CHUNK / pl->hg),
                          pl->nqb);
     pl->nchunks = fa_div_up(pl->nqb, pl->chunk);
     pl->ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
@@ -352,7 +381,7 @@ int fa_flash16(const fa_attention_args *a)
     void *mem = fa_malloc((size_t)pl.lay.total * (size_t)nt + 64); /* before any output */
     if (!mem) return FA_ENOMEM;
     pl.scratch = (char *)mem + (64 - (uintptr_t)mem % 64) % 64;
-    fa_parallel_for(nt, FA_SCHED_DYNAMIC, pl.nb * pl.nchunks, fa_flash16_item, &pl);
+    fa_parallel_for(nt, FA_SCHED_DYNAMIC, pl.ng * pl.nchunks, fa_flash16_item, &pl);
     fa_free(mem);
     return FA_OK;
 }
@@ -368,6 +397,6 @@ int fa_flash16_one(const fa_attention_args *a, void *mem)
     fa_flash16_plan pl;
     if (!fa_flash16_setup(&pl, a, 1, 1)) return FA_FLASH16_DECLINED;
     pl.scratch = (char *)mem;
-    for (int64_t it = 0; it < pl.nb * pl.nchunks; it++) fa_flash16_item(&pl, it, 0);
+    for (int64_t it = 0; it < pl.ng * pl.nchunks; it++) fa_flash16_item(&pl, it, 0);
     return FA_OK;
 }

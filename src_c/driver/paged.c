@@ -240,13 +240,21 @@ static void fa_paged_local(const fa_paged_args *a, int64_t b, int64_t h, int64_t
 }
 
 /* fa_paged_local for the rows [e->r0, e->r1) of prefill entry e alone
- * against its keys [e->k0, e->k1), gathered at kbuf, vbuf: the problem the
- * 16-bit matrix driver takes for query head h. */
-static void fa_paged_chunk_local(const fa_paged_args *a, const fa_paged_entry *e, int64_t h,
+ * against its keys [e->k0, e->k1), gathered at kbuf, vbuf, for the G query
+ * heads of kv head g as a batch dimension (the keys and values shared: a
+ * stride of 0): the problem the 16-bit matrix driver takes, its panels
+ * packed once for the group. */
+static void fa_paged_chunk_local(const fa_paged_args *a, const fa_paged_entry *e, int64_t g,
                                  const void *kbuf, const void *vbuf, fa_attention_args *la)
 {
     const int64_t qsz = fa_storage_bytes(a->storage), dsz = fa_storage_bytes(a->dtype);
-    fa_paged_local(a, e->b, h, e->k0, kbuf, vbuf, la);
+    const int64_t G = a->Hq / a->Hkv;
+    fa_paged_local(a, e->b, g * G, e->k0, kbuf, vbuf, la);
+    la->nbatch_dims = 1;
+    la->batch_shape[0] = G;
+    la->q.bstride[0] = a->q_hs;
+    la->out.bstride[0] = a->o_hs;
+    la->lse.bstride[0] = a->total_q;
     la->L = e->r1 - e->r0;
     la->S = e->k1 - e->k0; /* the keys past them are hidden from every row */
     la->q.data = (const char *)la->q.data + e->r0 * a->q_rs * qsz;
@@ -260,8 +268,8 @@ static void fa_paged_chunk_local(const fa_paged_args *a, const fa_paged_entry *e
  * one 16-bit type, a sequence with as many queries as the forward takes
  * there (so that every chunk of it, a short last one too, runs where
  * fastattn.attention runs its rows), and a problem that driver takes (no
- * soft cap, ALiBi or sinks: the same for every head of the group): the
- * scratch bytes of one head's problem, else 0 (pchunk's float32 path). */
+ * soft cap, ALiBi or sinks: the same for every kv head): the scratch bytes
+ * of one kv head's problem, else 0 (pchunk's float32 path). */
 static int64_t fa_paged_flash16_bytes(const fa_paged_args *a, const fa_paged_entry *e)
 {
     const int64_t nq = fa_paged_nq(a, e->b);

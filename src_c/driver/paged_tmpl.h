@@ -363,20 +363,16 @@ static void *FN(pplan_f16_at)(const FN(fa_pplan) *pl, FA_T *buf)
 }
 
 /* Prefill entry e of kv head g on the 16-bit matrix driver (e->flash16):
- * its keys gathered once as they are stored, then each query head of the
- * group as one problem on the calling thread. */
+ * its keys gathered once as they are stored, then the group's query heads
+ * as one problem on the calling thread. */
 static void FN(pflash16)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t g, int tid)
 {
     const fa_paged_args *a = pl->a;
-    const int64_t G = a->Hq / a->Hkv;
     char *kbuf = FN(pplan_gather_at)(pl, pl->bufs[tid]), *vbuf = kbuf + pl->v_at;
-    void *mem = FN(pplan_f16_at)(pl, pl->bufs[tid]);
+    fa_attention_args la;
     fa_paged_gather(a, e->b, g, e->k0, e->k1, kbuf, vbuf);
-    for (int64_t h = g * G; h < (g + 1) * G; h++) {
-        fa_attention_args la;
-        fa_paged_chunk_local(a, e, h, kbuf, vbuf, &la);
-        (void)fa_flash16_one(&la, mem); /* taken: the plan asked with these arguments */
-    }
+    fa_paged_chunk_local(a, e, g, kbuf, vbuf, &la);
+    (void)fa_flash16_one(&la, FN(pplan_f16_at)(pl, pl->bufs[tid])); /* taken: planned so */
 }
 #endif
 
