@@ -160,6 +160,25 @@ def test_threads_bitwise_identical(tier, causal):
         np.testing.assert_array_equal(one.view(np.uint16), other.view(np.uint16))
 
 
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (40, 1)], ids=["group_of_4", "group_beyond_a_chunk"])
+@pytest.mark.parametrize("causal", [False, "lower_right"])
+def test_grouped_query_heads_bits_are_each_heads_own_call(tier, hq, hkv, causal):
+    # an item takes a kv head's query heads together (their panels packed
+    # once; a group of more blocks than a chunk holds goes head by head):
+    # each head's bytes are those of its own call, key padding shared, a
+    # NaN value a row sees included
+    rng = np.random.default_rng(9)
+    q, k, v = bf16(rng, (2, hq, 300, 64)), bf16(rng, (2, hkv, 330, 64)), bf16(rng, (2, hkv, 330, 64))
+    v[:, :, 7, 3] = np.nan
+    pad = rng.random((2, 330)) < 0.1
+    out = fastattn.attention(q, k, v, is_causal=causal, enable_gqa=True, key_padding_mask=pad)
+    g = hq // hkv
+    for h in range(0, hq, 3):
+        own = fastattn.attention(q[:, h], k[:, h // g], v[:, h // g], is_causal=causal,
+                                 key_padding_mask=pad)
+        assert out[:, h].tobytes() == own.tobytes()
+
+
 def test_falls_back_for_masks_options_and_nonfinite_values(tier):
     """What the driver declines runs on the float32-arithmetic path with the
     reference's semantics: a boolean mask, softcap, and a NaN value at a hidden
