@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from fastattn.integrations import transformers_packed as fa_packed  # noqa: E402
-from models_common import (TRAIN_CONFIG, TRAIN_MODELS, assert_grads_close,  # noqa: E402
+from models_common import (TRAIN_CONFIG, assert_grads_close, compiled_train_models,  # noqa: E402
                            train_pair)
 
 fa_tf.register()
@@ -83,7 +83,7 @@ def _compiled_documents_alone(name, monkeypatch, offsets):
     assert_grads_close(ours, eager)
 
 
-@pytest.mark.parametrize("name", TRAIN_MODELS)
+@pytest.mark.parametrize("name", compiled_train_models())
 def test_compiled_row_with_collator_offsets_gives_each_document_alone(name, monkeypatch):
     _compiled_documents_alone(name, monkeypatch, offsets=True)
 

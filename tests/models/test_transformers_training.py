@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", reason="the transformers back
 import fastattn.torch as fat  # noqa: E402
 from fastattn.integrations import transformers as fa_tf  # noqa: E402
 from models_common import (RTOL, TRAIN_CONFIG, TRAIN_MODELS, assert_grad_close,  # noqa: E402
-                           assert_grads_close, train_pair)
+                           assert_grads_close, compiled_train_models, train_pair)
 
 fa_tf.register()
 
@@ -124,7 +124,7 @@ def test_attention_dropout_in_training_is_refused():
         model(input_ids=_batch()["input_ids"])
 
 
-@pytest.mark.parametrize("name", TRAIN_MODELS + ["qwen2"])  # qwen2: a full and a windowed layer
+@pytest.mark.parametrize("name", compiled_train_models(TRAIN_MODELS + ["qwen2"]))  # qwen2: a full and a windowed layer
 def test_compiled_training_step_is_one_graph_and_matches_eager(name, monkeypatch):
     # fullgraph=True: the attention and mask functions break no graph (the
     # thread count read once while tracing); every model's loss and gradients
