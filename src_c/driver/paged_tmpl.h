@@ -12,9 +12,10 @@
  * merge (merge_tmpl.h) combines in split order, after a barrier in the same
  * parallel region (one fork and join per call).  Names: FN(paged) ->
  * paged_f32, paged_f64; likewise fa_pplan, pplan_make, pplan_alloc,
- * pplan_free, pplan_q8, pplan_gather_at, pstream, pstream_pages, fa_pchunk,
- * pchunk_pack_q, pchunk_start, pchunk_rows, pchunk_block, pchunk,
- * prun_item, pmerge_item, and those of the forward's parts included below. */
+ * pplan_free, pplan_q8, pplan_gather_at, pplan_v_bytes, pstream, pstream_pages,
+ * fa_pchunk, pchunk_pack_q, pchunk_start, pchunk_rows, pchunk_block, pchunk,
+ * pplan_f16_at, pflash16, prun_item, pmerge_item, and those of the forward's
+ * parts included below. */
 #define FN(name) FA_CAT(name, FA_SFX)
 #define FA_T FA_TYPE(FA_SFX)                      /* float, double */
 #define KT FA_CAT(fa_kernels, FA_SFX)             /* fa_kernels_f32, _f64 */
@@ -85,7 +86,8 @@ static int FN(pplan_make)(FN(fa_pplan) *pl, const fa_paged_args *a, const KT *K,
         pl->f16_bytes = fa_paged_max(pl->f16_bytes, f16);
         if (f16) pl->gather_keys = fa_paged_max(pl->gather_keys, e->k1 - e->k0);
 #endif
-        rows = fa_paged_max(rows, prefill ? chunk_heads * chunk : erows);
+        if (!pl->ent[i].flash16) /* pflash16 streams nothing: its scratch is f16_bytes */
+            rows = fa_paged_max(rows, prefill ? chunk_heads * chunk : erows);
         pl->q8 |= FN(pplan_q8)(pl, e);
         if (!fa_paged_in_place(a, e) && !FN(pplan_q8)(pl, e)) /* the copy's rows */
             pl->gather_keys = fa_paged_max(pl->gather_keys, prefill ? FA_KC : e->k1 - e->k0);
@@ -128,10 +130,16 @@ static char *FN(pplan_gather_at)(const FN(fa_pplan) *pl, FA_T *buf)
     return (char *)(buf + fa_round_up(pl->lay.total, 64 / (int64_t)sizeof(FA_T)));
 }
 
+/* The gathered values' bytes, rounded up to a 64-byte multiple. */
+static int64_t FN(pplan_v_bytes)(const FN(fa_pplan) *pl)
+{
+    return fa_round_up(pl->gather_keys * pl->a->Ev * pl->kv_bytes, 64);
+}
+
 /* The per-thread scratch, before any output is touched: FA_OK or FA_ENOMEM. */
 static int FN(pplan_alloc)(FN(fa_pplan) *pl)
 {
-    const int64_t gather = pl->v_at + fa_round_up(pl->gather_keys * pl->a->Ev * pl->kv_bytes, 64) +
+    const int64_t gather = pl->v_at + FN(pplan_v_bytes)(pl) +
                            (pl->f16_bytes ? pl->f16_bytes + 64 : 0) + 64;
     size_t bytes = (size_t)fa_round_up(pl->lay.total, 64) * sizeof(FA_T) + (size_t)gather;
     const size_t q8 = (size_t)fa_q8_scratch_floats(pl->a->Ev) * sizeof(float);
@@ -358,7 +366,7 @@ static void FN(pchunk)(const FN(fa_pplan) *pl, const fa_paged_entry *e, int64_t 
 static void *FN(pplan_f16_at)(const FN(fa_pplan) *pl, FA_T *buf)
 {
     const char *v = FN(pplan_gather_at)(pl, buf) + pl->v_at;
-    const uintptr_t at = (uintptr_t)(v + fa_round_up(pl->gather_keys * pl->a->Ev * pl->kv_bytes, 64));
+    const uintptr_t at = (uintptr_t)(v + FN(pplan_v_bytes)(pl));
     return (void *)(at + (64 - at % 64) % 64);
 }
 
