@@ -48,6 +48,11 @@ TRAIN_CONFIG = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hi
 TRAIN_WINDOW = 4
 TRAIN_MODELS = ["llama", "mistral", "gemma2", "gptoss"]
 
+# both backends compute in float32 and differ only in the order of the
+# attention's sums: 1e-4 relative, with an absolute floor of 1e-5 of a
+# parameter's largest gradient (for entries that nearly cancel)
+RTOL, ATOL_REL = 1e-4, 1e-5
+
 # fastattn[torch]'s lower pin.  Below it, transformers' own backward of gpt-oss's
 # experts (``_grouped_mm_fallback_backward``) guards on a data-dependent size and
 # does not trace under torch.compile(fullgraph=True) (seen with 5.17, torch 2.11
@@ -63,10 +68,6 @@ def compiled_train_models(names=TRAIN_MODELS):
            "experts' backward does not trace under torch.compile(fullgraph=True)")
     return [pytest.param(n, marks=pytest.mark.skipif(n == "gptoss" and old, reason=why))
             for n in names]
-# both backends compute in float32 and differ only in the order of the
-# attention's sums: 1e-4 relative, with an absolute floor of 1e-5 of a
-# parameter's largest gradient (for entries that nearly cancel)
-RTOL, ATOL_REL = 1e-4, 1e-5
 
 
 def train_pair(name, backend):

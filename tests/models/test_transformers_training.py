@@ -124,7 +124,8 @@ def test_attention_dropout_in_training_is_refused():
         model(input_ids=_batch()["input_ids"])
 
 
-@pytest.mark.parametrize("name", compiled_train_models(TRAIN_MODELS + ["qwen2"]))  # qwen2: a full and a windowed layer
+# qwen2: a full and a windowed layer
+@pytest.mark.parametrize("name", compiled_train_models(TRAIN_MODELS + ["qwen2"]))
 def test_compiled_training_step_is_one_graph_and_matches_eager(name, monkeypatch):
     # fullgraph=True: the attention and mask functions break no graph (the
     # thread count read once while tracing); every model's loss and gradients
