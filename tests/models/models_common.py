@@ -47,7 +47,6 @@ TRAIN_CONFIG = dict(vocab_size=100, hidden_size=64, intermediate_size=64, num_hi
                     max_position_embeddings=64, attention_dropout=0.0)
 TRAIN_WINDOW = 4
 TRAIN_MODELS = ["llama", "mistral", "gemma2", "gptoss"]
-
 # both backends compute in float32 and differ only in the order of the
 # attention's sums: 1e-4 relative, with an absolute floor of 1e-5 of a
 # parameter's largest gradient (for entries that nearly cancel)
