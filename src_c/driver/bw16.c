@@ -51,14 +51,17 @@ static inline void bw16_unused(void)
     (void)pv_careful_f32;
 }
 
-/* Query rows per block (a multiple of 32): 128, twice the float32
+/* Query rows per block (a multiple of 32): 256, four times the float32
  * backward's, since dV^T += dO^T P and dK^T += Q^T dS run over the block's
- * rows: each of their accumulator tiles is loaded and stored once per 64
- * query pairs, and the fused pass sweeps an item's dK^T and dV^T (beyond the
- * L2 at E = 128 and S = 1024) half as often; the pair's float32 tiles (s,
- * dp, f: 64 KiB each) stay in the L2.  Every gradient element is still
- * summed in the same order, so this size changes no bit. */
-#define BW16_BQ 128
+ * rows: each of their accumulator tiles is loaded and stored once per 128
+ * query pairs.  On AMX a tile's round trip stalls the tile unit (no tile is
+ * renamed: the store waits for the last product, the load for the store),
+ * so the longer chain takes 10% off the backward at E = 128 and 5% at
+ * E = 64 (against 128 rows, an Intel Xeon, 2026-12-05).  The pair's float32
+ * tiles (s, dp, f: 128 KiB each) and an item's dK^T and dV^T (1 MiB at
+ * E = 128, S = 1024) still share the 2 MiB L2.  Every gradient element is
+ * still summed in the same order, so this size changes no bit. */
+#define BW16_BQ 256
 #define BW16_KB FA_KC    /* keys per block (a multiple of 32) */
 
 /* One thread's scratch, byte offsets (each 64-byte aligned); the pieces
@@ -83,7 +86,7 @@ typedef struct bw16_plan {
     int64_t nbatch, nqb, nkb, nkp;
     int64_t grp, nkh;          /* batch indices per key head, key heads (bw_scheme.h) */
     int64_t ep, evp, e16, ev16; /* E, Ev rounded up to 32 and to 16 */
-    int64_t ldt;               /* row stride of dK^T, dV^T: nkp key blocks */
+    int64_t ldt;               /* row stride of dK^T, dV^T: nkp key blocks and a line */
     unsigned char **bufs;
     int *flags;                /* per check item: a -inf lse on a row that sees a key */
     int *kbad;                 /* fused: per thread and key block, bw16_keys' flag */
@@ -174,7 +177,9 @@ static int bw16_make(bw16_plan *pl, const fa_backward_args *g, int f16)
     /* the float32 backward's rule and bound, so that both bound memory alike */
     pl->fused = fa_bw_fuses(pl->nkh, nt, a->S, a->E, a->Ev, 4);
     pl->nkp = pl->fused ? pl->nkb : 1;
-    pl->ldt = pl->nkp * BW16_KB;
+    /* a line past the keys: rows 4 KiB apart would share one L1 set, and a
+     * tile's 16 rows of dK^T evict each other (3% at E = 128, S = 1024) */
+    pl->ldt = pl->nkp * BW16_KB + 16;
     const int64_t nq_items = pl->nbatch * pl->nqb, nkv_items = pl->nkh * pl->nkb;
     const int64_t most = pl->fused ? pl->nkh : nq_items > nkv_items ? nq_items : nkv_items;
     pl->nt = (int64_t)nt > most ? (int)most : (nt < 1 ? 1 : nt);
