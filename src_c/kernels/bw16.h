@@ -124,8 +124,9 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
 
 /* P and dS of one vector of a live row (kernels.h: grad_pair); with the
  * soft cap's derivative f, dS is 0 wherever P is (P below the least
- * subnormal, 2^-149: P = 0; NaN kept).  bad turns NaN where dS is NaN or
- * Inf.  w: P = 2^(s vc - vl) by the forward's weights' exp2 (vc, vl in
+ * subnormal, 2^-149: P = 0; NaN kept).  bad sums dS: not finite if a dS
+ * is NaN or Inf (or, harmlessly, where the sum overflows: the slow path
+ * then computes what the fast one would, up to the sign of a zero).  w: P = 2^(s vc - vl) by the forward's weights' exp2 (vc, vl in
  * base 2), else e^(s vc - vl) by the table's exp. */
 static FA_ALWAYS_INLINE void BW(grad_vec)(int w, const float *s, const float *ds, const float *f,
                                           vf vc, vf vl, vf vd, vf *p, vf *r, vf *bad)
@@ -133,7 +134,7 @@ static FA_ALWAYS_INLINE void BW(grad_vec)(int w, const float *s, const float *ds
     *p = w ? m16_exp2w(m16_fmsub(vf_load(s), vc, vl)) : vf_exp(vf_sub(vf_mul(vf_load(s), vc), vl));
     vf x = vf_mul(*p, vf_sub(vf_load(ds), vd));
     if (f) x = vf_where_below(vf_zero(), vf_mul(x, vf_load(f)), *p, 0x1p-149f);
-    *bad = vf_nan_acc(*bad, vf_sub(x, x));
+    *bad = vf_add(*bad, x);
     *r = x;
 }
 
@@ -157,7 +158,7 @@ static void BW(grad_row)(int w, float *s, float *ds, const float *f, int64_t n, 
         vf_store(s + j, p);
         vf_store(ds + j, r);
     }
-    if (live && !f && isnan(vf_hsum(bad)))
+    if (live && !f && !isfinite(vf_hsum(bad)))
         for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
     for (int64_t j = live ? n : 0; j < npad; j++) s[j] = ds[j] = 0;
 }
@@ -207,7 +208,7 @@ static FA_ALWAYS_INLINE void BW(grad_pair_w)(int w, int f16, float *s, float *ds
             m16_store(dsr + ldr + j, m16_cvt2(f16, r[1][1], r[1][0]));
         }
     }
-    if (f || !(isnan(vf_hsum(bad[0])) || isnan(vf_hsum(bad[1])))) return;
+    if (f || isfinite(vf_hsum(vf_add(bad[0], bad[1])))) return;
     for (int e = 0; e < 2; e++)
         BW(grad_row)(w, s + e * ld, ds + e * ld, f, n, npad, live[e], sc, l[e], d[e]);
     if (pp) BW(pairs)(f16, s, ld, 2, npad, pp, 0);
