@@ -133,7 +133,8 @@ static int FN(bw_make)(FN(bw_plan) *pl, const fa_backward_args *g, const KT *K)
     pl->nbatch = 1;
     for (int d = 0; d < a->nbatch_dims; d++) pl->nbatch *= a->batch_shape[d];
     if (pl->nbatch == 0 || a->L == 0 || a->S == 0) return 0;
-    pl->bqp = fa_round_up(FA_BW_MQ, K->mr);
+    pl->bqp = a->E + a->Ev >= FA_BW_WIDE_E ? FA_KC / K->mr * K->mr
+                                           : fa_round_up(FA_BW_MQ, K->mr);
     pl->ldE = fa_round_up(a->E, K->nr);
     pl->ldEv = fa_round_up(a->Ev, K->nr);
     pl->nqb = fa_div_up(a->L, pl->bqp);

@@ -99,6 +99,19 @@ def test_odd_shapes(isa, L, S, E, Ev):
     _compare(q, k, v, grad_lse=True, is_causal="lower_right" if L <= S else False)
 
 
+@pytest.mark.parametrize("L", [125, 126, 127, 128, 129, 253], ids=lambda L: f"L{L}")
+def test_wide_heads_take_query_blocks_of_a_whole_key_block(isa, L):
+    """E + Ev >= 256 switches to query blocks of FA_KC rows (rounded down to
+    the tile's rows): lengths around them, causal with a window, in float32
+    and float64, and bitwise the same for one and two threads."""
+    for dt in (np.float64, np.float32):
+        q, k, v = _inputs(np.random.default_rng(L), (1, 2, L, 160), (1, 2, 260, 160), 96, dt)
+        opts = {"is_causal": "lower_right", "window": (200, None)}
+        one = _compare(q, k, v, grad_lse=True, threads=1, **opts)
+        two = _compare(q, k, v, grad_lse=True, threads=2, **opts)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(one, two))
+
+
 def test_grouped_query_heads_sum_into_their_kv_head(isa, dtype):
     q, k, v = _inputs(np.random.default_rng(3), (2, 6, 40, 8), (2, 2, 90, 8), 8, dtype)
     _compare(q, k, v, enable_gqa=True, is_causal=True, alibi_slopes=np.linspace(0.1, 0.6, 6),
