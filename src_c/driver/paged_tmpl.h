@@ -186,12 +186,13 @@ static void FN(pstream_pages)(const FN(fa_pplan) *pl, const fa_paged_entry *e, i
     const fa_paged_args *a = pl->a;
     const int64_t G = la->L, ldv = pl->ldv;
     const int hx = a->kv_storage == FA_FLOAT16 ? 1 : a->kv_storage == FA_BFLOAT16 ? 2 : 0;
-    /* bfloat16 pools on VDPBF16PS where the tier has it: P.V always, Q.K^T
-     * for bfloat16 queries (exact in bfloat16 unscaled, the scale applied
-     * to the scores; float32 queries keep their bits on the widening path) */
+    /* bfloat16 pools on the tier's dp16 kernels where it has them: P.V
+     * always, Q.K^T for queries they take exactly (bfloat16, or float32
+     * where dp16_f32q), unscaled, the scale applied to the scores; other
+     * float32 queries keep their bits on the widening path */
     const int dpv = hx == 2 && K->pv_rows_dp16 && a->E % 32 == 0 && a->E <= FA_FLASH16_MAX_E &&
                     a->Ev % 32 == 0;
-    const int dpq = dpv && a->storage == FA_BFLOAT16;
+    const int dpq = dpv && (a->storage == FA_BFLOAT16 || K->dp16_f32q);
     const FA_T c = (FA_T)(pl->base2 ? la->scale * FA_LOG2E : la->scale);
     fa_krows t;
     fa_offsets off;

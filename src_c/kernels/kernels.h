@@ -269,18 +269,21 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
                        FA_T *s, int64_t lds);
     void (*pv_rows[3])(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
                        FA_T *o, int64_t ldo);
-    /* bfloat16 rows on VDPBF16PS (kernels/decode_dp16.h; NULL but on the */
-    /* x86 bfloat16 tiers, and in the f64 tables): qk_rows_dp16 s[i][j] = */
-    /* c (bf16(q_i) . k_j), q float [rows x E] rounded to bfloat16 nearest */
-    /* even (exact for bfloat16 queries passed unscaled); pv_rows_dp16 = */
-    /* pv_rows[2] with each weight rounded to bfloat16 nearest even (a key */
-    /* whose weight rounds to 0 skipped), p's rows readable up to FA_KC; */
-    /* for E % 32 == 0, E <= FA_FLASH16_MAX_E, Ev % 32 == 0, rows <= */
-    /* FA_DIRECT_MAX_ROWS */
+    /* bfloat16 rows (NULL but on the x86 bfloat16 tiers, and in the f64 */
+    /* tables), for E % 32 == 0, E <= FA_FLASH16_MAX_E, Ev % 32 == 0, rows */
+    /* <= FA_DIRECT_MAX_ROWS, p's rows readable up to FA_KC; each score and */
+    /* output element summed in a fixed order, float32 accumulation: */
+    /* qk_rows_dp16 s[i][j] = c (q_i . k_j), q float [rows x E] (the */
+    /* queries passed unscaled), pv_rows_dp16 = pv_rows[2] (a zero weight's */
+    /* key skipped); kernels/decode_dp16.h.  avx512_bf16: on VDPBF16PS, q */
+    /* and the weights rounded to bfloat16 nearest even (exact for bfloat16 */
+    /* queries; dp16_f32q 0); amx: the rows widened to float32, nothing */
+    /* rounded (dp16_f32q 1: float32 queries exactly) */
     void (*qk_rows_dp16)(int64_t rows, int64_t E, int64_t Ev, FA_T c, const FA_T *q,
                          const fa_krows *t, FA_T *s, int64_t lds);
     void (*pv_rows_dp16)(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa_krows *t,
                          FA_T *o, int64_t ldo);
+    int dp16_f32q;
 #if !FA_IS_F64(FA_SFX)
     /* the 16-bit matrix path (kernels/flash16.h; its .pack_kv NULL on an */
     /* ISA without bfloat16 dot products), the test hook's native */

@@ -10,7 +10,7 @@
  * hook's native instructions (simd/bf16_native.h), the int8 KV cache's
  * kernel and quantiser (kernels/decode_q8_tmpl.h, kernels/quantize_q8_tmpl.h),
  * on the x86 bfloat16 tiers the
- * bfloat16 decoding kernels on VDPBF16PS (kernels/decode_dp16.h) and the
+ * bfloat16 decoding kernels (kernels/decode_dp16.h) and the
  * 16-bit backward's products (kernels/bw16.h, amx and avx512_bf16). */
 #include <string.h>
 
@@ -33,10 +33,15 @@
 #include "kernels/flash16_steps.h"
 #include "kernels/flash16_softmax.h"
 #include "kernels/flash16_blocks.h"
-#if !defined(FA_SIMD_NEON_BF16) /* the bfloat16 decoding kernels on VDPBF16PS */
+#if !defined(FA_SIMD_NEON_BF16) /* the bfloat16 decoding kernels */
 #include "simd/dp16_rows.h"
 #include "kernels/decode_dp16.h" /* qk_rows_dp16_avx512_bf16, pv_rows_dp16_amx, ... */
 #define FA_DECODE_DP16 1
+#if defined(FA_SIMD_AMX) /* widening: float32 queries taken exactly (kernels.h) */
+#define FA_DECODE_F32Q 1
+#else
+#define FA_DECODE_F32Q 0
+#endif
 #endif
 #define FA_FLASH16_ENTRIES                                                                   \
     {sizeof(fa_tilefile), FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \

@@ -335,9 +335,10 @@ static FA_T FN(fma_probe)(int64_t n)
 #define FA_ROWS_ENTRIES(name) {FN(name), NULL, NULL}
 #endif
 #if !FA_IS_F64(FA_SFX) && defined(FA_DECODE_DP16) /* (kernels_isa.c) */
-#define FA_DECODE_DP16_ENTRIES FA_CAT3(qk_rows, dp16, FA_ISA_NAME), FA_CAT3(pv_rows, dp16, FA_ISA_NAME)
+#define FA_DECODE_DP16_ENTRIES                                                             \
+    FA_CAT3(qk_rows, dp16, FA_ISA_NAME), FA_CAT3(pv_rows, dp16, FA_ISA_NAME), FA_DECODE_F32Q
 #else
-#define FA_DECODE_DP16_ENTRIES NULL, NULL
+#define FA_DECODE_DP16_ENTRIES NULL, NULL, 0
 #endif
 
 /* The table of this ISA and element type (kernels.h):

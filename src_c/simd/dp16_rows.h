@@ -1,8 +1,6 @@
-/* dp16_rows.h -- the vocabulary of the bfloat16 decoding kernels on
- * VDPBF16PS (kernels/decode_dp16.h), on the x86 bfloat16 tiers (avx512_bf16,
- * and amx: every AMX CPU has AVX512-BF16, and tiles of 16 rows are mostly
- * padding for a decoding step's <= 8 rows, so amx runs these vector
- * kernels too); included by kernels_isa.c after simd/bf16_tiles.h.  A
+/* dp16_rows.h -- the vocabulary of the bfloat16 decoding kernels
+ * (kernels/decode_dp16.h: on VDPBF16PS on the avx512_bf16 tier, widening to
+ * float32 on amx); included by kernels_isa.c after simd/bf16_tiles.h.  A
  * dd_vi holds 32 bfloat16 (16 dword pairs); the vf are simd_avx512.h's.
  *   dd_load(p), dd_store(p, x)   32 bfloat16 at p (64 bytes, unaligned)
  *   dd_dp(acc, a, b)      acc[i] += a.pair[i] . b.pair[i], odd element
@@ -19,6 +17,11 @@
  *   dd_keep(x, m)         x & m per dword (a pair with one key dropped)
  *   dd_put4(p, x, i)      float lanes 4i .. 4i + 3 of x to p[0 .. 4)
  *   dd_nonzero(x)         bit i set where bfloat16 lane i of x is not +0
+ * and, for the widening kernels (amx):
+ *   dd_wlo(x), dd_whi(x)  the float32 values (exact) of x's bfloat16 in
+ *                         dd_mix's lo and hi orders (the columns of
+ *                         dd_pairs_lo and dd_pairs_hi)
+ *   dd_zeros(x)           bit i set where float lane i of x is +-0
  * The SIMDe build (FA_BF16_EMULATED) takes VDPBF16PS from
  * simd/bf16_emulate.h, with the hardware's roundings. */
 #ifndef FASTATTN_DP16_ROWS_H
@@ -43,6 +46,11 @@ static inline dd_vi dd_bcast(uint32_t w) { return _mm512_set1_epi32((int)w); }
 static inline dd_vi dd_keep(dd_vi x, uint32_t m) { return _mm512_and_si512(x, _mm512_set1_epi32((int)m)); }
 
 static inline uint32_t dd_nonzero(dd_vi x) { return (uint32_t)_mm512_test_epi16_mask(x, x); }
+
+/* each bfloat16 the high half of a dword */
+static inline vf dd_wlo(dd_vi x) { return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), x)); }
+static inline vf dd_whi(dd_vi x) { return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), x)); }
+static inline uint32_t dd_zeros(vf x) { return (uint32_t)_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ); }
 
 static inline void dd_put4(float *p, vf x, int i)
 {

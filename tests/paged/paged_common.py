@@ -49,7 +49,7 @@ def make_batch(rng, lens, nq=None, *, block_size=16, hq=4, hkv=2, e=8, ev=None,
 
 def bf16_weights_bound(args, ref):
     """|out - ref| bound of a 16-bit pool, whose P.V may take the weights
-    rounded to bfloat16 (the VDPBF16PS kernels): each weight p_j rounded to
+    rounded to bfloat16 (the avx512_bf16 tier's VDPBF16PS kernels): each weight p_j rounded to
     nearest even is p_j (1 + d_j), |d_j| <= 2^-9, while the softmax's sum
     l = sum_j p_j stays float32, so the output moves by |sum_j p_j d_j v_j|
     / l <= 2^-9 max_j |v_j|; plus float32 arithmetic (1e-5 of the result)."""

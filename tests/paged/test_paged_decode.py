@@ -1,9 +1,9 @@
 """The paged decoding step's kernels: one call per key block over its rows'
 pointers whatever the page size (the bits do not depend on it), the
-grouped query heads as the rows, and bfloat16 pools on VDPBF16PS where the
-ISA path has it (avx512_bf16, amx), with the error bound of its bfloat16
-weights.  Head sizes are multiples of 32 (the VDPBF16PS kernels' case)
-unless a test says otherwise."""
+grouped query heads as the rows, and bfloat16 pools on the bfloat16 tiers'
+kernels (avx512_bf16: VDPBF16PS, within the error bound of its bfloat16
+weights; amx: the rows widened to float32).  Head sizes are multiples of 32
+(those kernels' case) unless a test says otherwise."""
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ from paged_common import bf16_weights_bound, make_batch, reference_paged
 LENS = [1, 5, 130, 700, 257, 1300]
 CACHES = ["float32", "bfloat16", "float16"]
 # the pool's dtype as a parameter, so that the bfloat16 tiers (whose
-# VDPBF16PS kernels these tests are about) run the tests too (conftest.py)
+# kernels these tests are about) run the tests too (conftest.py)
 BF16_POOL = pytest.mark.parametrize("pool", ["bfloat16"])
 
 
@@ -87,7 +87,7 @@ def test_groups_and_block_sizes_match_reference(isa, cache, block_size, group):
 @BF16_POOL
 @pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 8], ids=lambda g: f"group{g}")
 def test_bfloat16_queries_in_groups_of_1_to_8_rows_match_reference(isa, pool, group):
-    # Q.K^T on VDPBF16PS takes rows by fours, then 3, 2 or 1, each over key
+    # Q.K^T on those kernels takes rows by fours, then 3, 2 or 1, each over key
     # tiles of 4, 8 or 16 and the last keys one by one (LENS: 1, 5, 130, ...)
     args = _batch(LENS, 16, pool, query_16_bit=True, hq=2 * group, hkv=2, e=96, ev=64)
     _check(args, pool)

@@ -84,8 +84,9 @@ def test_float64_caches(isa, rng):
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
 @pytest.mark.parametrize("query_16_bit", [False, True])
 def test_16_bit_caches(isa, rng, dtype, query_16_bit):
-    # E = 32: bfloat16 decoding steps on the VDPBF16PS kernels where the ISA
-    # path has them (their weights rounded to bfloat16: bf16_weights_bound)
+    # E = 32: bfloat16 decoding steps on the bfloat16 tiers' kernels where the
+    # ISA path has them (on VDPBF16PS the weights rounded to bfloat16:
+    # bf16_weights_bound)
     args = make_batch(rng, [1300, 60, 17], [1, 20, 1], dtype=dtype, e=32)
     kdt = _half.as_storage_dtype(dtype)
     if query_16_bit:
