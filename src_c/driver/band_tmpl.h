@@ -24,16 +24,47 @@ typedef struct FN(fa_stream) {
     int tmixed[FA_MAX_CHUNK_MC]; /* per tile: the boolean mask must be applied */
 } FN(fa_stream);
 
+#if !FA_IS_F64(FA_SFX)
+/* Decoding bfloat16 queries over bfloat16 keys and values on the tier's
+ * dp16 kernels where they take the packed (scaled) queries exactly
+ * (dp16_f32q, kernels.h: the rows widened in registers, not the per-key
+ * reductions of qk_direct; their sums in another order than the float32
+ * path's, which float32 queries keep: a KV cache's results are bitwise
+ * those of its widened keys and values): the n keys from j0 of the block
+ * as rows into *t, the next FA_KC keys' for the prefetches.  NULL where
+ * those kernels do not run. */
+static const fa_krows *FN(band_rows)(const FN(fa_stream) *st, int64_t j0, int64_t n, fa_krows *t)
+{
+    const fa_attention_args *a = st->a;
+    if (!st->direct || a->storage != FA_BFLOAT16 || a->kv_storage != FA_BFLOAT16 ||
+        !st->K->dp16_f32q || a->E % 32 || a->E > FA_FLASH16_MAX_E || a->Ev % 32)
+        return NULL;
+    const uint16_t *k = (const uint16_t *)a->k.data + st->off->k;
+    const uint16_t *v = (const uint16_t *)a->v.data + st->off->v;
+    const int64_t kb = st->kb + j0, end = fa_min64(kb + n + FA_KC, a->S);
+    t->n = n, t->kbytes = a->E * 2;
+    for (int64_t j = 0; j < n + FA_KC; j++)
+        t->k[j] = kb + j < end ? (const void *)(k + (kb + j) * a->k.rs) : NULL;
+    for (int64_t j = 0; j < n; j++) t->v[j] = v + (kb + j) * a->v.rs;
+    return t;
+}
+#endif
+
 /* s[nb x nk_b] = the scores of rows ib.. (tile t, row g of it) against the
  * keys j0.. of the block (j0 a multiple of nr), from the packed K block or
- * (direct) K in place; with vmax, their row maxima. */
+ * (direct) K in place, or its rows (band_rows); with vmax, their row
+ * maxima. */
 static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64_t nb,
-                            int64_t j0, int64_t nk_b, FA_T *s, FA_T *vmax)
+                            int64_t j0, int64_t nk_b, FA_T *s, FA_T *vmax, const fa_krows *rows)
 {
     const fa_attention_args *a = st->a;
     const KT *K = st->K;
     const int64_t E = a->E;
     const FA_T *qp = st->sc->qp + (t * st->mcp + g) * E;
+    if (rows) { /* the queries came scaled: c = 1 */
+        K->qk_rows_dp16(nb, E, a->Ev, (FA_T)1, qp, rows, s, FA_KC);
+        return;
+    }
 #if !FA_IS_F64(FA_SFX)
     if (st->direct && FN(kv_half)(a)) { /* 16-bit keys widened in registers */
         const uint16_t *kbase = (const uint16_t *)a->k.data + st->off->k;
@@ -53,13 +84,17 @@ static void FN(band_scores)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
 
 /* o[nb x ldv] += p[nb x nk_b] . V (the values j0.. of the block): packed,
  * packed skipping zero weights (the block holds NaN/Inf), or (direct) V in
- * place skipping them. */
+ * place or by its rows (band_rows) skipping them. */
 static void FN(band_values)(const FN(fa_stream) *st, int64_t nb, int64_t j0, int64_t nk_b,
-                            const FA_T *p, FA_T *o)
+                            const FA_T *p, FA_T *o, const fa_krows *rows)
 {
     const fa_attention_args *a = st->a;
     const KT *K = st->K;
     const int64_t ldv = st->ldv;
+    if (rows) {
+        K->pv_rows_dp16(nb, a->Ev, p, FA_KC, rows, o, ldv);
+        return;
+    }
 #if !FA_IS_F64(FA_SFX)
     if (st->direct && FN(kv_half)(a)) { /* 16-bit values widened in registers */
         const uint16_t *vbase = (const uint16_t *)a->v.data + st->off->v;
@@ -98,7 +133,13 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
     FA_T *s = sc->st + j0;
     FA_T *vmax = !st->direct && !masked && (opts || fa_round_up(n, st->K->nr) == n)
                      ? sc->vmax : NULL;
-    FN(band_scores)(st, t, g, nb, j0, n, s, opts ? NULL : vmax);
+#if !FA_IS_F64(FA_SFX)
+    fa_krows krows;
+    const fa_krows *rows = FN(band_rows)(st, j0, n, &krows);
+#else
+    const fa_krows *rows = NULL;
+#endif
+    FN(band_scores)(st, t, g, nb, j0, n, s, opts ? NULL : vmax, rows);
     if (opts && !FN(score_opts)(a, st->K, st->off, s, FA_KC, ib, nb, kb, n, st->base2, vmax))
         vmax = NULL;
     if (masked)
@@ -109,5 +150,5 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
      * NaN) unless no key of the row is visible yet. */
     st->K->online_softmax(nb, n, s, FA_KC, sc->m + row, sc->lv + row * st->K->vw, o, ldv,
                           st->base2, vmax);
-    FN(band_values)(st, nb, j0, n, s, o);
+    FN(band_values)(st, nb, j0, n, s, o, rows);
 }
