@@ -30,13 +30,17 @@ typedef struct FN(fa_stream) {
  * (dp16_f32q, kernels.h: the rows widened in registers, not the per-key
  * reductions of qk_direct; their sums in another order than the float32
  * path's, which float32 queries keep: a KV cache's results are bitwise
- * those of its widened keys and values): the n keys from j0 of the block
- * as rows into *t, the next FA_KC keys' for the prefetches.  NULL where
- * those kernels do not run. */
-static const fa_krows *FN(band_rows)(const FN(fa_stream) *st, int64_t j0, int64_t n, fa_krows *t)
+ * those of its widened keys and values), for bands of 2 rows or more (a
+ * grouped-query step: each key row loaded once for the rows; one row reads
+ * faster by qk_direct's, 4.7 against 5.5 ms at 32 heads of 4096 keys on an
+ * Intel Xeon with AMX): the n keys from j0 of the block as rows into *t,
+ * the next FA_KC keys' for the prefetches.  NULL where those kernels do
+ * not run. */
+static const fa_krows *FN(band_rows)(const FN(fa_stream) *st, int64_t nb, int64_t j0, int64_t n,
+                                     fa_krows *t)
 {
     const fa_attention_args *a = st->a;
-    if (!st->direct || a->storage != FA_BFLOAT16 || a->kv_storage != FA_BFLOAT16 ||
+    if (!st->direct || nb < 2 || a->storage != FA_BFLOAT16 || a->kv_storage != FA_BFLOAT16 ||
         !st->K->dp16_f32q || a->E % 32 || a->E > FA_FLASH16_MAX_E || a->Ev % 32)
         return NULL;
     const uint16_t *k = (const uint16_t *)a->k.data + st->off->k;
@@ -135,7 +139,7 @@ static void FN(stream_band)(const FN(fa_stream) *st, int64_t t, int64_t g, int64
                      ? sc->vmax : NULL;
 #if !FA_IS_F64(FA_SFX)
     fa_krows krows;
-    const fa_krows *rows = FN(band_rows)(st, j0, n, &krows);
+    const fa_krows *rows = FN(band_rows)(st, nb, j0, n, &krows);
 #else
     const fa_krows *rows = NULL;
 #endif

@@ -81,16 +81,18 @@ def _bf16_tiles(dt, L, mask=None, **opts):
             and not any(opts.get(o) for o in _BF16_DECLINED))
 
 
-# Decoding steps (at most FA_DIRECT_MAX_ROWS = 8 query rows) of bfloat16
-# queries over bfloat16 K and V on amx, head sizes multiples of 32 up to 256,
-# widen the key and value rows in registers (src_c/kernels/decode_dp16.h):
-# float32 arithmetic, rounded once, but summed in another order than the
-# float32 path's, so within the bound of the reference and not bitwise that
-# path's result rounded.  (Grouped-query folding may take a call past 8 rows:
-# then it is bitwise after all, which this predicate does not claim.)
+# Decoding steps (2 to FA_DIRECT_MAX_ROWS = 8 query rows per KV head) of
+# bfloat16 queries over bfloat16 K and V on amx, head sizes multiples of 32 up
+# to 256, widen the key and value rows in registers (src_c/kernels/
+# decode_dp16.h): float32 arithmetic, rounded once, but summed in another
+# order than the float32 path's, so within the bound of the reference and not
+# bitwise that path's result rounded.  (The rows counted here are the query
+# rows times the heads a KV head serves; where that passes 8, the call is
+# bitwise after all, which this predicate does not claim.)
 def _bf16_rows(q, k, v):
+    rows = q.shape[-2] * (q.shape[-3] // k.shape[-3] if q.ndim >= 3 and k.ndim >= 3 else 1)
     return (fastattn.get_isa() == "amx" and q.dtype == BF16 and k.dtype == BF16
-            and q.shape[-2] <= 8 and k.shape[-1] % 32 == 0 and k.shape[-1] <= 256
+            and 2 <= rows <= 8 and k.shape[-1] % 32 == 0 and k.shape[-1] <= 256
             and v.shape[-1] % 32 == 0)
 
 
@@ -246,6 +248,36 @@ def test_float32_queries_against_16_bit_keys_values(isa, rng, dt, L):
     assert got.dtype == F32
     assert_bitwise(got, fastattn.attention(q, k.astype(F32), v.astype(F32),
                                            is_causal="lower_right"))
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+@pytest.mark.parametrize("L", [1, 2], ids=["one_row", "two_rows"])
+def test_grouped_decoding_steps_with_padding_match_reference(isa, rng, dt, L):
+    """A decoding step of 4 query heads per KV head (bfloat16 on amx: the
+    widened-rows kernels), keys hidden by padding, the keys split over
+    several blocks; within the bound of the reference (bitwise the float32
+    path where _bf16_rows says so)."""
+    q, k, v = randn(rng, (2, 8, L, 64), dt), randn(rng, (2, 2, 700, 64), dt), \
+        randn(rng, (2, 2, 700, 96), dt)
+    pad = rng.random((2, 700)) < 0.2
+    pad[:, 0] = False
+    _check(q, k, v, dt, enable_gqa=True, key_padding_mask=pad, is_causal="lower_right")
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=HALF_IDS)
+def test_grouped_decoding_step_keeps_nan_values_of_hidden_keys_out(isa, rng, dt):
+    """NaN and Inf values behind padded keys never reach a grouped decoding
+    step's output (the widened-rows kernels skip a zero weight's key)."""
+    q, k, v = randn(rng, (1, 8, 1, 64), dt), randn(rng, (1, 2, 300, 64), dt), \
+        randn(rng, (1, 2, 300, 64), dt)
+    pad = np.zeros((1, 300), bool)
+    pad[0, [5, 130, 131, 299]] = True
+    v_bad = v.copy()
+    v_bad[0, 0, [5, 130]] = np.nan
+    v_bad[0, 1, [131, 299]] = np.inf
+    got = fastattn.attention(q, k, v_bad, enable_gqa=True, key_padding_mask=pad)
+    assert np.isfinite(got.astype(F32)).all()
+    assert_bitwise(got, fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=pad))
 
 
 def test_half_results_are_the_same_for_any_thread_count(rng):
