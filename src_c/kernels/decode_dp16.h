@@ -205,6 +205,33 @@ static void DD(qk_rows)(int64_t rows, int64_t E, int64_t Ev, float c, const floa
     }
 }
 
+/* A P.V tile's accumulators: columns c0 .. c0 + 32 NC of the R rows of o in
+ * dd_mix's orders (lo, hi per 32 columns), and back. */
+static FA_ALWAYS_INLINE void DD(acc_load)(int R, int NC, const float *o, int64_t ldo, int64_t c0,
+                                          vf lo[][2], vf hi[][2])
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int u = 0; u < NC; u++)
+            dd_mix(vf_load(o + r * ldo + c0 + 32 * u), vf_load(o + r * ldo + c0 + 32 * u + 16),
+                   &lo[r][u], &hi[r][u]);
+}
+
+static FA_ALWAYS_INLINE void DD(acc_store)(int R, int NC, vf lo[][2], vf hi[][2], float *o,
+                                           int64_t ldo, int64_t c0)
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int u = 0; u < NC; u++) {
+            vf o0, o1;
+            dd_unmix(lo[r][u], hi[r][u], &o0, &o1);
+            vf_store(o + r * ldo + c0 + 32 * u, o0);
+            vf_store(o + r * ldo + c0 + 32 * u + 16, o1);
+        }
+}
+
 #if DD_WIDEN
 /* 1 if some weight p[r][j], r < R, j < n, is zero (P.V must then test
  * each); p's rows are read up to n rounded up to 16 (<= FA_KC). */
@@ -229,12 +256,7 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int zw, int pf, const fa
                                          int64_t ldo)
 {
     vf lo[DD_PR][2], hi[DD_PR][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int u = 0; u < NC; u++)
-            dd_mix(vf_load(o + r * ldo + c0 + 32 * u), vf_load(o + r * ldo + c0 + 32 * u + 16),
-                   &lo[r][u], &hi[r][u]);
+    DD(acc_load)(R, NC, o, ldo, c0, lo, hi);
     for (int64_t j = 0; j < t->n; j++) {
         if (pf) fa_krows_prefetch_next(t, j);
         const uint16_t *va = (const uint16_t *)t->v[j] + c0;
@@ -256,15 +278,7 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int zw, int pf, const fa
             }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int u = 0; u < NC; u++) {
-            vf o0, o1;
-            dd_unmix(lo[r][u], hi[r][u], &o0, &o1);
-            vf_store(o + r * ldo + c0 + 32 * u, o0);
-            vf_store(o + r * ldo + c0 + 32 * u + 16, o1);
-        }
+    DD(acc_store)(R, NC, lo, hi, o, ldo, c0);
 }
 
 #else
@@ -300,12 +314,7 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int zw, int pf, const fa
                                          int64_t ldo)
 {
     vf lo[DD_PR][2], hi[DD_PR][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int u = 0; u < NC; u++)
-            dd_mix(vf_load(o + r * ldo + c0 + 32 * u), vf_load(o + r * ldo + c0 + 32 * u + 16),
-                   &lo[r][u], &hi[r][u]);
+    DD(acc_load)(R, NC, o, ldo, c0, lo, hi);
     for (int64_t j = 0; j < t->n; j += 2) {
         if (pf) fa_krows_prefetch_next(t, j), fa_krows_prefetch_next(t, j + 1);
         const uint16_t *va = (const uint16_t *)t->v[j] + c0;
@@ -329,15 +338,7 @@ static FA_ALWAYS_INLINE void DD(pv_tile)(int R, int NC, int zw, int pf, const fa
             }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-        for (int u = 0; u < NC; u++) {
-            vf o0, o1;
-            dd_unmix(lo[r][u], hi[r][u], &o0, &o1);
-            vf_store(o + r * ldo + c0 + 32 * u, o0);
-            vf_store(o + r * ldo + c0 + 32 * u + 16, o1);
-        }
+    DD(acc_store)(R, NC, lo, hi, o, ldo, c0);
 }
 
 #endif
