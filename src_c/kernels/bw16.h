@@ -126,12 +126,14 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
  * soft cap's derivative f, dS is 0 wherever P is (P below the least
  * subnormal, 2^-149: P = 0; NaN kept).  bad sums dS: not finite if a dS
  * is NaN or Inf (or, harmlessly, where the sum overflows: the slow path
- * then computes what the fast one would, up to the sign of a zero).  w: P = 2^(s vc - vl) by the forward's weights' exp2 (vc, vl in
- * base 2), else e^(s vc - vl) by the table's exp. */
+ * then computes what the fast one would, up to the sign of a zero).  w:
+ * P = 2^(s vc - vl) by the forward's weights' exp2 (vc, vl in base 2),
+ * else e^(s vc - vl) by the table's exp. */
 static FA_ALWAYS_INLINE void BW(grad_vec)(int w, const float *s, const float *ds, const float *f,
                                           vf vc, vf vl, vf vd, vf *p, vf *r, vf *bad)
 {
-    *p = w ? m16_exp2w(m16_fmsub(vf_load(s), vc, vl)) : vf_exp(vf_sub(vf_mul(vf_load(s), vc), vl));
+    const vf x0 = vf_load(s);
+    *p = w ? m16_exp2w(m16_fmsub(x0, vc, vl)) : vf_exp(vf_sub(vf_mul(x0, vc), vl));
     vf x = vf_mul(*p, vf_sub(vf_load(ds), vd));
     if (f) x = vf_where_below(vf_zero(), vf_mul(x, vf_load(f)), *p, 0x1p-149f);
     *bad = vf_add(*bad, x);

@@ -5,8 +5,8 @@
  * name_dp16_<FA_ISA_NAME> (qk_rows_dp16_avx512_bf16, pv_tile_dp16_amx, ...).
  *
  * Two ways to multiply, one per tier, around the same loops:
- * - avx512_bf16: on VDPBF16PS, which AMD's Zen 4 and 5 issue at their
- *   FMAs' rate (574 against 286 GFLOP/s on one Zen 5 core).  Q.K^T: each
+ * - avx512_bf16: on VDPBF16PS, which AMD's Zen 5 issues at its FMAs'
+ *   rate (574 against 286 GFLOP/s on one core).  Q.K^T: each
  *   query row rounded to bfloat16 (exact for bfloat16 queries, which the
  *   driver passes unscaled), its pairs along E against the key's in place.
  *   P.V: the weights rounded to bfloat16 nearest even; two keys' value rows
@@ -61,7 +61,10 @@ static FA_ALWAYS_INLINE void DD(qk_tile)(int R, int KL, int64_t E, float c, cons
     for (int64_t d = 0; d < E; d += 32) {
         vf ql[4], qh[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) ql[r] = vf_load(qm + r * E + d), qh[r] = vf_load(qm + r * E + d + 16);
+        for (int r = 0; r < R; r++) {
+            ql[r] = vf_load(qm + r * E + d);
+            qh[r] = vf_load(qm + r * E + d + 16);
+        }
 #pragma GCC unroll 16
         for (int l = 0; l < KL; l++) {
             const dd_vi kv = dd_load(k[l] + d);
@@ -152,7 +155,8 @@ static void DD(qk_key)(int64_t R, int64_t E, float c, const DD_QT *qb, const fa_
 /* q's rows in the tiles' form: rounded to bfloat16 */
 static void DD(prep_q)(int64_t n, const float *q, DD_QT *qx)
 {
-    for (int64_t i = 0; i < n; i += 32) dd_store(qx + i, dd_round(vf_load(q + i + 16), vf_load(q + i)));
+    for (int64_t i = 0; i < n; i += 32)
+        dd_store(qx + i, dd_round(vf_load(q + i + 16), vf_load(q + i)));
 }
 
 #endif

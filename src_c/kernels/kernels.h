@@ -104,8 +104,9 @@ static inline void fa_krows_prefetch_next(const fa_krows *t, int64_t j)
  *          where hidden; sc 1 or the scale the caller left to this step),
  *          bfloat16 by flash16's weights' exp2 in base 2 (relative error
  *          under 2^-13, the forward's own P), float16 by the f32 table's
- *          vector exp (expsum's values exactly), and dS = P (dP - d[e]) (ds holds dP; times f[j] where f: the soft
- *          cap's derivative), for j < n; where some dS of the row is NaN or
+ *          vector exp (expsum's values exactly), and dS = P (dP - d[e])
+ *          (ds holds dP; times f[j] where f: the soft cap's derivative),
+ *          for j < n; where some dS of the row is NaN or
  *          Inf (or with f), dS = 0 wherever P = 0; P = dS = 0 for n <= j <
  *          npad and on a row not live.  Written, rounded to nearest even,
  *          each skipped where NULL: pp and dsp one pair row (pp[2j + e] =

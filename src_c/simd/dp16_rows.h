@@ -48,9 +48,18 @@ static inline dd_vi dd_keep(dd_vi x, uint32_t m) { return _mm512_and_si512(x, _m
 static inline uint32_t dd_nonzero(dd_vi x) { return (uint32_t)_mm512_test_epi16_mask(x, x); }
 
 /* each bfloat16 the high half of a dword */
-static inline vf dd_wlo(dd_vi x) { return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), x)); }
-static inline vf dd_whi(dd_vi x) { return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), x)); }
-static inline uint32_t dd_zeros(vf x) { return (uint32_t)_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ); }
+static inline vf dd_wlo(dd_vi x)
+{
+    return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), x));
+}
+static inline vf dd_whi(dd_vi x)
+{
+    return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), x));
+}
+static inline uint32_t dd_zeros(vf x)
+{
+    return (uint32_t)_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ);
+}
 
 static inline void dd_put4(float *p, vf x, int i)
 {
