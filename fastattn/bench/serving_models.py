@@ -9,7 +9,11 @@ served with ``attn_implementation`` = sdpa and fastattn, on each thread count:
   tokens, new tokens per second (prefill included).
 
 Interleaved rounds, the order rotating; a ratio is the median over rounds of
-fastattn's tokens/s over sdpa's in the same round.  A row whose fastattn
+fastattn's tokens/s over sdpa's in the same round.  ``generate()`` takes
+more rounds than ``generate_batch``: a call lasts about half a second and
+its ratio lies within a few percent of 1 (attention is a tenth of a step),
+so three rounds cannot tell which is faster; sdpa's ``generate_batch`` call
+lasts about a minute and its ratio is several times 1.  A row whose fastattn
 call fails (e.g. before fastattn's backend takes continuous batching) says
 "not available" with the reason; missing torch or transformers is one line.
 """
@@ -32,7 +36,8 @@ class Models:
     page_size: int
     prompt: int               # generate()'s prompt
     new: int
-    rounds: int = 3
+    rounds: int = 3           # of generate_batch
+    generate_rounds: int = 15
 
 
 FULL = Models(llama=dict(vocab_size=1024, hidden_size=512, intermediate_size=1024,
@@ -43,7 +48,7 @@ QUICK = Models(llama=dict(vocab_size=256, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                           max_position_embeddings=512),
                requests=4, prompts=(16, 64), batch_new=4, page_size=16, prompt=64, new=4,
-               rounds=1)
+               rounds=1, generate_rounds=1)
 IMPLS = ("sdpa", "fastattn")
 
 
@@ -151,15 +156,16 @@ def run_models(threads, limits: dict, *, quick: bool = False, repeats: int | Non
                                f"({type(e).__name__}: {e})"}
     prompts = _prompts(m)
     cases = ((f"generate_batch {m.requests} requests, prompts {m.prompts[0]}–{m.prompts[1]}, "
-              f"+{m.batch_new}", _batch_call(torch, transformers, model, m, prompts)),
-             (f"generate() {m.prompt}+{m.new}", _generate_call(torch, model, m)))
+              f"+{m.batch_new}", _batch_call(torch, transformers, model, m, prompts), m.rounds),
+             (f"generate() {m.prompt}+{m.new}", _generate_call(torch, model, m),
+              m.generate_rounds))
     rows = []
     for t in threads:
         with limits[t]:
-            for case, run in cases:
+            for case, run, rounds in cases:
                 if progress is not None:
                     progress.status(f"serving models: {case}, {t} thread(s)")
-                rows.append(measure_case(case, run, t, repeats or m.rounds))
+                rows.append(measure_case(case, run, t, repeats or rounds))
     return {"rows": rows}
 
 
