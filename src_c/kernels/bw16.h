@@ -292,8 +292,9 @@ static inline vf BW(widen_n)(int f16, const uint16_t *p, int64_t w)
     return f16 ? vf_load_f16(p) : vf_load_bf16(p);
 }
 
-/* a lane per row: 16 rows x 16 columns widened and transposed, then one
- * product and add per column, in column order */
+/* a lane per row: 16 rows x 16 columns widened and multiplied (each
+ * product rounded as the scalar loop rounds it), the products transposed,
+ * then added per column, in column order */
 static void BW(dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, int64_t ys,
                      int64_t rows, int64_t n, float *d)
 {
@@ -301,15 +302,12 @@ static void BW(dots)(int f16, const uint16_t *x, int64_t xs, const uint16_t *y, 
         vf acc = vf_zero();
         for (int64_t c0 = 0; c0 < n; c0 += M16_W) {
             const int64_t w = n - c0 < M16_W ? n - c0 : M16_W;
-            m16_vi a[M16_W], b[M16_W];
-            for (int r = 0; r < M16_W; r++) {
-                a[r] = m16_as_vi(BW(widen_n)(f16, x + (r0 + r) * xs + c0, w));
-                b[r] = m16_as_vi(BW(widen_n)(f16, y + (r0 + r) * ys + c0, w));
-            }
-            m16_transpose(a);
-            m16_transpose(b);
-            for (int64_t c = 0; c < w; c++)
-                acc = vf_add(acc, vf_mul(m16_as_vf(a[c]), m16_as_vf(b[c])));
+            m16_vi p[M16_W];
+            for (int r = 0; r < M16_W; r++)
+                p[r] = m16_as_vi(vf_mul(BW(widen_n)(f16, x + (r0 + r) * xs + c0, w),
+                                        BW(widen_n)(f16, y + (r0 + r) * ys + c0, w)));
+            m16_transpose(p);
+            for (int64_t c = 0; c < w; c++) acc = vf_add(acc, m16_as_vf(p[c]));
         }
         vf_store(d + r0, acc);
     }
