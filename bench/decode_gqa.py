@@ -6,7 +6,8 @@ One query row of 32 heads over a 4096-key bfloat16 cache of 8 KV heads
 (enable_gqa, D 128: 16 MiB of K and V) and of 32 KV heads (no grouping), one
 thread each; fastattn and torch alternate in every round, and the ratio is
 the median over the rounds of torch's time / fastattn's, with its quartiles.
-The bench CLI's decode section has no grouped case; this is that case.
+The bench CLI's decode section times the grouped step too (kv_heads=8, every
+cache dtype); this script puts it beside the ungrouped one in one process.
 """
 import statistics
 import sys

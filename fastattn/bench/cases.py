@@ -91,6 +91,9 @@ class Profile:
     # eager formula (() for none)
     backward: tuple = ()
     backward_options: tuple = ()
+    # decoding steps of grouped-query attention: ((B, H, L, S, D), KV heads),
+    # timed in the decode section's cache dtypes beside its plain steps
+    decode_gqa: tuple = ()
 
 
 DEFAULT = Profile(
@@ -100,6 +103,7 @@ DEFAULT = Profile(
                (1, 4, 4096, 4096, 64), (1, 8, 1024, 1024, 128),
                (4, 16, 256, 256, 64)),
     decode=((1, 32, 1, 4096, 128),),
+    decode_gqa=(((1, 32, 1, 4096, 128), 8),),
     overhead=((1, 1, 3, 3, 2),),
     float64=((1, 8, 1024, 1024, 64),),
     softmax=((2048, 4096),),
@@ -118,6 +122,7 @@ QUICK = Profile(
     peak_n=1024, peak_repeats=3, probe_s=0.01, round_probe_s=0.005,
     attention=((1, 4, 256, 256, 64), (2, 2, 128, 128, 32)),
     decode=((1, 8, 1, 1024, 64),),
+    decode_gqa=(((1, 8, 1, 1024, 64), 2),),
     overhead=((1, 1, 3, 3, 2),),
     float64=((1, 4, 256, 256, 64),),
     softmax=((256, 1024),),
@@ -140,6 +145,7 @@ class Case:
     dtype: str
     causal: bool = False
     variant: str = ""       # the variants section: a name of variant_kwargs
+    kv_heads: int = 0       # K and V heads of grouped-query attention (0: H)
 
     @property
     def label(self) -> str:
@@ -148,12 +154,18 @@ class Case:
         B, H, L, S, D = self.shape
         s = f"{B}x{H}x{L}x{D}" if L == S else f"{B}x{H}x{L}x{S}x{D}"
         s = f"{s} {self.variant}" if self.variant else s
+        s = f"{s} kv_heads={self.kv_heads}" if self.kv_heads else s
         return f"{self.section} {s}" if self.section != "attention" else s
 
     def kv_bytes(self) -> int:
         """Bytes of K and V an attention case reads (a decoding step: its cache)."""
-        B, H, L, S, D = self.shape
-        return 2 * B * H * S * D * storage_dtype(self.dtype).itemsize
+        B, _, L, S, D = self.shape
+        return 2 * B * self.heads_kv * S * D * storage_dtype(self.dtype).itemsize
+
+    @property
+    def heads_kv(self) -> int:
+        """The heads of K and V: kv_heads, or H where the case has no grouping."""
+        return self.kv_heads or self.shape[1]
 
     def flops(self) -> float:
         if self.kind != "attention":
@@ -303,9 +315,9 @@ def build_cases(args, profile: Profile, sections) -> list[Case]:
                     for c in (c for c in causals if c in flags):
                         cases.append(Case("attention", "attention", shp, hd, c))
     if "decode" in sections:
-        for shp in profile.decode:
+        for shp, hkv in [(shp, 0) for shp in profile.decode] + list(profile.decode_gqa):
             for cd in (CACHE_DTYPES if dt == "float32" else (dt,)):
-                cases.append(Case("decode", "attention", shp, cd, False))
+                cases.append(Case("decode", "attention", shp, cd, False, kv_heads=hkv))
     if "overhead" in sections:
         for shp in profile.overhead:
             cases.append(Case("overhead", "attention", shp, dt, False))
@@ -330,6 +342,6 @@ def make_inputs(case: Case, seed: int = 0):
         return (rng.standard_normal(case.shape) * 4).astype(dt)
     B, H, L, S, D = case.shape
     q = rng.standard_normal((B, H, L, D)).astype(dt)
-    k = rng.standard_normal((B, H, S, D)).astype(dt)
-    v = rng.standard_normal((B, H, S, D)).astype(dt)
+    k = rng.standard_normal((B, case.heads_kv, S, D)).astype(dt)
+    v = rng.standard_normal((B, case.heads_kv, S, D)).astype(dt)
     return q, k, v

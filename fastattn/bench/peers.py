@@ -136,6 +136,8 @@ def _numpy_attention(case: Case, q, k, v, softmax):
         mask = np.where(variant_visible(case.variant, L, S), dt.type(0), dt.type(-np.inf))
     elif case.causal:
         mask = np.triu(np.full((L, S), -np.inf, dtype=dt), k=1)
+    if case.kv_heads:  # NumPy has no grouping: each K/V head repeated for its query heads
+        k, v = (np.repeat(x, case.shape[1] // case.kv_heads, axis=1) for x in (k, v))
     if half:
         return lambda: numpy_composition(softmax, q.astype(dt), k.astype(dt), v.astype(dt),
                                          scale, mask).astype(q.dtype)
@@ -172,7 +174,7 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
         return _varlen_impls(case, fa), {}, {}
     q, k, v = make_inputs(case)
     causal = case.causal
-    kw = {"is_causal": causal}
+    kw = {"is_causal": causal, "enable_gqa": bool(case.kv_heads)}
     L, S = case.shape[2], case.shape[3]
     if case.variant:  # the variants section: the peers get the equivalent dense mask
         kw = variant_kwargs(case.variant, case.shape[1], L, S)
@@ -186,7 +188,7 @@ def _attention_impls(case: Case, fa, tools: Tools, peers,
     if "torch" in peers:
         F = tools.torch.nn.functional
         tq, tk, tv = (_to_torch(tools.torch, a) for a in (q, k, v))
-        tkw = {"is_causal": causal}
+        tkw = {"is_causal": causal, **({"enable_gqa": True} if case.kv_heads else {})}
         if case.variant:
             tkw = {"attn_mask": tools.torch.from_numpy(
                 np.ascontiguousarray(variant_visible(case.variant, L, S)))}

@@ -73,6 +73,7 @@ def _base_row(case: Case, t: int, res: dict, var: str, skipped: dict, peaks: dic
         "variant": var,
         "shape": (dict(zip("BHLSD", case.shape)) if case.kind == "attention"
                   else dict(zip("MN", case.shape))),
+        "kv_heads": case.heads_kv if case.kind == "attention" else None,
         "dtype": case.dtype,
         "path": kernel_path(case),
         "causal": case.causal,
@@ -137,9 +138,9 @@ def _other_notes(case: Case, res: dict, skipped: dict, fa_s: float) -> list[str]
 def cache_bytes(case: Case, var: str) -> int:
     """Bytes of K and V a decode case reads: its dtype's, or int8 levels and
     one float32 scale per row for the int8 cache."""
-    B, H, _, S, D = case.shape
+    B, _, _, S, D = case.shape
     if var.endswith("_int8cache"):
-        return 2 * B * H * S * (D + 4)
+        return 2 * B * case.heads_kv * S * (D + 4)
     return case.kv_bytes()
 
 
