@@ -108,6 +108,9 @@ def test_quick_json_fields(quick_run):
             assert r["output_ok"], r["notes"]
     dec = [r for r in rows if r["section"] == "decode"]
     assert dec and all(r["shape"]["L"] == 1 < r["shape"]["S"] for r in dec)
+    grouped = [r for r in dec if r["kv_heads"] < r["shape"]["H"]]  # the grouped-query step
+    assert grouped and all(r["output_ok"] for r in grouped)
+    assert {r["dtype"] for r in grouped} == {"float32", "float16", "bfloat16"}
     assert any(r["variant"] == "fastattn_inplace" for r in rows)
 
     assert doc["scaling"] and all(s["threads"] == 2 for s in doc["scaling"])
