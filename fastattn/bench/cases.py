@@ -159,7 +159,7 @@ class Case:
 
     def kv_bytes(self) -> int:
         """Bytes of K and V an attention case reads (a decoding step: its cache)."""
-        B, _, L, S, D = self.shape
+        B, _, _, S, D = self.shape
         return 2 * B * self.heads_kv * S * D * storage_dtype(self.dtype).itemsize
 
     @property
