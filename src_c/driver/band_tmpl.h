@@ -27,15 +27,15 @@ typedef struct FN(fa_stream) {
 #if !FA_IS_F64(FA_SFX)
 /* Decoding bfloat16 queries over bfloat16 keys and values on the tier's
  * dp16 kernels where they take the packed (scaled) queries exactly
- * (dp16_f32q, kernels.h: the rows widened in registers, not the per-key
- * reductions of qk_direct; their sums in another order than the float32
- * path's, which float32 queries keep: a KV cache's results are bitwise
- * those of its widened keys and values), for bands of 2 rows or more (a
- * grouped-query step: each key row loaded once for the rows; one row reads
- * faster by qk_direct's, 4.7 against 5.5 ms at 32 heads of 4096 keys on an
- * Intel Xeon with AMX): the n keys from j0 of the block as rows into *t,
- * the next FA_KC keys' for the prefetches.  NULL where those kernels do
- * not run. */
+ * (dp16_f32q, kernels.h: the rows widened by one VPUNPCK per 16 elements
+ * where qk_direct's natural order takes two instructions; their sums in
+ * another order than the float32 path's, which float32 queries keep: a KV
+ * cache's results are bitwise those of its widened keys and values), for
+ * bands of 2 rows or more (a grouped-query step; one row read faster by
+ * qk_direct's, 4.7 against 5.5 ms at 32 heads of 4096 keys on an Intel
+ * Xeon with AMX): the n keys from j0 of the block as rows into *t, the
+ * next FA_KC keys' for the prefetches.  NULL where those kernels do not
+ * run. */
 static const fa_krows *FN(band_rows)(const FN(fa_stream) *st, int64_t nb, int64_t j0, int64_t n,
                                      fa_krows *t)
 {

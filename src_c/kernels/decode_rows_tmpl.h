@@ -1,20 +1,24 @@
-/* decode_rows_tmpl.h -- the direct (decoding) kernels over one key block
- * whose rows are found through pointers (kernels.h: qk_rows, pv_rows; the
- * rows in fa_krows), so a block of a paged cache is one call whatever its
- * page size.  Up to DR_QR query rows share every key vector loaded (and
- * widened) in Q.K^T; P.V holds a tile of rows x column vectors of the
- * output in registers over the whole block, each value vector loaded once
- * for the tile's rows.  The sums are those of qk_direct and pv_direct (each
- * score two accumulators, then the tail; each output element its weighted
- * values in key order, zero weights skipped), so a block gives the bits of
- * any split of it into runs.  Included with DR_SRC (the rows' element
- * type), DR_LOAD (a vector of them, widened), DR_TO (one, widened),
- * DR_WIDEN (1 if loading widens) and the
- * names DR_QK, DR_PV, DR(name) set:
+/* decode_rows_tmpl.h -- the direct (decoding) kernels: Q.K^T and P.V over
+ * one key block whose rows are found through pointers (kernels.h: qk_rows,
+ * pv_rows; the rows in fa_krows), so a block of a paged cache is one call
+ * whatever its page size, and Q.K^T over keys at one stride (qk_direct).
+ * Q.K^T runs tiles of up to DR_QR query rows x several keys, each key
+ * vector loaded (and widened) once for the tile's rows, each score its own
+ * accumulator, a tile's scores reduced by one transpose-add; P.V holds a
+ * tile of rows x column vectors of the output in registers over the whole
+ * block, each value vector loaded once for the tile's rows.  The sums
+ * (each score: its vector sum, then the E % VW tail in order; each output
+ * element its weighted values in key order, zero weights skipped, the sums
+ * of pv_direct) do not depend on the tiling, so a block gives the bits of
+ * any split of it into runs, and a paged call those of the keys in place.
+ * Included with DR_SRC (the rows' element type), DR_LOAD (a vector of
+ * them, widened), DR_TO (one, widened), DR_WIDEN (1 if loading widens) and
+ * the names DR_QK, DR_QKD, DR_PV, DR(name) set:
  *   kernels_tmpl.h:      DR_QK FN(qk_rows) (qk_rows_f32_avx2, ...)     DR_SRC FA_T
  *   kernels_half_tmpl.h: DR_QK HN(qk_rows) (qk_rows_bf16_avx512, ...)  DR_SRC uint16_t
- * and undefines all of them. */
-#define DR_QR 4 /* query rows per Q.K^T tile: 8 accumulators, 2 key vectors */
+ * (DR_QKD: qk_direct_f32_avx2, qk_direct_bf16_avx512, ...) and undefines
+ * all of them. */
+#define DR_QR 4 /* query rows per Q.K^T tile */
 /* P.V tiles: DR_ACC accumulators (16 where there are 32 vector registers,
  * 8 in AVX2's 16), as 4 rows x DR_ACC/4 vectors, 2 x DR_ACC/2, 1 x 8 */
 #if VW == 8 && defined(__AVX2__) && !defined(__AVX512F__)
@@ -23,29 +27,132 @@
 #define DR_ACC 16
 #endif
 
-/* s[r*lds] = q_r . kj for the R rows at q (packed, E apart): each key
- * vector loaded once for the R rows, each row's two accumulators. */
-static FA_ALWAYS_INLINE void DR(qk_tile)(int R, int64_t E, const FA_T *restrict q,
-                                         const DR_SRC *restrict kj, FA_T *restrict s,
-                                         int64_t lds)
+/* Key j's prefetches: through t (paged rows) the key row FA_DIRECT_PF_KEYS
+ * ahead (t's prefetch-only rows past the block; NULL past the pool's last)
+ * and value row j; with kb (keys at one stride) the key row that far ahead
+ * within the n keys. */
+static FA_ALWAYS_INLINE void DR(qk_prefetch)(int64_t E, int64_t Ev, const DR_SRC *kb, int64_t krs,
+                                             const fa_krows *t, int64_t n, int64_t j)
 {
-    VT a0[DR_QR], a1[DR_QR];
+    const int64_t kbytes = E * (int64_t)sizeof(DR_SRC);
+    if (kb) {
+        if (j + FA_DIRECT_PF_KEYS < n)
+            for (int64_t b = 0; b < kbytes; b += 64)
+                FA_PREFETCH((const char *)(kb + (j + FA_DIRECT_PF_KEYS) * krs) + b);
+        return;
+    }
+    const char *kn = (const char *)t->k[j + FA_DIRECT_PF_KEYS], *vj = (const char *)t->v[j];
+    if (kn)
+        for (int64_t b = 0; b < kbytes; b += 64) FA_PREFETCH(kn + b);
+    for (int64_t b = 0; b < Ev * (int64_t)sizeof(DR_SRC); b += 64) FA_PREFETCH(vj + b);
+}
+
+/* Q.K^T by tiles of R rows x KL keys, R * KL <= VW: one accumulator per
+ * score (r*KL + l) over the E / VW whole vectors, each key vector loaded
+ * (and widened) once for the R rows, the tile's scores then reduced at once
+ * by one transpose-add (DR(lanes)): 16 scores of a grouped step on avx512
+ * take 45 shuffles and adds where per-score sums took 16 x 9.  Every lane of
+ * the transpose-add sums its vector in the same order, so each score is
+ * its own dot product whatever its tile: qk_rows and qk_direct give the same
+ * bits for any tiling, block split or page size.  The last E % VW elements
+ * are added after the vector sum, in order.  A tile has VW / R keys, at
+ * most DR_KLMAX: one query row against 8 or 16 keys at a time (as many rows
+ * read at once) made a step of one row per KV head 2-6% slower than per-key
+ * sums (avx512, keys from the L3), 4 keys 1-3% faster. */
+#define DR_KLMAX 4
+#define DR_KL(R) ((R) > VW ? 1 : VW / (R) < DR_KLMAX ? VW / (R) : DR_KLMAX)
+
+#if FA_IS_F64(FA_SFX)
+/* lane i = V(hsum)(x[i]) (no transpose-add for doubles: the decoding
+ * step's float64 is for accuracy, not speed) */
+static FA_ALWAYS_INLINE VT DR(lanes)(const VT *x)
+{
+    FA_T t[VW];
+    for (int i = 0; i < VW; i++) t[i] = V(hsum)(x[i]);
+    return V(load)(t);
+}
+#else
+static FA_ALWAYS_INLINE VT DR(lanes)(const VT *x) { return vf_hsum_lanes(x); }
+#endif
+
+/* s[r*lds + l] = q_r . k[l] for the R rows at q (packed, E apart) and the
+ * KL keys at k[0 .. KL). */
+static FA_ALWAYS_INLINE void DR(qk_tile)(int R, int KL, int64_t E, const FA_T *restrict q,
+                                         const DR_SRC *const *k, FA_T *restrict s, int64_t lds)
+{
+    VT acc[VW];
+#pragma GCC unroll 16
+    for (int i = 0; i < VW; i++) acc[i] = V(zero)();
+    const int64_t Evec = E / VW * VW;
+    for (int64_t d = 0; d < Evec; d += VW) {
+        VT qv[DR_QR];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) a0[r] = a1[r] = V(zero)();
-    int64_t d = 0;
-    for (; d + 2 * VW <= E; d += 2 * VW) {
-        const VT k0 = DR_LOAD(kj + d), k1 = DR_LOAD(kj + d + VW);
+        for (int r = 0; r < R; r++) qv[r] = V(load)(q + r * E + d);
+#pragma GCC unroll 16
+        for (int l = 0; l < KL; l++) {
+            const VT kv = DR_LOAD(k[l] + d);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            a0[r] = V(fma)(V(load)(q + r * E + d), k0, a0[r]);
-            a1[r] = V(fma)(V(load)(q + r * E + d + VW), k1, a1[r]);
+            for (int r = 0; r < R; r++) acc[r * KL + l] = V(fma)(qv[r], kv, acc[r * KL + l]);
         }
     }
+    FA_T x[VW];
+    V(store)(x, DR(lanes)(acc));
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        FA_T t = V(hsum)(V(add)(a0[r], a1[r]));
-        for (int64_t dd = d; dd < E; dd++) t += q[r * E + dd] * DR_TO(kj[dd]);
-        s[r * lds] = t;
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int l = 0; l < KL; l++) {
+            FA_T t = x[r * KL + l];
+            for (int64_t d = Evec; d < E; d++) t += q[r * E + d] * DR_TO(k[l][d]);
+            s[r * lds + l] = t;
+        }
+}
+
+/* Rows r < R of s[r*lds + j] = q_r . k_j, j < n, key j at kb + j*krs or
+ * (kb NULL) t->k[j]: tiles of DR_KL(R) keys, then the last keys one by one;
+ * each key's prefetch (DR(qk_prefetch), through t or kb) asked before its
+ * tile. */
+static FA_ALWAYS_INLINE void DR(qk_part)(int R, int64_t E, int64_t Ev, const FA_T *q,
+                                         const DR_SRC *kb, int64_t krs, const fa_krows *t,
+                                         int64_t n, FA_T *s, int64_t lds)
+{
+    const int KL = DR_KL(R);
+    const DR_SRC *k[VW];
+    int64_t j = 0;
+    for (; j + KL <= n; j += KL) {
+#pragma GCC unroll 16
+        for (int l = 0; l < KL; l++) {
+            DR(qk_prefetch)(E, Ev, kb, krs, t, n, j + l);
+            k[l] = kb ? kb + (j + l) * krs : (const DR_SRC *)t->k[j + l];
+        }
+        DR(qk_tile)(R, KL, E, q, k, s + j, lds);
+    }
+    for (; j < n; j++) {
+        DR(qk_prefetch)(E, Ev, kb, krs, t, n, j);
+        k[0] = kb ? kb + j * krs : (const DR_SRC *)t->k[j];
+        DR(qk_tile)(R, 1, E, q, k, s + j, lds);
+    }
+}
+
+/* s[i*lds + j] = q_i . k_j for i < rows, j < n (keys as in DR(qk_part)):
+ * rows by groups of DR_QR (at most VW), then the rest; a second group's
+ * prefetches find the rows cached. */
+static FA_ALWAYS_INLINE void DR(qk_keys)(int64_t rows, int64_t E, int64_t Ev, const FA_T *q,
+                                         const DR_SRC *kb, int64_t krs, const fa_krows *t,
+                                         int64_t n, FA_T *s, int64_t lds)
+{
+    const int RG = VW < DR_QR ? VW : DR_QR;
+    int64_t i = 0;
+    for (; i + RG <= rows; i += RG)
+        DR(qk_part)(RG, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+    switch (rows - i) { /* (a tile of R rows needs R <= VW lanes) */
+    case 3:
+        if (VW >= 4) DR(qk_part)(3, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+        break;
+    case 2:
+        if (VW >= 2) DR(qk_part)(2, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+        break;
+    case 1: DR(qk_part)(1, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds); break;
+    default: break;
     }
 }
 
@@ -56,21 +163,17 @@ static FA_ALWAYS_INLINE void DR(qk_tile)(int R, int64_t E, const FA_T *restrict 
 static void DR_QK(int64_t rows, int64_t E, int64_t Ev, const FA_T *q, const fa_krows *t,
                   FA_T *s, int64_t lds)
 {
-    for (int64_t j = 0; j < t->n; j++) {
-        const DR_SRC *kj = (const DR_SRC *)t->k[j];
-        const char *kn = (const char *)t->k[j + FA_DIRECT_PF_KEYS], *vj = (const char *)t->v[j];
-        if (kn)
-            for (int64_t b = 0; b < E * (int64_t)sizeof(DR_SRC); b += 64) FA_PREFETCH(kn + b);
-        for (int64_t b = 0; b < Ev * (int64_t)sizeof(DR_SRC); b += 64) FA_PREFETCH(vj + b);
-        int64_t i = 0;
-        for (; i + DR_QR <= rows; i += DR_QR) DR(qk_tile)(DR_QR, E, q + i * E, kj, s + i * lds + j, lds);
-        switch (rows - i) {
-        case 3: DR(qk_tile)(3, E, q + i * E, kj, s + i * lds + j, lds); break;
-        case 2: DR(qk_tile)(2, E, q + i * E, kj, s + i * lds + j, lds); break;
-        case 1: DR(qk_tile)(1, E, q + i * E, kj, s + i * lds + j, lds); break;
-        default: break;
-        }
-    }
+    DR(qk_keys)(rows, E, Ev, q, NULL, 0, t, t->n, s, lds);
+}
+
+/* s[i][j] = q[i] . k_j, i < rows, j < nkeys, key j at k + j*krs (the
+ * direct decoding path over keys in place): key j + FA_DIRECT_PF_KEYS's
+ * row prefetched while key j is read (within the block; the next block's
+ * first keys are the hardware prefetcher's, the rows lying at one stride). */
+static void DR_QKD(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q, const DR_SRC *k,
+                   int64_t krs, FA_T *s, int64_t lds)
+{
+    DR(qk_keys)(rows, E, 0, q, k, krs, NULL, nkeys, s, lds);
 }
 
 /* o[r][c0 + 0..NV*VW) += sum_j p[r][j] v_j[c0 ..] for the R rows at o (ld
@@ -213,5 +316,8 @@ static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa
 #undef DR_LOAD
 #undef DR_TO
 #undef DR_QK
+#undef DR_QKD
+#undef DR_KL
+#undef DR_KLMAX
 #undef DR_PV
 #undef DR

@@ -79,41 +79,13 @@ static void HN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const uint16_t *k, 
  * widened as they are loaded */
 #define DR(name) HN(name) /* qk_tile_bf16_avx2, pv_tile_f16_avx512, ... */
 #define DR_QK HN(qk_rows) /* qk_rows_f16_avx2, qk_rows_bf16_avx512, ... */
+#define DR_QKD HN(qk_direct) /* qk_direct_bf16_avx2, ... */
 #define DR_PV HN(pv_rows) /* pv_rows_f16_avx2, pv_rows_bf16_avx512, ... */
 #define DR_SRC uint16_t
 #define DR_LOAD HLOAD
 #define DR_TO HTOF
 #define DR_WIDEN 1
 #include "kernels/decode_rows_tmpl.h"
-
-/* One score: q . k (E floats against E 16-bit values), two accumulators,
- * the same sums as qk_direct of kernels_tmpl.h. */
-static FA_ALWAYS_INLINE float HN(dot)(const float *q, const uint16_t *k, int64_t E)
-{
-    VT a0 = V(zero)(), a1 = V(zero)();
-    int64_t d = 0;
-    for (; d + 2 * VW <= E; d += 2 * VW) {
-        a0 = V(fma)(V(load)(q + d), HLOAD(k + d), a0);
-        a1 = V(fma)(V(load)(q + d + VW), HLOAD(k + d + VW), a1);
-    }
-    float t = V(hsum)(V(add)(a0, a1));
-    for (; d < E; d++) t += q[d] * HTOF(k[d]);
-    return t;
-}
-
-/* s[i][j] = q[i] . k[j] (q float, packed [rows x E]; k 16-bit, in place).
- * Decoding reads each key once from memory: the rows of key j + FA_DIRECT_PF_KEYS
- * are prefetched while key j is computed. */
-static void HN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const float *q,
-                          const uint16_t *k, int64_t krs, float *s, int64_t lds)
-{
-    for (int64_t j = 0; j < nkeys; j++) {
-        const uint16_t *kj = k + j * krs;
-        if (j + FA_DIRECT_PF_KEYS < nkeys)
-            for (int64_t b = 0; b < E * 2; b += 64) FA_PREFETCH((const char *)(kj + FA_DIRECT_PF_KEYS * krs) + b);
-        for (int64_t i = 0; i < rows; i++) s[i * lds + j] = HN(dot)(q + i * E, kj, E);
-    }
-}
 
 #undef HN
 #undef HLOAD

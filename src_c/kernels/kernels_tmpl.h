@@ -78,31 +78,6 @@ static void FN(qk)(int64_t rows, int64_t ncols, int64_t E, const FA_T *qp, const
 
 #include "kernels/pv_tmpl.h" /* pv and pvt (P^T.V of the backward) on the tile above */
 
-/* Few query rows (decoding): no packing.  s[i][j] = q[i] . k[j] for i < rows,
- * j < nkeys; q packed [rows x E], key j at k + j*krs (unit column stride). */
-static void FN(qk_direct)(int64_t rows, int64_t nkeys, int64_t E, const FA_T *q,
-                          const FA_T *k, int64_t krs, FA_T *s, int64_t lds)
-{
-    for (int64_t j = 0; j < nkeys; j++) {
-        const FA_T *kj = k + j * krs;
-        if (j + FA_DIRECT_PF_KEYS < nkeys) /* (blocking.h) */
-            for (int64_t b = 0; b < E * (int64_t)sizeof(FA_T); b += 64)
-                FA_PREFETCH((const char *)(kj + FA_DIRECT_PF_KEYS * krs) + b);
-        for (int64_t i = 0; i < rows; i++) {
-            const FA_T *qi = q + i * E;
-            VT a0 = V(zero)(), a1 = V(zero)();
-            int64_t d = 0;
-            for (; d + 2 * VW <= E; d += 2 * VW) {
-                a0 = V(fma)(V(load)(qi + d), V(load)(kj + d), a0);
-                a1 = V(fma)(V(load)(qi + d + VW), V(load)(kj + d + VW), a1);
-            }
-            FA_T t = V(hsum)(V(add)(a0, a1));
-            for (; d < E; d++) t += qi[d] * kj[d];
-            s[i * lds + j] = t;
-        }
-    }
-}
-
 /* has_nan NULL: no NaN detection (the streaming path finds NaN in the sum). */
 static FA_T FN(rowmax)(const FA_T *x, int64_t n, int *has_nan)
 {
@@ -294,6 +269,7 @@ static void FN(pack_k)(int64_t nk, int64_t ncols, int64_t E, const FA_T *k, int6
 /* the direct decoding kernels over a block's row pointers, FA_T rows */
 #define DR(name) FN(name)    /* qk_tile_f32_avx2, pv_tile_f64_generic, ... */
 #define DR_QK FN(qk_rows)    /* qk_rows_f32_avx2, qk_rows_f64_generic, ... */
+#define DR_QKD FN(qk_direct) /* qk_direct_f32_avx512, ... */
 #define DR_PV FN(pv_rows)    /* pv_rows_f32_avx2, ... */
 #define DR_SRC FA_T
 #define DR_LOAD V(load)

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 import fastattn
 from fastattn import _half
 from conftest import assert_close, examples, finite_absmax, q8_dot_bound, q8_query
-from paged_common import bf16_weights_bound, call_paged, check_int8, make_batch, reference_paged
+from paged_common import (bf16_weights_bound, call_paged, check_int8, gather, make_batch,
+                          reference_paged)
 
 LENS = [1, 37, 300, 1300, 16, 129]        # 1300: a long context, split over items
 
@@ -216,6 +217,27 @@ def test_strided_pools_and_query_are_read_in_place(isa, rng):
     q[..., 1::2] = args["query"]
     strided = dict(args, query=q[..., 1::2], **wide)
     np.testing.assert_array_equal(_call(strided), ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize("e", [40, 64], ids=["E40_vector_tail", "E64"])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 6, 8])
+def test_decoding_step_is_bitwise_attention_on_the_gathered_keys(isa, rng, dtype, e, group):
+    """Each score is its own dot product whatever Q.K^T tile it falls in:
+    a paged decoding step of 1..8 query heads per KV head gives the bits of
+    attention() on each sequence's keys and values in place (float32
+    queries; the lengths leave every tile remainder)."""
+    args = make_batch(rng, [37, 300, 129, 1], block_size=16, hq=2 * group, hkv=2, e=e,
+                      dtype=dtype)
+    out = _call(args)
+    kdt = args["key_cache"].dtype
+    for b, n in enumerate(args["seq_lens"]):
+        tab = args["block_table"][b]
+        k, v = (gather(args[c], tab, n, "NHD").astype(kdt).swapaxes(0, 1)[None]
+                for c in ("key_cache", "value_cache"))
+        q = args["query"][b][None, :, None, :]
+        want = fastattn.attention(q, k, v, enable_gqa=True)[0, :, 0]
+        assert out[b].tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("opts", [{}, {"sinks": np.ones(4)}], ids=["grouped_heads", "sinks"])
