@@ -109,9 +109,9 @@ static FA_ALWAYS_INLINE void DR(qk_tile)(int R, int KL, int64_t E, const FA_T *r
 
 /* Rows r < R of s[r*lds + j] = q_r . k_j, j < n, key j at kb + j*krs or
  * (kb NULL) t->k[j]: tiles of DR_KL(R) keys, then the last keys one by one;
- * each key's prefetch (DR(qk_prefetch), through t or kb) asked before its
- * tile. */
-static FA_ALWAYS_INLINE void DR(qk_part)(int R, int64_t E, int64_t Ev, const FA_T *q,
+ * where pf, each key's prefetch (DR(qk_prefetch), through t or kb) asked
+ * before its tile. */
+static FA_ALWAYS_INLINE void DR(qk_part)(int R, int pf, int64_t E, int64_t Ev, const FA_T *q,
                                          const DR_SRC *kb, int64_t krs, const fa_krows *t,
                                          int64_t n, FA_T *s, int64_t lds)
 {
@@ -121,21 +121,21 @@ static FA_ALWAYS_INLINE void DR(qk_part)(int R, int64_t E, int64_t Ev, const FA_
     for (; j + KL <= n; j += KL) {
 #pragma GCC unroll 16
         for (int l = 0; l < KL; l++) {
-            DR(qk_prefetch)(E, Ev, kb, krs, t, n, j + l);
+            if (pf) DR(qk_prefetch)(E, Ev, kb, krs, t, n, j + l);
             k[l] = kb ? kb + (j + l) * krs : (const DR_SRC *)t->k[j + l];
         }
         DR(qk_tile)(R, KL, E, q, k, s + j, lds);
     }
     for (; j < n; j++) {
-        DR(qk_prefetch)(E, Ev, kb, krs, t, n, j);
+        if (pf) DR(qk_prefetch)(E, Ev, kb, krs, t, n, j);
         k[0] = kb ? kb + j * krs : (const DR_SRC *)t->k[j];
         DR(qk_tile)(R, 1, E, q, k, s + j, lds);
     }
 }
 
 /* s[i*lds + j] = q_i . k_j for i < rows, j < n (keys as in DR(qk_part)):
- * rows by groups of DR_QR (at most VW), then the rest; a second group's
- * prefetches find the rows cached. */
+ * rows by groups of DR_QR (at most VW), then the rest; the first group asks
+ * for the rows, the others find them cached. */
 static FA_ALWAYS_INLINE void DR(qk_keys)(int64_t rows, int64_t E, int64_t Ev, const FA_T *q,
                                          const DR_SRC *kb, int64_t krs, const fa_krows *t,
                                          int64_t n, FA_T *s, int64_t lds)
@@ -143,15 +143,16 @@ static FA_ALWAYS_INLINE void DR(qk_keys)(int64_t rows, int64_t E, int64_t Ev, co
     const int RG = VW < DR_QR ? VW : DR_QR;
     int64_t i = 0;
     for (; i + RG <= rows; i += RG)
-        DR(qk_part)(RG, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+        DR(qk_part)(RG, i == 0, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+    const int pf = i == 0;
     switch (rows - i) { /* (a tile of R rows needs R <= VW lanes) */
     case 3:
-        if (VW >= 4) DR(qk_part)(3, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+        if (VW >= 4) DR(qk_part)(3, pf, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
         break;
     case 2:
-        if (VW >= 2) DR(qk_part)(2, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
+        if (VW >= 2) DR(qk_part)(2, pf, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds);
         break;
-    case 1: DR(qk_part)(1, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds); break;
+    case 1: DR(qk_part)(1, pf, E, Ev, q + i * E, kb, krs, t, n, s + i * lds, lds); break;
     default: break;
     }
 }
