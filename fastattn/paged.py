@@ -144,8 +144,11 @@ def _explain_sequences(table: np.ndarray, lens: np.ndarray, cu: np.ndarray, tota
                          f"disagree)")
 
 
-def _query(query: Any, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.dtype]:
-    """query (total_q, Hq, E) checked against the pools; its dtype is the result's."""
+def _query(query: Any, k: np.ndarray, v: np.ndarray, layout: str
+           ) -> tuple[np.ndarray, np.dtype]:
+    """query (total_q, Hq, E) checked against the pools (k, v: NHD views of
+    caches in ``layout``, named in the errors: a pool passed in the other
+    layout shows as wrong head counts); its dtype is the result's."""
     if not isinstance(query, np.ndarray):
         query = np.asarray(query)
     if query.ndim != 3 or query.shape[2] != k.shape[3]:
@@ -153,8 +156,10 @@ def _query(query: Any, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.dty
                          f"key cache's), got {query.shape}")
     hq, hkv = query.shape[1], k.shape[2]
     if hq == 0 or hq % hkv:
+        axes = "block_size, Hkv" if layout == "NHD" else "Hkv, block_size"
         raise ValueError(f"query heads ({hq}) must be a positive multiple of the caches' kv "
-                         f"heads ({hkv})")
+                         f"heads ({hkv}: key_cache read as layout={layout!r}, (num_blocks, "
+                         f"{axes}, E))")
     qdt, kdt = query.dtype, k.dtype
     ok = qdt == kdt if kdt == _F64 else (qdt == _F32 or (qdt == kdt and _half.is_half(qdt)))
     if not ok:
@@ -291,7 +296,7 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
     """
     k, v = _pools(key_cache, value_cache, layout)
     ks, vs = _scales("key_scales", key_scales, k), _scales("value_scales", value_scales, v)
-    q, qdt = _query(query, k, v)
+    q, qdt = _query(query, k, v, layout)
     table, lens, cu = _sequences(block_table, seq_lens, cu_seqlens_q, q.shape[0])
     cdt = _half.arith(qdt)
     sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else check_scale(scale, cdt)

@@ -3,6 +3,7 @@ argument, and nothing is written (out= and the caches keep their bytes)."""
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import fastattn
 from fastattn import _testing
@@ -123,6 +124,12 @@ def test_layout_name(args):
     _refused(args, ValueError, "layout must be 'NHD' or 'HND'")
 
 
+def test_a_pool_passed_in_the_other_layout_names_the_layout(args):
+    args["layout"] = "HND"   # the pools are NHD: (12, 8, 2, 8) read as Hkv = 8
+    _refused(args, ValueError, r"kv heads \(8: key_cache read as layout='HND', "
+                               r"\(num_blocks, Hkv, block_size, E\)\)")
+
+
 def test_int8_caches_need_their_scales(args):
     q8 = dict(args, key_cache=args["key_cache"].astype(np.int8),
               value_cache=args["value_cache"].astype(np.int8))
@@ -224,3 +231,60 @@ def test_each_failed_allocation_raises_memory_error_writing_nothing(rng):
     else:
         raise AssertionError("the call never succeeded within 20 allocations")
     assert failed >= 3                 # the entries, the partials, the threads' scratch
+
+
+# One wrong argument in an otherwise valid call, drawn at random: the name
+# its error must give, and how to make it wrong (a, r: the call's arguments
+# and a random generator; returns the changed arguments or options).
+def _bad_block_id(a, r):
+    t = a["block_table"].copy()
+    b = int(r.integers(0, t.shape[0]))
+    t[b, int(r.integers(0, -(-a["seq_lens"][b] // 8)))] = int(r.choice([-1, -2**31, 12, 2**31 - 1]))
+    return dict(block_table=t), {}
+
+
+def _bad_seq_len(a, r):
+    s = a["seq_lens"].copy()
+    s[int(r.integers(0, 3))] = int(r.choice([-1, 6 * 8 + 1, 2**40]))
+    return dict(seq_lens=s), {}
+
+
+def _bad_cu(a, r):   # [0, 3, 5, 6]: not from 0, not to 6, or going back
+    c = a["cu_seqlens_q"].copy()
+    k = int(r.integers(0, 4))
+    if k == 0:
+        c[0] = 1
+    elif k == 3:
+        c[1] = c[2] + 1
+    else:
+        c[-1] += int(r.choice([-1, 1, 10**9]))
+    return dict(cu_seqlens_q=c), {}
+
+
+_MUTATIONS = {
+    "block_table": _bad_block_id,
+    "seq_lens": _bad_seq_len,
+    "cu_seqlens_q": _bad_cu,
+    "query": lambda a, r: (dict(query=a["query"][:, : int(r.choice([1, 3]))]), {}),
+    "value_cache": lambda a, r: (dict(value_cache=a["value_cache"][: int(r.integers(1, 12))]), {}),
+    "window": lambda a, r: ({}, dict(window=(int(r.integers(-9, 0)), 0))),
+    "softcap": lambda a, r: ({}, dict(softcap=float(r.choice([-1.0, 0.0, np.nan, np.inf])))),
+    "scale": lambda a, r: ({}, dict(scale=float(r.choice([np.nan, np.inf, -np.inf, 1e300])))),
+    "sinks": lambda a, r: ({}, dict(sinks=np.zeros(int(r.choice([2, 3, 5])), np.float32))),
+    "alibi_slopes": lambda a, r: ({}, dict(alibi_slopes=np.zeros(int(r.choice([3, 5])),
+                                                                 np.float32))),
+    "num_threads": lambda a, r: ({}, dict(num_threads=int(r.choice([0, -1, -2**40])))),
+    "key_scales": lambda a, r: ({}, dict(key_scales=np.ones((12, 8, 2), np.float32))),
+}
+
+
+@given(name=st.sampled_from(sorted(_MUTATIONS)), seed=st.integers(0, 2**32 - 1),
+       layout=st.sampled_from(["NHD", "HND"]), decode=st.booleans())
+def test_any_one_wrong_argument_is_named_and_nothing_written(name, seed, layout, decode):
+    r = np.random.default_rng(seed)
+    a = make_batch(r, [40, 7, 20], None if decode else [3, 2, 1], block_size=8, layout=layout)
+    if name == "cu_seqlens_q" and decode:
+        name = "seq_lens"
+    changed, options = _MUTATIONS[name](a, r)
+    a.update(changed)
+    _refused(a, (ValueError, TypeError), name, **options)
