@@ -25,19 +25,7 @@
 #define ROUNDS 301
 static int BURST = 64; /* products per burst: argv[1] */
 
-typedef struct { uint8_t b[64]; } tilecfg;
-
-static void tiles_on(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.b[0] = 1;
-    for (int t = 0; t < 8; t++) {
-        c.b[16 + 2 * t] = 64;
-        c.b[48 + t] = 16;
-    }
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-}
+#include "amx_probe_tiles.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -80,7 +68,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1) BURST = atoi(argv[1]) / 4 * 4;
     if (BURST < 4) BURST = 4;
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */)) {
+    if (tiles_permitted()) {
         fprintf(stderr, "no AMX tile state from the kernel\n");
         return 1;
     }

@@ -21,21 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct { uint8_t b[64]; } tilecfg;
-
-/* palette 1, 8 tiles of 16 rows x 64 bytes; an asm operand of all 64
- * bytes (gcc 12's _tile_loadconfig declares 8 read: src_c/simd/bf16_tiles.h) */
-static void tiles_on(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.b[0] = 1;
-    for (int t = 0; t < 8; t++) {
-        c.b[16 + 2 * t] = 64;
-        c.b[48 + t] = 16;
-    }
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-}
+#include "amx_probe_tiles.h"
 
 static double now(void)
 {
@@ -104,7 +90,7 @@ static void run(int zero, long m, long n, long k, long reps)
 
 int main(void)
 {
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
+    if (tiles_permitted() != 0) {
         fprintf(stderr, "no AMX tile state granted\n");
         return 1;
     }
