@@ -236,16 +236,17 @@ def test_each_failed_allocation_raises_memory_error_writing_nothing(rng):
 # One wrong argument in an otherwise valid call, drawn at random: the name
 # its error must give, and how to make it wrong (a, r: the call's arguments
 # and a random generator; returns the changed arguments or options).
-def _bad_block_id(a, r):
-    t = a["block_table"].copy()
+def _bad_block_id(a, r):      # a block a sequence reads, outside the pool
+    t, pool = a["block_table"].copy(), a["key_cache"].shape[0]
     b = int(r.integers(0, t.shape[0]))
-    t[b, int(r.integers(0, -(-a["seq_lens"][b] // 8)))] = int(r.choice([-1, -2**31, 12, 2**31 - 1]))
+    j = int(r.integers(0, -(-a["seq_lens"][b] // 8)))
+    t[b, j] = int(r.choice([-1, -2**31, pool, 2**31 - 1]))
     return dict(block_table=t), {}
 
 
-def _bad_seq_len(a, r):
+def _bad_seq_len(a, r):       # negative, or beyond its row of blocks
     s = a["seq_lens"].copy()
-    s[int(r.integers(0, 3))] = int(r.choice([-1, 6 * 8 + 1, 2**40]))
+    s[int(r.integers(0, 3))] = int(r.choice([-1, a["block_table"].shape[1] * 8 + 1, 2**40]))
     return dict(seq_lens=s), {}
 
 
