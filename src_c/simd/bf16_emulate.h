@@ -39,9 +39,15 @@ typedef struct fa_emu_tiles {
 static inline float fa_emu_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t fa_emu_u32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 /* denormals as zero (keeps the sign) */
-static inline float fa_emu_daz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+static inline float fa_emu_daz(float x)
+{
+    return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x;
+}
 #define fa_emu_ftz fa_emu_daz
-static inline float fa_emu_bf16_f32(uint16_t h) { return fa_emu_daz(fa_emu_f32((uint32_t)h << 16)); }
+static inline float fa_emu_bf16_f32(uint16_t h)
+{
+    return fa_emu_daz(fa_emu_f32((uint32_t)h << 16));
+}
 /* float16 -> float32, exactly (denormals kept: m 2^-24, exact in float32;
  * a normal 2^(e-15) (1 + m/1024) is its bits rebiased) */
 static inline float fa_emu_f16_f32(uint16_t h)
@@ -51,7 +57,10 @@ static inline float fa_emu_f16_f32(uint16_t h)
                   : e == 31 ? (m ? NAN : INFINITY) : fa_emu_f32(((e + 112) << 23) | (m << 13));
     return (h & 0x8000) ? -v : v;
 }
-static inline float fa_emu_widen(uint16_t h, int fp16) { return fp16 ? fa_emu_f16_f32(h) : fa_emu_bf16_f32(h); }
+static inline float fa_emu_widen(uint16_t h, int fp16)
+{
+    return fp16 ? fa_emu_f16_f32(h) : fa_emu_bf16_f32(h);
+}
 
 static inline void fa_emu_tile_loadconfig(fa_emu_tiles *st, const void *cfg)
 {
@@ -63,7 +72,10 @@ static inline void fa_emu_tile_loadconfig(fa_emu_tiles *st, const void *cfg)
     }
 }
 static inline void fa_emu_tile_release(fa_emu_tiles *st) { memset(st, 0, sizeof(*st)); }
-static inline void fa_emu_tile_zero(fa_emu_tiles *st, int t) { memset(st->data[t], 0, sizeof st->data[t]); }
+static inline void fa_emu_tile_zero(fa_emu_tiles *st, int t)
+{
+    memset(st->data[t], 0, sizeof st->data[t]);
+}
 static inline void fa_emu_tile_loadd(fa_emu_tiles *st, int t, const void *base, int64_t stride)
 {
     fa_emu_tile_zero(st, t); /* bytes beyond rows x colsb read as zero */
@@ -105,8 +117,14 @@ static inline void fa_emu_tile_dp(fa_emu_tiles *st, int c, int a, int b, int fp1
         }
     }
 }
-static inline void fa_emu_tile_dpbf16ps(fa_emu_tiles *st, int c, int a, int b) { fa_emu_tile_dp(st, c, a, b, 0); }
-static inline void fa_emu_tile_dpfp16ps(fa_emu_tiles *st, int c, int a, int b) { fa_emu_tile_dp(st, c, a, b, 1); }
+static inline void fa_emu_tile_dpbf16ps(fa_emu_tiles *st, int c, int a, int b)
+{
+    fa_emu_tile_dp(st, c, a, b, 0);
+}
+static inline void fa_emu_tile_dpfp16ps(fa_emu_tiles *st, int c, int a, int b)
+{
+    fa_emu_tile_dp(st, c, a, b, 1);
+}
 
 /* VDPBF16PS on 16 lanes: acc[i] += a.bf16[2i+1] b.bf16[2i+1], then the even pair */
 static inline void fa_emu_dpbf16_ps(float acc[16], const uint16_t a[32], const uint16_t b[32])
