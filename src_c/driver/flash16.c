@@ -31,6 +31,7 @@
 #include "kernels/blocking.h"
 #include "kernels/kernels.h"
 #include "runtime/alloc.h"
+#include "runtime/half.h"
 #include "runtime/parallel.h"
 #include "runtime/util.h"
 
@@ -210,13 +211,33 @@ static void fa_flash16_panel(const fa_flash16_plan *pl, const fa_flash16_bufs *b
     pl->K->key_blocks(&blk);
 }
 
+/* Is the weight of key j in row i of the query block at rows->q0 zero:
+ * 2^(c q.k - m) below the least normal (a -inf score, or an exp that
+ * underflows; the tile product reads subnormal weights as 0), with m the
+ * row's final maximum?  The dot product is recomputed here in float32:
+ * only for the rare keys whose value is NaN or Inf. */
+static int fa_flash16_zero_weight(const fa_flash16_plan *pl, const fa_offsets *off,
+                                  int64_t i, int64_t j, float m)
+{
+    const fa_attention_args *a = pl->a;
+    const uint16_t *q = (const uint16_t *)a->q.data + off->q + i * a->q.rs;
+    const uint16_t *k = (const uint16_t *)a->k.data + off->k + j * a->k.rs;
+    float d = 0;
+    for (int64_t e = 0; e < a->E; e++) {
+        const uint16_t x = q[e * a->q.cs], y = k[e * a->k.cs];
+        d += pl->f16 ? fa_f16_to_f32(x) * fa_f16_to_f32(y) : fa_bf16_to_f32(x) * fa_bf16_to_f32(y);
+    }
+    return !(pl->c * d - m >= -126.0f); /* NaN scores reach the row through the tiles */
+}
+
 /* The output columns of rows q0 .. q0+nq-1 that see a key of [klo, khi)
- * with a NaN or Inf value (packed as 0): IEEE's sum of w_j v_j over the
- * visible keys there -- NaN for a NaN or for +Inf and -Inf together, else
- * the infinity (weights taken as > 0, as they are unless exp underflows). */
+ * with a NaN or Inf value (packed as 0) at a weight above 0: IEEE's sum of
+ * w_j v_j over those keys there -- NaN for a NaN or for +Inf and -Inf
+ * together, else the infinity.  m, l: the rows' final maxima and sums. */
 static void fa_flash16_nonfinite(const fa_flash16_plan *pl, const fa_flash16_bufs *bf,
                                  const fa_offsets *off, const fa_flash16_rows *rows, int64_t nq,
-                                 const float *l, int64_t klo, int64_t khi, uint16_t *out)
+                                 const float *m, const float *l, int64_t klo, int64_t khi,
+                                 uint16_t *out)
 {
     const fa_attention_args *a = pl->a;
     const uint16_t *v = (const uint16_t *)a->v.data + off->v;
@@ -225,7 +246,8 @@ static void fa_flash16_nonfinite(const fa_flash16_plan *pl, const fa_flash16_buf
         if (!(l[i] > 0)) continue; /* nothing visible, or already NaN */
         for (int64_t j = klo; j < khi; j++) {
             if (!bf->flags[j] || (rows->pad && rows->pad[j * rows->pad_cs]) ||
-                fa_limits_none(&pl->lim, rows->q0 + i, 1, j, 1))
+                fa_limits_none(&pl->lim, rows->q0 + i, 1, j, 1) ||
+                fa_flash16_zero_weight(pl, off, rows->q0 + i, j, m[i]))
                 continue;
             for (int64_t e = 0; e < a->Ev; e++) {
                 const uint16_t h = v[j * a->v.rs + e * a->v.cs];
@@ -320,8 +342,8 @@ static void fa_flash16_item(void *ctx, int64_t it, int tid)
             fa_flash16_block(pl, &bf, &off[h], h * nblk + b, q0, 1);
             if (!nonfinite) continue;
             const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off[h], q0);
-            fa_flash16_nonfinite(pl, &bf, &off[h], &rw, nq,
-                                 fa_flash16_state_of(&bf, &pl->lay, h * nblk + b).l, klo, khi,
+            const fa_flash16_state st = fa_flash16_state_of(&bf, &pl->lay, h * nblk + b);
+            fa_flash16_nonfinite(pl, &bf, &off[h], &rw, nq, st.m, st.l, klo, khi,
                                  (uint16_t *)a->out.data + off[h].o + q0 * a->out.rs);
         }
 }

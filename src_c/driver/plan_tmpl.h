@@ -55,7 +55,7 @@ static int FN(plan_make)(FN(fa_plan) *pl, const fa_attention_args *a, const KT *
     pl->K = K;
     pl->nbatch = 1;
     for (int d = 0; d < a->nbatch_dims; d++) pl->nbatch *= a->batch_shape[d];
-    if (pl->nbatch == 0 || L == 0 || (Ev == 0 && !a->weights)) return 0;
+    if (pl->nbatch == 0 || L == 0 || (Ev == 0 && !a->weights && !a->lse.data)) return 0;
     pl->ldv = fa_round_up(Ev, K->nr); /* V panels of nr columns */
     int nt = fa_resolve_threads(a->num_threads);
     double work = (double)pl->nbatch * (double)L * (double)S * (double)(E + Ev);

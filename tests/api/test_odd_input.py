@@ -87,6 +87,20 @@ def test_Ev_zero_gives_empty_output_and_correct_weights():
     np.testing.assert_allclose(w, exp_w, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("gqa", [False, True], ids=["heads", "grouped_heads"])
+def test_Ev_zero_still_gives_each_rows_lse(gqa):
+    """An empty output, but every row's log-sum-exp is computed (merging and
+    the backward need it)."""
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 4, 6, 5)), rng.standard_normal((2, 2 if gqa else 4, 9, 5))
+    o, lse = fastattn.attention(q, k, k[..., :0], is_causal="lower_right", enable_gqa=gqa,
+                                return_lse=True)
+    kk = np.repeat(k, 2, axis=1) if gqa else k
+    _, want = reference.attention(q, kk, kk[..., :0], is_causal="lower_right", return_lse=True)
+    assert o.shape == (2, 4, 6, 0)
+    np.testing.assert_allclose(lse, want, rtol=1e-13, atol=0)
+
+
 def test_every_dimension_zero():
     z = np.zeros((0, 0, 0))
     assert fastattn.attention(z, z, z).shape == (0, 0, 0)

@@ -238,3 +238,26 @@ def test_visible_nan_and_inf_values_reach_the_output_as_in_the_reference(tier):
     """A NaN or Inf in V is packed as 0 and put back where a row sees it:
     IEEE's sum (NaN for NaN or for +inf with -inf, else the infinity)."""
     check_visible_nan_and_inf_values(BF16)
+
+
+@pytest.mark.parametrize("how", ["neg_inf_score", "underflowing_weight"])
+def test_inf_values_behind_zero_weights_have_no_influence(tier, how):
+    """A key with an infinite value whose weight is 0 (its score -inf, from
+    a -inf in K, or 2^(c s - m) below the least normal) changes nothing,
+    though no mask hides it (the float32 path skips zero weights alike)."""
+    rng = np.random.default_rng(11)
+    q = (np.abs(rng.standard_normal((2, 40, 16))) + 0.1).astype(BF16)
+    k = bf16(rng, (2, 70, 16))
+    v = bf16(rng, (2, 70, 8))
+    k[:, 5] = 0
+    if how == "neg_inf_score":
+        k[:, 5, 3] = -np.inf
+    else:
+        k[:, 5] = -200.0   # scores near -1000 against maxima near +10
+    v[:, 5, 2], v[:, 5, 6] = np.inf, -np.inf
+    got = fastattn.attention(q, k, v)
+    keep = np.ones(70, bool)
+    keep[5] = False
+    want = fastattn.attention(q, k[:, keep], v[:, keep])
+    assert np.isfinite(got.astype(np.float32)).all()
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-2)
