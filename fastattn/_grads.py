@@ -14,7 +14,8 @@ from . import _core
 from . import _half
 from ._api import kernel_operand
 
-__all__ = ["check_lse", "grad_lse_operand", "sum_to", "grad_as"]
+__all__ = ["check_lse", "grad_lse_operand", "no_empty_features", "drop_features", "sum_to",
+           "grad_as", "sinks_grad"]
 
 
 def check_lse(lse: np.ndarray) -> None:
@@ -55,3 +56,28 @@ def grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
         _core.round_half(grad, out)
         return out
     return grad.astype(dt if dt.kind == "f" else np.float64, copy=False)
+
+
+def no_empty_features(arrays: tuple, rows: int, keys: int) -> tuple:
+    """The backward's (q, k, v, out, grad_out) with one zero feature in place
+    of an empty feature axis (E or Ev = 0) when there are rows and keys: the
+    kernels need one, and a zero feature leaves the scores, D and the other
+    gradients as they are (the callers drop its gradient column)."""
+    if rows == 0 or keys == 0:
+        return arrays
+    return tuple(np.zeros(x.shape[:-1] + (1,), x.dtype) if x.shape[-1] == 0 else x
+                 for x in arrays)
+
+
+def drop_features(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``grad`` without the column no_empty_features added where ``like``
+    has no features."""
+    return grad if grad.shape[-1] == like.shape[-1] else grad[..., :like.shape[-1]]
+
+
+def sinks_grad(grad: np.ndarray, sinks: Any) -> np.ndarray:
+    """The sinks' gradient (float64, per batch index) summed to their shape,
+    in their dtype when it is a float one (bfloat16 included), else float64."""
+    s = np.asarray(sinks)
+    dt = s.dtype if s.dtype.kind == "f" or _half.is_bfloat16(s.dtype) else np.dtype(np.float64)
+    return sum_to(grad, s.shape).astype(dt)

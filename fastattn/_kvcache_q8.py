@@ -84,7 +84,7 @@ def attend(k8, ks, v8, vs, num_kv_heads, head_dim, query, *, scale, key_padding_
     Hq, L = q.shape[1], q.shape[2]
     sc = 1.0 / math.sqrt(head_dim) if scale is None else check_scale(scale, np.dtype(np.float32))
     left, right = check_window(window)
-    cap = check_softcap(softcap)
+    cap = check_softcap(softcap, np.float32)
     alibi = per_head("alibi_slopes", alibi_slopes, (B, Hq), np.float64, contiguous=True)
     sink = per_head("sinks", sinks, (B, Hq), np.float64, neg_inf_ok=True, contiguous=True)
     pad = _padding(key_padding_mask, B, S)

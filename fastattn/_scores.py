@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import _half
+
 __all__ = ["ScoreOptions", "check_softcap", "per_head", "resolve"]
 
 
@@ -26,8 +28,10 @@ class ScoreOptions(NamedTuple):
     sinks: np.ndarray | None       # float64, batch + (1, 1)
 
 
-def check_softcap(softcap: Any) -> float | None:
-    """``softcap`` as a float: None, or a finite real ``> 0``."""
+def check_softcap(softcap: Any, cdt: Any = None) -> float | None:
+    """``softcap`` as a float: None, or a finite real ``> 0``; with the
+    arithmetic's dtype ``cdt``, also finite and ``> 0`` once rounded to it
+    (the kernels read a cap of 0 as none)."""
     if softcap is None:
         return None
     if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
@@ -36,6 +40,11 @@ def check_softcap(softcap: Any) -> float | None:
     c = float(softcap)
     if not (math.isfinite(c) and c > 0):
         raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
+    if cdt is not None and np.dtype(cdt) == np.float32:
+        c32 = np.float32(c) if c <= float(np.finfo(np.float32).max) else np.float32(np.inf)
+        if not (math.isfinite(c32) and c32 > 0):
+            raise ValueError(f"softcap must be finite and > 0 in float32, the arithmetic's "
+                             f"dtype, got {softcap!r}")
     return c
 
 
@@ -52,6 +61,8 @@ def per_head(name: str, values: Any, heads_shape: tuple, dtype: Any, *,
     if values is None:
         return None
     a = np.asarray(values)
+    if _half.is_bfloat16(a.dtype):  # a bfloat16 model's parameter: exact in float32
+        a = a.astype(np.float32)
     if a.dtype == bool or a.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be a real array, got dtype {a.dtype}")
     if len(heads_shape) == 0:
@@ -92,9 +103,7 @@ def _as_operand(a: np.ndarray | None) -> np.ndarray | None:
 def resolve(alibi_slopes: Any, softcap: Any, sinks: Any, batch: tuple,
             cdt: np.dtype) -> ScoreOptions:
     """The score options of one call, checked, as the kernel takes them."""
-    cap = check_softcap(softcap)
-    if cap is not None and cdt == np.float32 and cap > float(np.finfo(np.float32).max):
-        raise ValueError(f"softcap must be finite in {cdt}, got {softcap!r}")
+    cap = check_softcap(softcap, cdt)
     slopes = per_head("alibi_slopes", alibi_slopes, batch, cdt, in_range=True)
     sink = per_head("sinks", sinks, batch, cdt, neg_inf_ok=True, in_range=True)
     return ScoreOptions(0.0 if cap is None else cap, _as_operand(slopes), _as_operand(sink))

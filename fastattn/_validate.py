@@ -18,7 +18,7 @@ import numpy as np
 from . import _half
 
 __all__ = ["MAX_THREADS", "kernel_dtypes", "thread_count", "check_scale", "check_out",
-           "positive_int", "real_array", "forward_array"]
+           "overlapping", "positive_int", "real_array", "forward_array", "addressable"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -99,9 +99,27 @@ def check_out(out, shape: tuple, dtype: np.dtype, inputs) -> None:
         raise TypeError(f"out has dtype {out.dtype}, the result has dtype {dtype}")
     if not out.flags.writeable:
         raise ValueError("out is read-only")
+    if overlapping(out.shape, out.strides, out.itemsize):
+        raise ValueError(f"out's strides {out.strides} (shape {out.shape}) give two elements "
+                         f"the same memory (a broadcast view?): give an array whose elements "
+                         f"are distinct")
     for name, x in inputs:
         if x is not None and np.may_share_memory(out, x):
             raise ValueError(f"out overlaps {name}: give a separate output array")
+
+
+def overlapping(shape: tuple, strides: tuple, itemsize: int) -> bool:
+    """May two elements of an array of ``shape`` and ``strides`` (in units of
+    ``itemsize``) share memory?  False when, axes taken by increasing stride,
+    each stride clears the span of the axes before it (every array made by
+    allocating, slicing, transposing or reshaping); True for a zero stride
+    on an axis of length > 1, as a broadcast view has."""
+    span = itemsize
+    for st, n in sorted((abs(st), n) for n, st in zip(shape, strides) if n > 1):
+        if st < span:
+            return 0 not in shape
+        span += st * (n - 1)
+    return False
 
 
 def positive_int(value, name: str, *, minimum: int = 1) -> int:
@@ -131,4 +149,13 @@ def forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarra
     if x.shape != shape or x.dtype != dtype:
         raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
                          f"got shape {x.shape} and dtype {x.dtype}")
-    return x
+    return addressable(x)
+
+
+def addressable(a: np.ndarray | None) -> np.ndarray | None:
+    """``a`` as the kernels address it: aligned, every stride a whole number
+    of elements (a copy of a view that is not: a field of a structured array,
+    say)."""
+    if a is None or (a.flags.aligned and all(st % a.itemsize == 0 for st in a.strides)):
+        return a
+    return np.ascontiguousarray(a)

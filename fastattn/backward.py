@@ -30,7 +30,8 @@ from . import _half
 from . import _scores
 from ._api import arrays_and_dtypes, kernel_operand, problem_shape
 from ._gqa import group_heads
-from ._grads import check_lse, grad_as, grad_lse_operand, sum_to
+from ._grads import (check_lse, drop_features, grad_as, grad_lse_operand,
+                     no_empty_features, sinks_grad, sum_to)
 from ._masks import resolve
 from ._validate import check_scale, forward_array, thread_count
 
@@ -128,13 +129,13 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     lse_a = forward_array("lse", lse, batch + (L,), adt)
     check_lse(lse_a)
     g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, batch + (L,), adt)
-    grads = _run((q, k, v, o, d_o), lse_a, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt)
-    result = tuple(grad_as(sum_to(g, x.shape), x) for g, x in zip(grads, (q, k, v)))
+    grads = _run(no_empty_features((q, k, v, o, d_o), L, S), lse_a, g_lse, cdt, adt, batch,
+                 gqa, sc, plan, opts, nt)
+    result = tuple(grad_as(sum_to(drop_features(g, x), x.shape), x)
+                   for g, x in zip(grads, (q, k, v)))
     if sinks is None:
         return result
-    s = np.asarray(sinks)
-    dt = s.dtype if s.dtype.kind == "f" else np.dtype(np.float64)
-    return result + (sum_to(grads[3], s.shape).astype(dt),)
+    return result + (sinks_grad(grads[3], sinks),)
 
 
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
@@ -147,8 +148,10 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
     cap, al, sk = opts
-    empty = np.zeros if L == 0 or S == 0 else np.empty
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
+    # nothing to compute (no rows, keys or batch index): zero gradients
+    idle = L == 0 or S == 0 or math.prod(kb) == 0
+    empty = np.zeros if idle else np.empty
     kvb = batch if gqa is None else batch[:-1] + gqa[:1]  # the gradients' batch
     whole = q.shape[:-2] == batch and k.shape[:-2] == kvb and v.shape[:-2] == kvb
     gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
@@ -167,6 +170,8 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
         pad = None if pad is None else group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
         al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
                   for x in (al, sk))
+    if math.prod(kb) == 0:
+        return dq, dk, dv, None if ds is None else ds[..., 0, 0]
     qb, ob, dob, lse3, glse3, dqb, dsb = rows
     # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it
     dkb, dvb = (dk, dv) if gqa is None else (dk[..., None, :, :], dv[..., None, :, :])

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["merge_attention"]
 
 
+_FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def _parts(name, parts):
     """``parts`` as a list of at least one floating ndarray (bfloat16
     included) of one shape and dtype."""
@@ -33,11 +36,14 @@ def _parts(name, parts):
     except TypeError:
         raise TypeError(f"{name} must be a sequence of arrays, "
                         f"got {type(parts).__name__}") from None
+    except ValueError as e:  # a ragged nested list
+        raise ValueError(f"{name} must be a sequence of arrays: {e}") from None
     if not arrays:
         raise ValueError(f"{name} is empty: merge_attention needs at least one part")
     first = arrays[0]
-    if first.dtype.kind != "f" and not is_bfloat16(first.dtype):
-        raise TypeError(f"{name} must hold floating arrays, got dtype {first.dtype}")
+    if first.dtype not in _FLOATS and not is_bfloat16(first.dtype):
+        raise TypeError(f"{name} must hold float16, bfloat16, float32 or float64 arrays, "
+                        f"got dtype {first.dtype}")
     for i, a in enumerate(arrays):
         if a.shape != first.shape or a.dtype != first.dtype:
             raise ValueError(f"{name}[{i}] has shape {a.shape} and dtype {a.dtype}, "

@@ -24,7 +24,7 @@ from . import _core, _half
 from ._kvcache_q8 import check_finite_rows, quantize_rows
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
-from ._validate import check_out, check_scale, thread_count
+from ._validate import addressable, check_out, check_scale, thread_count
 from ._varlen_checks import check_cu_seqlens
 
 if TYPE_CHECKING:
@@ -182,9 +182,7 @@ def _options(alibi_slopes: Any, softcap: Any, sinks: Any, hq: int, cdt: np.dtype
              ) -> tuple[float, np.ndarray | None, np.ndarray | None]:
     """(softcap, slopes, sinks) as the kernel takes them: a float, and None or
     (Hq,) float64 C-ordered arrays of values finite in cdt."""
-    cap = check_softcap(softcap)
-    if cap is not None and cdt == _F32 and cap > float(np.finfo(np.float32).max):
-        raise ValueError(f"softcap must be finite in {cdt}, got {softcap!r}")
+    cap = check_softcap(softcap, cdt)
     slopes = per_head("alibi_slopes", alibi_slopes, (hq,), cdt, in_range=True)
     sink = per_head("sinks", sinks, (hq,), cdt, neg_inf_ok=True, in_range=True)
     def as64(a: np.ndarray | None) -> np.ndarray | None:
@@ -304,20 +302,26 @@ def attention_paged(query: ArrayLike, key_cache: np.ndarray, value_cache: np.nda
     cap, slopes, sink = _options(alibi_slopes, softcap, sinks, q.shape[1], cdt)
     nt = thread_count(num_threads)
     shape = (q.shape[0], q.shape[1], v.shape[3])
-    if out is None:
-        out = np.empty(shape, qdt)
-    else:
-        check_out(out, shape, qdt, [("query", q), ("key_cache", key_cache),
-                                    ("value_cache", value_cache)])
+    q, k, v, ks, vs = (addressable(a) for a in (q, k, v, ks, vs))
+    if out is not None:
+        check_out(out, shape, qdt, [("query", q), ("key_cache", k), ("value_cache", v),
+                                    ("key_scales", ks), ("value_scales", vs),
+                                    ("block_table", table), ("seq_lens", lens),
+                                    ("cu_seqlens_q", cu), ("alibi_slopes", slopes),
+                                    ("sinks", sink)])
+    target = out if out is not None and addressable(out) is out else np.empty(shape, qdt)
     lse = np.empty((q.shape[1], q.shape[0]), cdt) if return_lse else None
     try:
-        _core.attention_paged(q, k, v, ks, vs, table, lens, cu, out, lse, scale=sc,
+        _core.attention_paged(q, k, v, ks, vs, table, lens, cu, target, lse, scale=sc,
                               causal=bool(is_causal), win_left=wl, win_right=wr, softcap=cap,
                               alibi=slopes, sinks=sink, num_threads=nt)
     except ValueError as refused:  # refused before anything was written
         error = refused
     else:
-        return out if lse is None else (out, lse)
+        if out is not None and target is not out:
+            out[...] = target
+        res = out if out is not None else target
+        return res if lse is None else (res, lse)
     _explain_sequences(table, lens, cu, q.shape[0], k.shape[0], k.shape[1])  # which sequence
     raise error
 
@@ -443,6 +447,9 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
     if kx.shape[0] != vx.shape[0]:
         raise ValueError(f"key and value must have one row per token: {kx.shape} and {vx.shape}")
     s = _slots(slot_mapping, kx.shape[0], k.shape[0] * k.shape[1])
+    # rows read from the pools themselves: as if copied before any is written
+    kx, vx = (x.copy() if any(p is not None and np.may_share_memory(x, p)
+                              for p in (k, v, ks, vs)) else x for x in (kx, vx))
     if all(_writable_in_place(a) for a in (k, v, ks, vs) if a is not None):
         _append_in_c(k, v, ks, vs, s, kx, vx)
         return

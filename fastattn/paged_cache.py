@@ -141,7 +141,8 @@ class PagedKVCache:
         return i
 
     def _seq(self, seq_id: int) -> _Sequence:
-        s = self._seqs.get(seq_id) if isinstance(seq_id, (int, np.integer)) else None
+        s = self._seqs.get(seq_id) if isinstance(seq_id, (int, np.integer)) and \
+            not isinstance(seq_id, bool) else None
         if s is None:
             raise KeyError(f"no sequence {seq_id!r} in this cache")
         return s

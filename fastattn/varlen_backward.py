@@ -19,7 +19,8 @@ import numpy as np
 
 from . import _core
 from ._api import kernel_operand
-from ._grads import check_lse, grad_as, grad_lse_operand, sum_to
+from ._grads import (check_lse, drop_features, grad_as, grad_lse_operand,
+                     no_empty_features, sinks_grad)
 from ._half import arith, is_half
 from ._validate import forward_array, kernel_dtypes
 from ._varlen_call import packed_call
@@ -99,14 +100,18 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     lse_a = forward_array("lse", lse, (H, T), adt)
     check_lse(lse_a)
     g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, lse_a.shape, adt)
-    qk, kk, vk, ok, dok = (kernel_operand(x, kdt) for x in (q, k, v, o, d_o))
+    qk, kk, vk, ok, dok = no_empty_features(tuple(kernel_operand(x, kdt)
+                                                  for x in (q, k, v, o, d_o)), T, k.shape[0])
     # The kernel's gradients: in the inputs' 16-bit dtype where it rounds
     # them itself, else in the arithmetic's, rounded here (backward.py's
     # rule).  Grouped key heads: the kernel sums each key head's dK, dV over
     # its query heads into these, broadcast over them.
     gdt = kdt if is_half(kdt) and _core.backward_rounds(qk) else adt
-    dq, dk, dv = (np.zeros(x.shape, gdt) for x in (q, k, v))
+    dq, dk, dv = (np.zeros(x.shape, gdt) for x in (qk, kk, vk))
     d_sink = None if pc.sinks is None else np.zeros((cq.size - 1, H))
+    if H == 0:  # no query heads: zero gradients
+        return _with_sinks(tuple(grad_as(d, x) for d, x in ((dq, q), (dk, k), (dv, v))),
+                           d_sink, sinks)
     _core.attention_backward(
         pc.rows(qk), pc.keys(kk), pc.keys(vk), pc.rows(ok), pc.lse_rows(lse_a), pc.rows(dok),
         pc.rows(dq), pc.keys(dk), pc.keys(dv), batch=pc.batch, scale=pc.scale,
@@ -114,9 +119,9 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
         num_threads=pc.num_threads, softcap=pc.softcap, alibi=pc.alibi, sinks=pc.sinks,
         glse=pc.lse_rows(g_lse), dsinks=None if d_sink is None else pc.per_sequence(d_sink),
         seqs=pc.seqs)
-    grads = tuple(grad_as(d, x) for d, x in ((dq, q), (dk, k), (dv, v)))
-    if d_sink is None:
-        return grads
-    s = np.asarray(sinks)
-    return grads + (sum_to(d_sink, s.shape).astype(s.dtype if s.dtype.kind == "f"
-                                                  else np.float64),)
+    grads = tuple(grad_as(drop_features(d, x), x) for d, x in ((dq, q), (dk, k), (dv, v)))
+    return _with_sinks(grads, d_sink, sinks)
+
+
+def _with_sinks(grads: tuple, d_sink, sinks) -> tuple:
+    return grads if d_sink is None else grads + (sinks_grad(d_sink, sinks),)

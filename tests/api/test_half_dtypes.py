@@ -84,6 +84,22 @@ def test_kv_cache_rounds_float32_to_nearest_even(dt):
     np.testing.assert_array_equal(cache.values.view(np.uint16), want)
 
 
+def test_bfloat16_sinks_and_slopes_are_their_float32_values():
+    """A bfloat16 model's parameters: exact in float32, the sinks' gradient
+    in bfloat16."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 6, 8)).astype(np.float32) for _ in range(3))
+    sinks = np.array([0.5, -1.25], BF16)
+    slopes = np.array([0.25, 0.125], BF16)
+    out, lse = fastattn.attention(q, k, v, sinks=sinks, alibi_slopes=slopes, return_lse=True)
+    want = fastattn.attention(q, k, v, sinks=sinks.astype(np.float32),
+                              alibi_slopes=slopes.astype(np.float32))
+    assert np.array_equal(out, want)
+    grads = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse, sinks=sinks,
+                                        alibi_slopes=slopes)
+    assert grads[3].dtype == BF16 and grads[3].shape == (2,)
+
+
 def test_bfloat16_without_ml_dtypes_names_the_package():
     code = ("import sys; sys.modules['ml_dtypes'] = None\n"
             "from fastattn.mha import KVCache\n"

@@ -97,6 +97,29 @@ def test_out_broadcast_view_raises_value_error():
     assert np.all(base == SENTINEL)
 
 
+@pytest.mark.parametrize("call", ["attention", "softmax", "attention_varlen"])
+def test_out_whose_elements_share_memory_raises_value_error(call):
+    """A writeable view that maps two elements to one address (as_strided,
+    or a torch tensor expanded and passed as an array) would be written
+    twice: refused, nothing written."""
+    q, k, v = _qkv()
+    base = np.full(64, SENTINEL)
+    if call == "attention":
+        out = np.lib.stride_tricks.as_strided(base, OS, (0, 8, 8))
+        args, kw = (q, k, v), {}
+    elif call == "softmax":
+        out = np.lib.stride_tricks.as_strided(base, q[0].shape, (8, 0))
+        args, kw = (q[0],), {"axis": -1}
+    else:
+        out = np.lib.stride_tricks.as_strided(base, (3, 2, 6), (48, 0, 8))
+        cu = np.array([0, 3])
+        args, kw = (q.swapaxes(0, 1), k.swapaxes(0, 1), v.swapaxes(0, 1), cu, np.array([0, 5])), {}
+    assert out.flags.writeable
+    _raises(ValueError, ["out", "same memory"], [out.shape], *args,
+            call=getattr(fastattn, call), out=out, **kw)
+    assert np.all(base == SENTINEL)
+
+
 def test_out_not_an_array_raises_type_error():
     q, k, v = _qkv()
     _raises(TypeError, ["out", "list"], [], q, k, v, out=[[0.0] * 6] * 3)

@@ -113,6 +113,15 @@ def test_wide_heads_take_query_blocks_of_a_whole_key_block(isa, L):
         _compare(q, k, v, grad_lse=True, threads=(1, 2), **opts)
 
 
+@pytest.mark.parametrize("E,Ev", [(0, 5), (6, 0), (0, 0)], ids=["E0", "Ev0", "E0_Ev0"])
+@pytest.mark.parametrize("name", ["plain", "causal_lower_right", "sinks", "all"])
+def test_empty_feature_axes_match_reference(isa, E, Ev, name):
+    """E = 0 (every score 0 but for the options) or Ev = 0 (an empty output):
+    the gradients that remain come through the weights and lse."""
+    q, k, v = _inputs(np.random.default_rng(8), (1, 2, 70, E), (1, 2, 150, E), Ev, np.float64)
+    _compare(q, k, v, grad_lse=True, **OPTIONS[name])
+
+
 def test_grouped_query_heads_sum_into_their_kv_head(isa, dtype):
     q, k, v = _inputs(np.random.default_rng(3), (2, 6, 40, 8), (2, 2, 90, 8), 8, dtype)
     _compare(q, k, v, enable_gqa=True, is_causal=True, alibi_slopes=np.linspace(0.1, 0.6, 6),
@@ -215,3 +224,34 @@ def test_nan_in_a_hidden_key_with_finite_values_gives_finite_gradients(isa, dtyp
     k[..., 3, :], k[..., 129, 2] = np.nan, np.inf
     dk = _compare(q, k, v, key_padding_mask=pad, grad_lse=True)[1]
     assert not dk[..., [3, 129], :].any()
+
+
+def test_forward_arrays_of_odd_byte_strides_give_the_same_bits(isa):
+    """out, lse and grad_out as fields of structured arrays (strides not a
+    whole number of elements): read as elements, not as truncated strides."""
+    def field(a):
+        rec = np.zeros(a.shape, dtype=[("pad", np.int16), ("x", a.dtype)])
+        rec["x"] = a
+        return rec["x"]
+    rng = np.random.default_rng(9)
+    for dt in (np.float32, np.float64):
+        q, k, v = _inputs(rng, (2, 2, 30, 8), (2, 2, 50, 8), 6, dt)
+        out, lse = fastattn.attention(q, k, v, is_causal=True, return_lse=True)
+        d_o = rng.standard_normal(out.shape).astype(dt)
+        g_lse = rng.standard_normal(lse.shape).astype(lse.dtype)
+        want = fastattn.attention_backward(d_o, q, k, v, out, lse, is_causal=True, grad_lse=g_lse)
+        got = fastattn.attention_backward(field(d_o), q, k, v, field(out), field(lse),
+                                          is_causal=True, grad_lse=field(g_lse))
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("qs,ks,gqa", [((0, 2, 5, 4), (0, 2, 6, 4), False),
+                                       ((2, 0, 5, 4), (2, 0, 6, 4), False),
+                                       ((0, 5, 4), (2, 6, 4), True)],
+                         ids=["batch0", "heads0", "query_heads0_of_two_kv_heads"])
+def test_empty_batch_or_heads_give_empty_or_zero_gradients(qs, ks, gqa):
+    q, k, v = np.ones(qs), np.ones(ks), np.ones(ks[:-1] + (3,))
+    out, lse = fastattn.attention(q, k, v, enable_gqa=gqa, return_lse=True)
+    grads = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse, enable_gqa=gqa)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert not any(g.any() for g in grads)

@@ -211,6 +211,8 @@ O, LS = np.zeros((2, 3, 4)), np.zeros((2, 3))
                  id="lse-shape-not-out-shape-minus-last"),
     pytest.param([np.zeros(())], [np.zeros(())], "outputs", id="zero-dim-outputs"),
     pytest.param(np.zeros(()), [LS], "outputs", id="zero-dim-array-as-sequence"),
+    pytest.param([[[1.0, 2.0], [1.0]]], [LS], "outputs must be a sequence of arrays",
+                 id="ragged-nested-list"),
 ])
 def test_bad_input_raises_value_error_naming_argument(outputs, lses, match):
     with pytest.raises(ValueError, match=match):
@@ -221,6 +223,8 @@ def test_bad_input_raises_value_error_naming_argument(outputs, lses, match):
     pytest.param([O.astype(np.int64)], [LS], "outputs", id="int-outputs"),
     pytest.param([O], [LS.astype(bool)], "lses", id="bool-lses"),
     pytest.param(3, [LS], "outputs", id="not-a-sequence"),
+    pytest.param([O.astype(np.longdouble)], [LS], "outputs must hold float16, bfloat16",
+                 id="long-double-outputs"),
 ])
 def test_non_float_input_raises_type_error_naming_argument(outputs, lses, match):
     with pytest.raises(TypeError, match=match):

@@ -47,6 +47,26 @@ def test_packed_sequences_match_the_reference_per_sequence(isa, opts):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()))
 
 
+@pytest.mark.parametrize("E,Ev", [(0, 6), (8, 0)], ids=["E0", "Ev0"])
+def test_empty_feature_axis_matches_the_reference_per_sequence(isa, E, Ev):
+    """No query/key features (every score 0) or no value features (an empty
+    output, but lse and its gradient still reach dQ and dK)."""
+    rng = np.random.default_rng(1)
+    cq, ck = np.array([0, 3, 3, 20]), np.array([0, 5, 9, 30])
+    q = rng.standard_normal((20, 4, E))
+    k, v = rng.standard_normal((30, 2, E)), rng.standard_normal((30, 2, Ev))
+    sinks = np.array([0.5, -0.5, 0.0, 1.0])
+    opts = {"is_causal": "lower_right", "window": (6, None)}
+    out, lse = fastattn.attention_varlen(q, k, v, cq, ck, sinks=sinks, return_lse=True, **opts)
+    d_o, g_lse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
+    got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cq, ck, sinks=sinks,
+                                             grad_lse=g_lse, **opts)
+    want = _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max(initial=0)))
+
+
 def test_grad_out_of_another_shape_is_named():
     x = np.ones((5, 2, 4))
     cu = np.array([0, 2, 5])
@@ -82,3 +102,12 @@ def test_gradients_bitwise_equal_for_any_thread_count():
                                         lse[:, s], None, True, enable_gqa=True, sinks=sinks)
         for grad, part in zip(one[:3], r[:3]):
             np.testing.assert_array_equal(t(grad[s]), part)
+
+
+def test_no_query_heads_give_zero_gradients():
+    cu = np.array([0, 2, 5])
+    q, k, v = np.ones((5, 0, 4)), np.ones((5, 2, 4)), np.ones((5, 2, 3))
+    out, lse = fastattn.attention_varlen(q, k, v, cu, cu, return_lse=True)
+    grads = fastattn.attention_varlen_backward(np.ones_like(out), q, k, v, out, lse, cu, cu)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert not any(g.any() for g in grads)

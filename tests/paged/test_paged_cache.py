@@ -109,6 +109,10 @@ def test_unknown_sequence_and_layer():
     cache = fastattn.PagedKVCache(2, 4, 1, 4)
     with pytest.raises(KeyError, match="no sequence 5"):
         cache.free(5)
+    seq = cache.add()
+    with pytest.raises(KeyError, match="no sequence True"):  # not sequence 1
+        cache.free(True)
+    assert cache.length(seq) == 0
     with pytest.raises(ValueError, match="layer must be < num_layers = 1"):
         cache.key_cache(1)
     with pytest.raises(TypeError, match="dtype must be"):

@@ -319,3 +319,25 @@ def test_positions_past_each_sequence_are_never_read(isa, rng, layout, dtype):
         assert np.isnan(args[name].astype(np.float32)).sum() == blk.size * pool[0, 0].size
     dirty = _call(args)
     np.testing.assert_array_equal(dirty, clean)
+
+
+def _field(a):
+    """a as a field of a structured array: strides that are not a whole
+    number of elements, data that is not aligned."""
+    rec = np.zeros(a.shape, dtype=[("pad", np.int16), ("x", a.dtype)])
+    rec["x"] = a
+    return rec["x"]
+
+
+@pytest.mark.parametrize("name", ["query", "key_cache", "out"])
+def test_views_of_odd_byte_strides_are_read_and_written_as_elements(rng, name):
+    args = make_batch(rng, [40, 7, 20], [3, 2, 1], block_size=8)
+    want = _call(args)
+    if name == "out":
+        rec = np.zeros(want.shape, dtype=[("pad", np.int16), ("x", np.float32)])
+        out = rec["x"]
+        assert _call(args, out=out) is out
+        assert np.array_equal(out, want) and not rec["pad"].any()
+    else:
+        args[name] = _field(args[name])
+        assert np.array_equal(_call(args), want)

@@ -289,3 +289,41 @@ def test_any_one_wrong_argument_is_named_and_nothing_written(name, seed, layout,
     changed, options = _MUTATIONS[name](a, r)
     a.update(changed)
     _refused(a, (ValueError, TypeError), name, **options)
+
+
+@pytest.mark.parametrize("name", ["block_table", "seq_lens", "key_scales"])
+def test_out_sharing_memory_with_an_index_or_scale_array_is_refused(args, name):
+    """The kernel checks the block ids and lengths, then writes out: an out
+    over them would change what it reads after its checks."""
+    a = dict(args)
+    q, ev = a["query"], a["value_cache"].shape[-1]
+    n_out = q.shape[0] * q.shape[1] * ev
+    kw = {}
+    if name == "key_scales":
+        a["key_cache"] = a["key_cache"].astype(np.int8)
+        a["value_cache"] = a["value_cache"].astype(np.int8)
+        shape = a["key_cache"].shape[:3]
+        buf = np.ones(max(n_out, int(np.prod(shape))), np.float32)
+        kw = {"key_scales": buf[:int(np.prod(shape))].reshape(shape),
+              "value_scales": np.ones(shape, np.float32)}
+    else:
+        src = a[name]
+        buf = np.zeros(max(src.size * 2, n_out), np.int64)
+        buf[:src.size] = src.ravel()
+        a[name] = buf[:src.size].reshape(src.shape)
+        buf = buf.view(np.float32)
+    out = buf[:n_out].reshape(q.shape[0], q.shape[1], ev)
+    before = buf.copy()
+    with pytest.raises(ValueError, match=f"out overlaps {name}"):
+        _call(a, out=out, **kw)
+    assert np.array_equal(buf, before)
+
+
+def test_paged_append_rows_read_from_the_pool_itself_move_as_if_copied_first():
+    kc = np.arange(32, dtype=np.float32).reshape(4, 4, 1, 2)
+    vc = kc.copy()
+    rows = kc.reshape(16, 1, 2)[0:4]
+    want = rows.copy()
+    fastattn.paged_append(kc, vc, np.array([1, 2, 3, 4]), rows, want)
+    assert np.array_equal(kc.reshape(16, 1, 2)[1:5], want)
+    assert np.array_equal(vc.reshape(16, 1, 2)[1:5], want)
