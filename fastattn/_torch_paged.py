@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
-from ._torch_views import (Tensor as _Tensor, array_view as _array, fill_out,
-                           option_tensor as _slopes,
-                           optional_float, require_tensors, subclassed as _subclassed,
-                           tensor_view as _tensor, window_of as _window_of,
-                           window_pair as _window_pair)
+from ._torch_views import (Tensor as _Tensor, array_view as _array, checked_options,
+                           cpu_tensors, fill_out, option_tensor as _slopes, optional_float,
+                           require_tensors, subclassed as _subclassed, tensor_view as _tensor,
+                           transformed, window_of as _window_of, window_pair as _window_pair)
 from .paged import attention_paged as _attention_paged
 from .paged import paged_append as _paged_append
 
@@ -56,7 +56,7 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
              "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
              "key_scales": key_scales, "value_scales": value_scales, "out": out}
-    if _is_compiling() or _subclassed(named.values()):
+    if _is_compiling() or _subclassed(named.values()) or transformed(query):
         return _paged_traced(named, options)
     return _paged_eager(named, options)
 
@@ -86,14 +86,19 @@ def _paged_traced(named: dict, options: dict) -> Any:
         raise TypeError(f"attention_paged() got unexpected keyword arguments {unknown}")
     query = named["query"]
     require_tensors({"query": query}, "fastattn.attention_paged")
+    cpu_tensors({**named, "alibi_slopes": options.get("alibi_slopes"),
+                 "sinks": options.get("sinks")})
+    is_causal = options.get("is_causal", True)
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     wl, wr = _window_pair(options.get("window"))
+    cap, nt = checked_options(options.get("softcap"), options.get("num_threads"))
     res, lse = torch.ops.fastattn.attention_paged(
         query, named["key_cache"], named["value_cache"], named["block_table"],
         named["seq_lens"], named["cu_seqlens_q"], named["key_scales"], named["value_scales"],
         _slopes(options.get("alibi_slopes"), query), _slopes(options.get("sinks"), query),
         str(options.get("layout", "NHD")), optional_float(options.get("scale")),
-        bool(options.get("is_causal", True)), wl, wr,
-        optional_float(options.get("softcap")), options.get("num_threads"))
+        bool(is_causal), wl, wr, cap, nt)
     if named["out"] is not None:
         res = fill_out(named["out"], res)
     return (res, lse) if options.get("return_lse", False) else res

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ._torch_views import (Tensor, array_view, causal_code, causal_of, constants,
-                           fake_grads, fill_out, from_numpy, grad_tensors, option_tensor,
-                           optional_float,
-                           require_tensors, subclassed, tensor_view, window_of, window_pair)
+from ._torch_views import (FLOATS, Tensor, array_view, causal_code, causal_of, checked_options,
+                           constants, cpu_tensors, fake_grads, fill_out, float_tensors,
+                           from_numpy, grad_tensors, option_tensor, optional_float,
+                           require_tensors, subclassed, tensor_view, transformed, window_of,
+                           window_pair)
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
 
@@ -108,9 +109,11 @@ def attention_varlen(query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Te
     if _is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (
             query, key, value, alibi_slopes, sinks)):
         constants({"alibi_slopes": alibi_slopes})
+        transformed(query, key, value, sinks)
         return _traced(*args)
     if _is_compiling() or subclassed((query, key, value, cu_seqlens_q, cu_seqlens_k,
-                                      alibi_slopes, sinks, out)):
+                                      alibi_slopes, sinks, out)) or transformed(
+                                          query, key, value, sinks):
         return _traced(*args)
     require_tensors({"query": query, "key": key, "value": value}, "fastattn.attention_varlen")
     return _eager(*args)
@@ -120,6 +123,8 @@ def _eager(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, wind
            alibi_slopes, softcap, sinks, return_lse, num_threads, out):
     """The call on NumPy views of the tensors, straight to the kernel (the
     operator's implementation too)."""
+    if query.dtype not in FLOATS or key.dtype not in FLOATS or value.dtype not in FLOATS:
+        float_tensors({"query": query, "key": key, "value": value})
     a = array_view
     res = _attention_varlen(
         a(query, "query"), a(key, "key"), a(value, "value"), a(cu_seqlens_q, "cu_seqlens_q"),
@@ -147,12 +152,17 @@ def _traced(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, win
     """The call as the operator ``fastattn::varlen`` (what autograd records and
     torch.compile / torch.export see); ``out`` is filled from its result."""
     require_tensors({"query": query, "key": key, "value": value}, "fastattn.attention_varlen")
+    float_tensors({"query": query, "key": key, "value": value})
+    cpu_tensors({"query": query, "key": key, "value": value, "cu_seqlens_q": cu_seqlens_q,
+                 "cu_seqlens_k": cu_seqlens_k, "alibi_slopes": alibi_slopes, "sinks": sinks,
+                 "out": out})
     wl, wr = window_pair(window)
+    cap, nt = checked_options(softcap, num_threads)
     res, lse = torch.ops.fastattn.varlen(
         query, key, value, _index_tensor(cu_seqlens_q, "cu_seqlens_q"),
         _index_tensor(cu_seqlens_k, "cu_seqlens_k"), causal_code(is_causal),
         optional_float(scale), wl, wr, option_tensor(alibi_slopes, query),
-        optional_float(softcap), option_tensor(sinks, query), num_threads)
+        cap, option_tensor(sinks, query), nt)
     if out is not None:
         res = fill_out(out, res)
     return (res, lse) if return_lse else res

@@ -10,12 +10,13 @@ import numpy as np
 import torch
 
 from ._api import attention as _attention
+from ._masks import causal_offset, check_window
+from ._scores import check_softcap
+from ._validate import overlapping, thread_count
 
 Tensor = torch.Tensor
 BF16 = torch.bfloat16
 from_numpy = torch.from_numpy
-CAUSAL = {False: "none", True: "upper_left", "upper_left": "upper_left",
-          "lower_right": "lower_right"}
 
 
 def not_cpu(name: str, t: Tensor):
@@ -33,7 +34,32 @@ def array_view(t: Any, name: str) -> Any:
         not_cpu(name, t)
     if t.dtype is BF16:
         return _bf16_view(t, name)
-    return t.numpy() if not t.requires_grad else t.detach().numpy()
+    try:
+        return t.numpy() if not t.requires_grad else t.detach().numpy()
+    except TypeError:  # float8, complex32, ...: no NumPy dtype
+        raise TypeError(f"{name} has dtype {t.dtype}, which fastattn cannot read") from None
+
+
+FLOATS = frozenset({torch.float32, torch.float64, torch.float16, BF16})
+
+
+def float_tensors(named: dict[str, Any]) -> None:
+    """The TypeError for a tensor among ``named`` (query, key, value) whose
+    dtype is not float32, float64, float16 or bfloat16: torch's SDPA refuses
+    the others too, and the operators' fake implementations assume them."""
+    for name, t in named.items():
+        if isinstance(t, Tensor) and t.dtype not in FLOATS:
+            raise TypeError(f"{name} has dtype {t.dtype}: fastattn.torch takes float32, "
+                            f"float64, float16 or bfloat16 tensors")
+
+
+def cpu_tensors(named: dict[str, Any]) -> None:
+    """The error for a tensor among ``named`` not on the CPU, before an
+    operator is called: given tensors of several devices the dispatcher would
+    run the operator's fake implementation, whose result is uninitialised."""
+    for name, t in named.items():
+        if isinstance(t, Tensor) and t.device.type != "cpu":
+            not_cpu(name, t)
 
 
 _bf16 = None  # ml_dtypes.bfloat16 once a bfloat16 tensor was seen and fastattn takes it
@@ -80,6 +106,43 @@ def subclassed(tensors) -> bool:
                for t in tensors)
 
 
+_interpreters = torch._C._functorch.peek_interpreter_stack
+_UNSUPPORTED = (torch._C._functorch.TransformType.Grad, torch._C._functorch.TransformType.Jvp)
+_fw_ad = torch.autograd.forward_ad
+
+
+def transformed(*tensors) -> bool:
+    """Does the call run under torch.func's vmap (or functionalize): then it
+    goes through the dispatcher as the custom operator, since the tensors
+    are wrappers without storage.  The ValueError under torch.func's grad or
+    jvp, and for a tensor with a forward-mode tangent
+    (torch.autograd.forward_ad): fastattn's operators have reverse-mode
+    gradients for autograd only."""
+    if torch.compiler.is_compiling():
+        return False
+    if _fw_ad._current_level >= 0:
+        for t in tensors:
+            if isinstance(t, Tensor) and _fw_ad.unpack_dual(t).tangent is not None:
+                raise ValueError("an input carries a forward-mode tangent "
+                                 "(torch.autograd.forward_ad): fastattn.torch computes "
+                                 "reverse-mode gradients only; use backward() or "
+                                 "torch.autograd.grad, or torch's SDPA for forward mode")
+    stack = _interpreters()
+    if stack is not None and stack.key() in _UNSUPPORTED:
+        raise ValueError("fastattn.torch's gradients are autograd's (backward(), "
+                         "torch.autograd.grad), not torch.func.grad / jvp / jacrev: use those, "
+                         "or torch's SDPA under torch.func")
+    return stack is not None
+
+
+def mask_tensor(x) -> Tensor | None:
+    """A mask given as a sequence or array, as a tensor (operators take
+    tensors; :func:`fastattn.attention` converts it the same way)."""
+    if x is None or isinstance(x, Tensor):
+        return x
+    return torch.as_tensor(np.asarray(x))
+
+
 def require_tensors(named: dict[str, Any], numpy_function: str) -> None:
     """The TypeError for an argument of ``named`` that is not a tensor
     (``numpy_function``: fastattn's function for NumPy arrays)."""
@@ -107,11 +170,13 @@ def no_dropout(dropout_p) -> None:
 
 
 def causal_code(is_causal) -> str:
-    """``is_causal`` as the operators' string: 'none', 'upper_left' or 'lower_right'."""
-    if not (is_causal is True or is_causal is False or is_causal in ("upper_left", "lower_right")):
-        raise ValueError(f"is_causal must be a bool, 'upper_left' or 'lower_right', "
-                         f"got {is_causal!r}")
-    return CAUSAL[is_causal]
+    """``is_causal`` as the operators' string: 'none', 'upper_left' or
+    'lower_right'; what :func:`fastattn.attention` accepts, nothing else."""
+    causal, _ = causal_offset(is_causal, 0, 0)
+    if not causal:
+        return "none"
+    return "lower_right" if isinstance(is_causal, str) and is_causal == "lower_right" \
+        else "upper_left"
 
 
 def causal_of(causal: str):
@@ -120,21 +185,21 @@ def causal_of(causal: str):
 
 
 def window_pair(window) -> tuple[int, int]:
-    """``window`` as (left, right), -1 = unbounded (the operators' encoding)."""
-    if window is None:
-        return -1, -1
-    pair = (window, window) if not isinstance(window, (tuple, list)) else tuple(window)
-    if len(pair) != 2:
-        raise ValueError(f"window must be an int or a (left, right) pair, got {window!r}")
-    res = []
-    for side in pair:
-        if side is None:
-            res.append(-1)
-        elif isinstance(side, bool) or not isinstance(side, int) or side < 0:
-            raise ValueError(f"window sides must be ints >= 0 or None, got {window!r}")
-        else:
-            res.append(side)
-    return res[0], res[1]
+    """``window`` as (left, right), -1 = unbounded (the operators' encoding),
+    checked as :func:`fastattn.attention` checks it."""
+    left, right = check_window(window)
+    return -1 if left is None else left, -1 if right is None else right
+
+
+def checked_options(softcap, num_threads) -> tuple[float | None, int | None]:
+    """``softcap`` and ``num_threads`` as the operators take them, checked as
+    :func:`fastattn.attention` checks them (the operators' schemas would
+    take a bool for either); while compiling, as given (the operator's
+    implementation checks them when it runs, and dynamo may hand over a
+    symbolic int)."""
+    if torch.compiler.is_compiling():
+        return optional_float(softcap), num_threads
+    return check_softcap(softcap), None if num_threads is None else thread_count(num_threads)
 
 
 def window_of(wl: int, wr: int):
@@ -165,6 +230,10 @@ def fill_out(out, res: Tensor) -> Tensor:
                          f"{tuple(res.shape)}")
     if out.dtype != res.dtype:
         raise TypeError(f"out has dtype {out.dtype}, the result has dtype {res.dtype}")
+    if overlapping(tuple(out.shape), tuple(out.stride()), 1):
+        raise ValueError(f"out's strides {tuple(out.stride())} (shape {tuple(out.shape)}) give "
+                         f"two elements the same memory: give an array whose elements are "
+                         f"distinct")
     out.copy_(res)
     return out
 
@@ -172,7 +241,7 @@ def fill_out(out, res: Tensor) -> Tensor:
 def grad_tensors(grads, query: Tensor, sinks) -> tuple:
     """A NumPy backward's (dq, dk, dv[, d_sinks]) as the backward operators'
     four tensors (an empty tensor where there are no sinks)."""
-    d_sinks = from_numpy(grads[3]) if sinks is not None else query.new_empty(0)
+    d_sinks = tensor_view(grads[3]) if sinks is not None else query.new_empty(0)
     return tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
 
 

@@ -38,11 +38,12 @@ import torch
 from ._api import attention as _attention
 from ._torch_paged import attention_paged, paged_append
 from ._torch_varlen import attention_varlen
-from ._torch_views import (Tensor as _Tensor, array_view as _array, causal_code,
-                           causal_of as _causal_of, constants, fake_grads, fill_out,
+from ._torch_views import (FLOATS as _FLOATS, Tensor as _Tensor, array_view as _array,
+                           causal_code, causal_of as _causal_of, checked_options, constants,
+                           cpu_tensors, fake_grads, fill_out, float_tensors, mask_tensor,
                            from_numpy as _from_numpy, grad_tensors, no_dropout,
                            option_tensor as _slopes, optional_float, require_tensors,
-                           tensor_view as _tensor, window_of as _window_of,
+                           tensor_view as _tensor, transformed, window_of as _window_of,
                            window_pair as _window_pair)
 from .backward import attention_backward as _attention_backward
 
@@ -167,11 +168,12 @@ def scaled_dot_product_attention(
     if (dropout_p or _is_grad_enabled()) and _needs_grad(dropout_p, query, key, value,
                                                           attn_mask, alibi_slopes, sinks):
         _not_tensors(query, key, value)
+        transformed(query, key, value, sinks)
         return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                        key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
                        num_threads, out, True)
     if (_is_compiling() or type(query) is not _Tensor or type(key) is not _Tensor
-            or type(value) is not _Tensor):
+            or type(value) is not _Tensor or transformed(query, key, value, sinks)):
         _not_tensors(query, key, value)
         return _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                        key_padding_mask, window, alibi_slopes, softcap, sinks, return_lse,
@@ -186,6 +188,8 @@ def _sdpa_eager(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_
     """The call on NumPy views of the tensors, straight to the kernel (the
     operators' implementation too: a Tensor subclass, a Parameter say,
     reaches them through the dispatcher and must not be sent back there)."""
+    if query.dtype not in _FLOATS or key.dtype not in _FLOATS or value.dtype not in _FLOATS:
+        float_tensors({"query": query, "key": key, "value": value})
     q = _array(query, "query")
     k = _array(key, "key")
     v = _array(value, "value")
@@ -214,10 +218,15 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
     """The call as the custom operator (what torch.compile and torch.export see,
     and what autograd records: ``fastattn::sdpa_lse`` when ``train``, whose
     lse the backward needs)."""
+    float_tensors({"query": query, "key": key, "value": value})
+    cpu_tensors({"query": query, "key": key, "value": value, "attn_mask": attn_mask,
+                 "key_padding_mask": key_padding_mask, "alibi_slopes": alibi_slopes,
+                 "sinks": sinks, "out": out})
     wl, wr = _window_pair(window)
-    args = (query, key, value, attn_mask, causal_code(is_causal), optional_float(scale),
-            bool(enable_gqa), key_padding_mask, wl, wr, _slopes(alibi_slopes, query),
-            optional_float(softcap), _slopes(sinks, query), num_threads)
+    cap, nt = checked_options(softcap, num_threads)
+    args = (query, key, value, mask_tensor(attn_mask), causal_code(is_causal),
+            optional_float(scale), bool(enable_gqa), mask_tensor(key_padding_mask), wl, wr,
+            _slopes(alibi_slopes, query), cap, _slopes(sinks, query), nt)
     if return_lse or train:
         res, lse = torch.ops.fastattn.sdpa_lse(*args)
     else:

@@ -276,6 +276,32 @@ def test_out_of_another_shape_or_dtype_is_refused_when_training():
         assert bool((out == 7.0).all())  # nothing written
 
 
+@pytest.mark.parametrize("E,Ev", [(0, 3), (4, 0)], ids=["E0", "Ev0"])
+def test_empty_feature_axes_match_torch_sdpa_gradients(E, Ev):
+    g = _gen()
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64).requires_grad_(True)
+               for s in ((2, 5, E), (2, 7, E), (2, 7, Ev)))
+    (sdpa(q, k, v, is_causal=True).sum() + q.sum()).backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (F(q, k, v, is_causal=True).sum() + q.sum()).backward()
+    for a, t in zip(got, (q, k, v)):
+        torch.testing.assert_close(a, t.grad, atol=1e-12, rtol=0)
+
+
+def test_bfloat16_sinks_get_a_bfloat16_gradient():
+    """A bfloat16 model's sinks parameter (gpt-oss's s_aux): the same
+    gradient as its float64 copy, rounded once."""
+    q, k, v = _leaves(dtype=torch.bfloat16)
+    sinks = torch.tensor([0.5, -1.0], dtype=torch.bfloat16, requires_grad=True)
+    sdpa(q, k, v, sinks=sinks).float().sum().backward()
+    assert sinks.grad.dtype == torch.bfloat16
+    s64 = sinks.detach().double().requires_grad_(True)
+    sdpa(q.detach().double(), k.detach().double(), v.detach().double(), sinks=s64).sum().backward()
+    torch.testing.assert_close(sinks.grad.double(), s64.grad, atol=2e-2, rtol=2e-2)
+
+
 def test_sinks_as_a_sequence_are_a_constant():
     q, k, v = _leaves(dtype=torch.float32)
     sdpa(q, k, v, sinks=[0.3, -1.0]).sum().backward()

@@ -166,6 +166,84 @@ def test_unsupported_dtype_is_a_type_error():
         sdpa(q, q, q)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float8_e4m3fn],
+                         ids=["int64", "bool", "float8"])
+def test_non_float_inputs_are_a_type_error_naming_them(grad, dtype):
+    """As torch's SDPA refuses them (the operators' fake results, which
+    torch.compile trusts, are float)."""
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4))
+    q.requires_grad_(grad)
+    with pytest.raises(TypeError, match=f"key has dtype {dtype}"):
+        sdpa(q, k.to(dtype), v)
+
+
+def test_a_tensor_on_another_device_is_refused_when_training():
+    """Not sent to the operator: with a meta tensor among CPU ones the
+    dispatcher would run its fake implementation and return garbage."""
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4))
+    q.requires_grad_(True)
+    for name, kw in (("key", {"key": k.to("meta")}),
+                     ("attn_mask", {"attn_mask": torch.zeros(3, 5, device="meta")}),
+                     ("sinks", {"sinks": torch.zeros(2, device="meta")})):
+        args = {"query": q, "key": k, "value": v, **kw}
+        with pytest.raises(ValueError, match=f"{name} is a meta tensor"):
+            sdpa(**args)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_out_whose_elements_share_memory_is_refused(grad):
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), ev=6)
+    q.requires_grad_(grad)
+    out = torch.zeros(1, 1, 6).expand(2, 3, 6)
+    with pytest.raises(ValueError, match="out's strides.*same memory"):
+        sdpa(q, k, v, out=out)
+    assert not out.any()
+
+
+@pytest.mark.parametrize("kw", [{"window": np.int64(2)}, {"window": torch.tensor(2)},
+                                {"window": (np.int64(2), None)}, {"is_causal": None},
+                                {"attn_mask": [[True, False, True, True, False]] * 3},
+                                {"key_padding_mask": [False, False, True, False, False]}],
+                         ids=["window_numpy_int", "window_tensor", "window_pair_numpy_int",
+                              "is_causal_none", "mask_list", "key_padding_mask_list"])
+def test_arguments_accepted_alike_with_and_without_grad(kw):
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), torch.float64)
+    want = sdpa(q, k, v, **kw)
+    got = sdpa(q.clone().requires_grad_(True), k, v, **kw)
+    torch.testing.assert_close(got.detach(), want, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kw", [{"softcap": True}, {"num_threads": True},
+                                {"window": 1.5}, {"is_causal": "yes"}],
+                         ids=["softcap_bool", "num_threads_bool", "window_float", "is_causal_str"])
+def test_arguments_refused_alike_with_and_without_grad(kw):
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), torch.float64)
+    errors = []
+    for grad in (False, True):
+        with pytest.raises((TypeError, ValueError)) as info:
+            sdpa(q.clone().requires_grad_(grad), k, v, **kw)
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
+
+
+def test_forward_mode_tangents_are_refused():
+    fw = torch.autograd.forward_ad
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), torch.float64)
+    with fw.dual_level():
+        dual = fw.make_dual(q, torch.ones_like(q))
+        with pytest.raises(ValueError, match="forward-mode tangent"):
+            sdpa(dual, k, v)
+
+
+def test_vmap_runs_the_operator_and_func_grad_is_a_clear_error():
+    q, k, v = _qkv((2, 3, 3, 4), (2, 3, 5, 4), torch.float64)
+    got = torch.vmap(sdpa)(q, k, v)
+    torch.testing.assert_close(got, sdpa(q, k, v), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="torch.func.grad"):
+        torch.func.grad(lambda x: sdpa(x, k, v).sum())(q)
+
+
 def _fastattn_takes_bfloat16(ml_dtypes) -> bool:
     x = np.zeros((1, 1), dtype=ml_dtypes.bfloat16)
     try:
