@@ -113,6 +113,9 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_b
             const FA_T l = lse[(t->i0 + i) * a->lse.rs];
             const int64_t n = l == (FA_T)-INFINITY ? 0 : nk;
             if (n > 0) {
+                /* s <= lse but for rounding, which at scores of ~1e9 exceeds
+                 * 1 and would overflow P: P is never above 1 (NaN kept) */
+                for (int64_t j = 0; j < n; j++) p[j] = l < p[j] ? l : p[j];
                 (void)K->expsum(p, p, n, l);
                 FN(bw_ds_row)(ds, p, a->softcap > 0 ? t->f + i * FA_KC : NULL, n, delta[t->i0 + i]);
             }

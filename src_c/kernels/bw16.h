@@ -132,12 +132,14 @@ static void BW(rows)(int f16, const float *x, int64_t ldx, int64_t rows, int64_t
 static FA_ALWAYS_INLINE void BW(grad_vec)(int w, const float *s, const float *ds, const float *f,
                                           vf vc, vf vl, vf vd, vf *p, vf *r, vf *bad)
 {
-    const vf x0 = vf_load(s);
-    *p = w ? m16_exp2w(m16_fmsub(x0, vc, vl)) : vf_exp(vf_sub(vf_mul(x0, vc), vl));
-    vf x = vf_mul(*p, vf_sub(vf_load(ds), vd));
-    if (f) x = vf_where_below(vf_zero(), vf_mul(x, vf_load(f)), *p, 0x1p-149f);
-    *bad = vf_add(*bad, x);
-    *r = x;
+    /* s vc - vl is <= 0 but for rounding, which at scores of ~1e9 would
+     * overflow P: P is never above 1 */
+    const vf x = m16_nonpos(m16_mulsub(vf_load(s), vc, vl));
+    *p = w ? m16_exp2w(x) : vf_exp(x);
+    vf d = vf_mul(*p, vf_sub(vf_load(ds), vd));
+    if (f) d = vf_where_below(vf_zero(), vf_mul(d, vf_load(f)), *p, 0x1p-149f);
+    *bad = vf_add(*bad, d);
+    *r = d;
 }
 
 /* grad_vec's scale and row offset (w: in base 2) */

@@ -89,8 +89,8 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
         int64_t k = 0;
         for (; 2 * k + 1 < n; k++) {
             if ((acc += nst) >= nit) { acc -= nit; FL(step)(w); }
-            const m16_vf p0 = m16_exp2w(m16_fmsub(m16f_load(s + 2 * k * MQ), vc, msafe));
-            const m16_vf p1 = m16_exp2w(m16_fmsub(m16f_load(s + (2 * k + 1) * MQ), vc, msafe));
+            const m16_vf p0 = m16_exp2w(m16_mulsub(m16f_load(s + 2 * k * MQ), vc, msafe));
+            const m16_vf p1 = m16_exp2w(m16_mulsub(m16f_load(s + (2 * k + 1) * MQ), vc, msafe));
             sum0 = m16f_add(sum0, p0);
             sum1 = m16f_add(sum1, p1);
             m16_store(p + k * HALF, m16_pairs(f16, p1, p0));
@@ -98,7 +98,7 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
         for (; k < npair; k++) { /* the last odd row, then zeros up to the grid */
             if ((acc += nst) >= nit) { acc -= nit; FL(step)(w); }
             m16_vf p0 = zero;
-            if (2 * k < n) p0 = m16_exp2w(m16_fmsub(m16f_load(s + 2 * k * MQ), vc, msafe));
+            if (2 * k < n) p0 = m16_exp2w(m16_mulsub(m16f_load(s + 2 * k * MQ), vc, msafe));
             sum0 = m16f_add(sum0, p0);
             m16_store(p + k * HALF, m16_pairs(f16, zero, p0));
         }

@@ -278,10 +278,10 @@ static inline m16_vi m16_pairs(int f16, m16_vf p1, m16_vf p0)
     return r;
 }
 
-/* a b - c, one rounding */
-static inline m16_vf m16_fmsub(m16_vf a, m16_vf b, m16_vf c)
+/* a b rounded, minus c (flash16_ops.h's m16_mulsub) */
+static inline m16_vf m16_mulsub(m16_vf a, m16_vf b, m16_vf c)
 {
-    for (int j = 0; j < 4; j++) a.v[j] = vfmaq_f32(vnegq_f32(c.v[j]), a.v[j], b.v[j]);
+    for (int j = 0; j < 4; j++) a.v[j] = vsubq_f32(vmulq_f32(a.v[j], b.v[j]), c.v[j]);
     return a;
 }
 

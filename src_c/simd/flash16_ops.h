@@ -21,8 +21,14 @@
  *   m16_cvt2(f16, hi, lo)                     32 halves, nearest even, lo's first
  *   m16_pairs(f16, p1, p0)                    m16_cvt2 with lane i's p0, p1
  *                                             side by side (a dword per lane)
- *   m16_fmsub(a, b, c)                        a b - c, one rounding
+ *   m16_mulsub(a, b, c)                       a b rounded, minus c (the weights'
+ *                                             exponent: 0 at the maximum, so never
+ *                                             the product's rounding error, which
+ *                                             2^ turns into an overflow at large
+ *                                             scores)
  *   m16_exp2w(x)                              2^x for the weights (below)
+ *   m16_nonpos(x)                             min(x, 0), NaN kept (bw16.h's P:
+ *                                             never above 1; x86 only)
  *   m16_zero_ninf(x), m16_above(a, b)         x with -inf lanes 0; a > b lanes
  *   m16_alpha(mold, mnew)                     2^(mold - mnew), 1 where mnew = -inf
  *   m16_keep_lanes(s, lmin, lmax)             lanes outside [lmin, lmax] -inf
@@ -154,7 +160,9 @@ static inline m16_vi m16_pairs(int f16, vf p1, vf p0)
     return _mm512_permutexvar_epi16(inter, m16_cvt2(f16, p1, p0));
 }
 
-static inline vf m16_fmsub(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
+static inline vf m16_mulsub(vf a, vf b, vf c) { return _mm512_sub_ps(_mm512_mul_ps(a, b), c); }
+/* VMINPS returns its second operand where either is NaN */
+static inline vf m16_nonpos(vf x) { return _mm512_min_ps(_mm512_setzero_ps(), x); }
 
 /* 2^x for the softmax weights that P.V rounds to 16 bits (relative error
  * 2^-9 in bfloat16): n = round(x), 2^(x - n) by a degree-3 polynomial with

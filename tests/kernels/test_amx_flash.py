@@ -261,3 +261,20 @@ def test_inf_values_behind_zero_weights_have_no_influence(tier, how):
     want = fastattn.attention(q, k[:, keep], v[:, keep])
     assert np.isfinite(got.astype(np.float32)).all()
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=2e-2)
+
+
+@pytest.mark.parametrize("scale", [1e8, 5e8, 1e9], ids=lambda s: f"scale{s:g}")
+def test_scores_of_billions_keep_the_maximum_weight_1(tier, scale):
+    """c s rounded, then minus the maximum: the top key's weight is exactly
+    2^0 (a fused multiply-subtract left the product's rounding error, some
+    hundreds at 4e9, in the exponent: NaN rows, lse +inf or -inf)."""
+    q = np.zeros((16, 16), BF16)
+    q[:, 0] = 1
+    k = np.zeros((16, 16), BF16)
+    k[:, 0] = 1
+    k[0, 0] = 7.96875
+    v = np.ones((16, 2), BF16)
+    v[0] = 3
+    out, lse = fastattn.attention(q, k, v, scale=scale, return_lse=True)
+    assert (out.astype(np.float32) == 3).all()
+    np.testing.assert_allclose(lse, 7.96875 * scale, rtol=1e-6)

@@ -255,3 +255,22 @@ def test_empty_batch_or_heads_give_empty_or_zero_gradients(qs, ks, gqa):
     grads = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse, enable_gqa=gqa)
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
     assert not any(g.any() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"], ids=["float32", "bfloat16"])
+def test_scores_of_billions_give_finite_gradients(isa, dtype):
+    """s - lse rounds above 0 by hundreds at scores of ~3e9: P is never
+    above 1 (it had overflowed into Inf and NaN gradients).  The weights
+    are one-hot, so dQ and dK are the scale times float32's rounding of
+    dS (the reference's are 0)."""
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes").bfloat16
+    rng = np.random.default_rng(10)
+    q, k, v = _inputs(rng, (2, 40, 32), (2, 40, 32), 16, dtype)
+    out, lse = fastattn.attention(q, k, v, scale=1e8, return_lse=True)
+    grads = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse, scale=1e8)
+    for g in grads:
+        assert np.isfinite(g.astype(np.float32)).all()
+    for g in grads[:2]:
+        assert np.abs(g.astype(np.float32)).max() <= 1e-4 * 1e8
+    assert np.abs(grads[2].astype(np.float32)).max() <= 40   # each dO row to one key
