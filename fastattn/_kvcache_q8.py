@@ -85,15 +85,20 @@ def attend(k8, ks, v8, vs, num_kv_heads, head_dim, query, *, scale, key_padding_
     sc = 1.0 / math.sqrt(head_dim) if scale is None else check_scale(scale, np.dtype(np.float32))
     left, right = check_window(window)
     cap = check_softcap(softcap, np.float32)
-    alibi = per_head("alibi_slopes", alibi_slopes, (B, Hq), np.float64, contiguous=True)
-    sink = per_head("sinks", sinks, (B, Hq), np.float64, neg_inf_ok=True, contiguous=True)
+    # checked as float32, the kernel's arithmetic; passed as float64
+    alibi = per_head("alibi_slopes", alibi_slopes, (B, Hq), np.float32, in_range=True,
+                     contiguous=True)
+    sink = per_head("sinks", sinks, (B, Hq), np.float32, neg_inf_ok=True, in_range=True,
+                    contiguous=True)
+    alibi, sink = (None if x is None else x.astype(np.float64) for x in (alibi, sink))
     pad = _padding(key_padding_mask, B, S)
     nt = thread_count(num_threads)
     out = np.empty((B, Hq, L, v8.shape[3]), np.float32)
     lse = np.empty((B, Hq, L), np.float32) if return_lse else None
     _core.decode_q8(q, k8, ks, v8, vs, out, lse=lse, scale=sc, causal=True,
-                    causal_offset=S - L, win_left=UNBOUNDED if left is None else left,
-                    win_right=UNBOUNDED if right is None else right, pad=pad,
+                    causal_offset=S - L,
+                    win_left=UNBOUNDED if left is None else min(left, UNBOUNDED),
+                    win_right=UNBOUNDED if right is None else min(right, UNBOUNDED), pad=pad,
                     softcap=0.0 if cap is None else cap, alibi=alibi, sinks=sink,
                     num_threads=nt)
     return (out, lse) if return_lse else out

@@ -37,7 +37,10 @@ def check_softcap(softcap: Any, cdt: Any = None) -> float | None:
     if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
         raise TypeError(f"softcap must be a positive float or None, "
                         f"got {type(softcap).__name__} {softcap!r}")
-    c = float(softcap)
+    try:
+        c = float(softcap)
+    except OverflowError:  # an int beyond float64
+        c = math.inf
     if not (math.isfinite(c) and c > 0):
         raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
     if cdt is not None and np.dtype(cdt) == np.float32:

@@ -32,6 +32,8 @@ def _normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     axes = axis if isinstance(axis, tuple) else (axis,)
     res = []
     for a in axes:
+        if isinstance(a, (bool, np.bool_)):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
         try:
             a = operator.index(a)
         except TypeError:

@@ -97,7 +97,7 @@ def _paged_traced(named: dict, options: dict) -> Any:
         query, named["key_cache"], named["value_cache"], named["block_table"],
         named["seq_lens"], named["cu_seqlens_q"], named["key_scales"], named["value_scales"],
         _slopes(options.get("alibi_slopes"), query), _slopes(options.get("sinks"), query),
-        str(options.get("layout", "NHD")), optional_float(options.get("scale")),
+        str(options.get("layout", "NHD")), optional_float(options.get("scale"), "scale"),
         bool(is_causal), wl, wr, cap, nt)
     if named["out"] is not None:
         res = fill_out(named["out"], res)

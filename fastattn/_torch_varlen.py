@@ -161,7 +161,7 @@ def _traced(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, win
     res, lse = torch.ops.fastattn.varlen(
         query, key, value, _index_tensor(cu_seqlens_q, "cu_seqlens_q"),
         _index_tensor(cu_seqlens_k, "cu_seqlens_k"), causal_code(is_causal),
-        optional_float(scale), wl, wr, option_tensor(alibi_slopes, query),
+        optional_float(scale, "scale"), wl, wr, option_tensor(alibi_slopes, query),
         cap, option_tensor(sinks, query), nt)
     if out is not None:
         res = fill_out(out, res)

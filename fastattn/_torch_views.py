@@ -4,6 +4,7 @@ fastattn.torch modules (it needs torch)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -198,7 +199,7 @@ def checked_options(softcap, num_threads) -> tuple[float | None, int | None]:
     implementation checks them when it runs, and dynamo may hand over a
     symbolic int)."""
     if torch.compiler.is_compiling():
-        return optional_float(softcap), num_threads
+        return optional_float(softcap, "softcap"), num_threads
     return check_softcap(softcap), None if num_threads is None else thread_count(num_threads)
 
 
@@ -215,8 +216,17 @@ def option_tensor(x, like: Tensor) -> Tensor | None:
     return torch.tensor(x, dtype=torch.float64, device=like.device)
 
 
-def optional_float(x) -> float | None:
-    return None if x is None else float(x)
+def optional_float(x, name: str) -> float | None:
+    """``scale`` or ``softcap`` as the operators' float (an int beyond float64
+    as an infinity, which the implementation then refuses by name)."""
+    if x is None:
+        return None
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {x!r}") from None
 
 
 def fill_out(out, res: Tensor) -> Tensor:

@@ -83,6 +83,8 @@ def check_scale(scale, cdt: np.dtype) -> float:
         sc = float(scale)
     except (TypeError, ValueError):
         raise TypeError(f"scale must be a real number, got {scale!r}") from None
+    except OverflowError:  # an int beyond float64
+        raise ValueError(f"scale must be finite in {cdt}, got {scale!r}") from None
     if not math.isfinite(sc) or (cdt == _F32 and abs(sc) > _F32_MAX):
         raise ValueError(f"scale must be finite in {cdt}, got {scale!r}")
     return sc

@@ -273,6 +273,7 @@ class KVCache:
             ...
         ValueError: kv_cache overflow: the cache holds 0 of max_len=4 positions and cannot take 5 more; the cache was left unchanged
         """
+        n_new = positive_int(n_new, "n_new", minimum=0)
         if self._len + n_new > self.max_len:
             raise ValueError(
                 f"kv_cache overflow: the cache holds {self._len} of max_len={self.max_len} "

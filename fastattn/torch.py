@@ -225,7 +225,7 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
     wl, wr = _window_pair(window)
     cap, nt = checked_options(softcap, num_threads)
     args = (query, key, value, mask_tensor(attn_mask), causal_code(is_causal),
-            optional_float(scale), bool(enable_gqa), mask_tensor(key_padding_mask), wl, wr,
+            optional_float(scale, "scale"), bool(enable_gqa), mask_tensor(key_padding_mask), wl, wr,
             _slopes(alibi_slopes, query), cap, _slopes(sinks, query), nt)
     if return_lse or train:
         res, lse = torch.ops.fastattn.sdpa_lse(*args)

@@ -21,6 +21,7 @@ BAD = [
     (dict(softcap=np.nan), ValueError, "softcap must be finite and > 0"),
     (dict(softcap=1e300), ValueError, "softcap must be finite and > 0 in float32"),
     (dict(softcap=1e-46), ValueError, "softcap must be finite and > 0 in float32"),
+    (dict(softcap=10**400), ValueError, "softcap must be finite and > 0"),
     (dict(softcap=True), TypeError, "softcap must be a positive float"),
     (dict(softcap="2"), TypeError, "softcap must be a positive float"),
     (dict(softcap=[2.0]), TypeError, "softcap must be a positive float"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fastattn
 from api_common import SENTINEL, _sm_raises
 
 AXES = pytest.mark.parametrize("axis", [None, 1], ids=["axis_None", "axis_1"])
@@ -74,3 +75,10 @@ def test_softmax_out_overlapping_mask_raises_value_error():
                                       ("0", TypeError)])
 def test_softmax_bad_axis(axis, exc):
     _sm_raises(exc, [], [], np.zeros((3, 4)), axis=axis)
+
+
+@pytest.mark.parametrize("axis", [True, (0, np.False_)], ids=["bool", "bool_in_tuple"])
+def test_softmax_bool_axis_raises_type_error(axis):
+    """As SciPy's softmax: a bool is not an axis."""
+    with pytest.raises(TypeError, match="axis must be"):
+        fastattn.softmax(np.ones((2, 3)), axis=axis)

@@ -194,7 +194,8 @@ def test_num_threads_not_an_int_raises_type_error(n):
     _raises(TypeError, ["num_threads"], [], q, k, v, num_threads=n)
 
 
-@pytest.mark.parametrize("scale", [np.inf, -np.inf, np.nan, np.float32(np.inf), "inf"])
+@pytest.mark.parametrize("scale", [np.inf, -np.inf, np.nan, np.float32(np.inf), "inf",
+                                   10**400, -10**400], ids=lambda s: repr(s)[:12])
 def test_scale_not_finite_raises_value_error(scale):
     q, k, v = _qkv()
     _raises(ValueError, ["scale must be finite"], [], q, k, v, scale=scale)

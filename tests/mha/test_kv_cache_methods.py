@@ -67,6 +67,13 @@ def test_check_room_raises_exactly_past_max_len(rng):
     assert len(cache) == 3
 
 
+@pytest.mark.parametrize("n,exc", [(-5, ValueError), (2.5, TypeError), ("a", TypeError),
+                                   (True, TypeError)], ids=["negative", "float", "str", "bool"])
+def test_check_room_refuses_what_is_not_a_count(n, exc):
+    with pytest.raises(exc, match="n_new"):
+        KVCache(1, 2, 3, max_len=5).check_room(n)
+
+
 def test_failed_int8_step_leaves_the_cache_as_it_was(rng, monkeypatch):
     x, _, w_q, w_k, w_v, w_o = make(rng, n=1, L=3, dtype=np.float32)
     cache = KVCache(1, 4, 3, max_len=8, dtype="int8")

@@ -439,3 +439,23 @@ def test_float_cache_attend_is_attention_lower_right(rng):
     want = fastattn.attention(q, k, v, is_causal="lower_right", enable_gqa=True,
                               key_padding_mask=pad, window=2)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kw,match", [({"alibi_slopes": [1e39]}, "alibi_slopes .* range of float32"),
+                                      ({"sinks": [1e39]}, "sinks .* range of float32"),
+                                      ({"softcap": 1e-46}, "softcap must be finite and > 0"),
+                                      ({"scale": 10**400}, "scale must be finite")],
+                         ids=["slopes_beyond_float32", "sinks_beyond_float32",
+                              "softcap_rounding_to_0", "scale_beyond_float64"])
+def test_int8_attend_refuses_options_beyond_float32_as_float_caches_do(kw, match):
+    cache = KVCache(1, 1, 4, 8, dtype="int8")
+    cache.append(np.ones((1, 1, 3, 4)), np.ones((1, 1, 3, 4)))
+    with pytest.raises(ValueError, match=match):
+        cache.attend(np.ones((1, 1, 1, 4), np.float32), **kw)
+
+
+def test_int8_attend_window_beyond_int64_bounds_nothing():
+    cache = KVCache(1, 1, 4, 8, dtype="int8")
+    cache.append(np.ones((1, 1, 3, 4)), np.arange(12.0).reshape(1, 1, 3, 4))
+    q = np.ones((1, 1, 1, 4), np.float32)
+    np.testing.assert_array_equal(cache.attend(q, window=2**70), cache.attend(q))
