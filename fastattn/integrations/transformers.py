@@ -210,6 +210,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """The attention interface's function: query (B, H, L, E), key and value
     (B, Hkv, S, E|Ev) -> ((B, L, H, Ev) output, None)."""
     B, H, L, _ = query.shape
+    _check_arguments(attention_mask, sliding_window)
     if L == 1 and s_aux is None and position_bias is None and not dropout:
         out = _decoding_step(module, query, key, value, attention_mask, scaling, is_causal,
                              sliding_window, softcap, kwargs)
@@ -242,11 +243,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             kwargs.get("position_ids") if cu is None else None, causal=causal, window=window,
             scale=scaling, softcap=softcap, sinks=s_aux, num_threads=nt), None
     mask = pad = None
-    if attention_mask is not None and (attention_mask.dtype is not torch.bool
-                                       or attention_mask.shape[-2] != 1):
-        mask, causal, window = attention_mask[..., :S], False, None  # a full mask: as it is
-    elif attention_mask is not None:  # the compact form: padding only
+    if _padding_only(attention_mask):  # the compact form (B, 1, 1, S)
         pad = ~attention_mask[:, 0, 0, :S]
+    elif attention_mask is not None and attention_mask.shape[-2] == 1:
+        mask = attention_mask[..., :S]  # one row for every query: with causal and the window
+    elif attention_mask is not None:
+        mask, causal, window = attention_mask[..., :S], False, None  # a full mask: as it is
     if position_bias is not None:
         mask = position_bias if mask is None else position_bias + mask
     gqa = key.shape[1] != H
@@ -262,6 +264,24 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
           gqa, key_padding_mask=pad, window=window, softcap=softcap,
           sinks=s_aux, num_threads=nt, out=out.transpose(1, 2))
     return out, None
+
+
+def _check_arguments(attention_mask, sliding_window) -> None:
+    """The errors for a mask that is not 4-D and a window that holds no key
+    (transformers' sliding_window counts the current token)."""
+    if attention_mask is not None and attention_mask.ndim != 4:
+        raise ValueError(f"attention_mask must be 4-D (batch, heads or 1, L or 1, S), got "
+                         f"shape {tuple(attention_mask.shape)}")
+    if sliding_window is not None and not (isinstance(sliding_window, int)
+                                           and sliding_window >= 1):
+        raise ValueError(f"sliding_window must be an int >= 1 (the current token included), "
+                         f"got {sliding_window!r}")
+
+
+def _padding_only(attention_mask) -> bool:
+    """Is attention_mask the compact padding form (B, 1, 1, S) of bool?"""
+    return (attention_mask is not None and attention_mask.dtype is torch.bool
+            and attention_mask.shape[1] == 1 and attention_mask.shape[2] == 1)
 
 
 @torch.compiler.assume_constant_result
@@ -327,8 +347,7 @@ def _decoding_step(module, query, key, value, attention_mask, scaling, is_causal
         return None
     B, H, _, E = query.shape
     hk, S = key.shape[1], key.shape[2]
-    if H % hk or (attention_mask is not None and (attention_mask.dtype is not torch.bool
-                                                  or attention_mask.shape[-2] != 1)):
+    if H % hk or (attention_mask is not None and not _padding_only(attention_mask)):
         return None
     k, v = key.numpy(), value.numpy()
     pad = None if attention_mask is None else (~attention_mask[:, 0, 0, :S]).numpy()

@@ -212,6 +212,37 @@ def test_attention_function_decoding_with_window_padding_and_groups(L, window):
     torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("L", [1, 5])
+def test_a_bool_mask_per_head_over_one_row_keeps_each_heads_keys_and_causality(L):
+    """(B, H, 1, S): not the compact padding form (B, 1, 1, S); every head's
+    row holds, with the causal mask (one row cannot encode it)."""
+    g = torch.Generator().manual_seed(4)
+    S = 7
+    q = torch.randn(2, 4, L, 8, generator=g)
+    k, v = torch.randn(2, 2, S, 8, generator=g), torch.randn(2, 2, S, 8, generator=g)
+    keep = torch.rand(2, 4, 1, S, generator=g) > 0.4
+    keep[..., -1] = True
+    got, _ = fa_tf.attention_forward(_CausalModule(), q, k, v, keep)
+    pos = torch.arange(S - L, S)[:, None]
+    vis = (torch.arange(S)[None, :] <= pos) & keep
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = q @ kk.transpose(-1, -2) / 8 ** 0.5
+    want = torch.softmax(scores.masked_fill(~vis, float("-inf")), -1) @ vv
+    torch.testing.assert_close(got, want.transpose(1, 2), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("L", [1, 5])
+@pytest.mark.parametrize("kw,match", [
+    ({"attention_mask": torch.ones(1, 7, dtype=torch.bool)}, "attention_mask must be 4-D"),
+    ({"sliding_window": 0}, "sliding_window must be an int >= 1")],
+    ids=["mask_2d", "window_0"])
+def test_a_mask_not_4d_or_an_empty_window_is_named(L, kw, match):
+    q, k = torch.randn(1, 4, L, 8), torch.randn(1, 2, 7, 8)
+    with pytest.raises(ValueError, match=match):
+        fa_tf.attention_forward(_CausalModule(), q, k, k, kw.get("attention_mask"),
+                                sliding_window=kw.get("sliding_window"))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("window", [None, 5, 40])
 def test_decoding_step_fast_path_is_bitwise_the_general_path(monkeypatch, window, dtype):
