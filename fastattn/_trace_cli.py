@@ -168,6 +168,8 @@ def _read_options(args):
         seed = int(args.seed)
     except ValueError:
         raise _UsageError(f"argument --seed: not an integer: {args.seed!r}") from None
+    if seed < 0:
+        raise _UsageError(f"argument --seed: must be >= 0, got {seed}")
     if args.random is not None:
         if "x" in mats:
             raise _UsageError("argument --random: cannot be combined with --x")
@@ -193,6 +195,18 @@ def _backward(t, mats, args, scale, variants):
                    is_causal=args.causal, **variants)
         comp = scale_comparison(t0, trace_backward(t0, d_o), t, g)
     return g, check_backward(t, g), comp
+
+
+def _check_scores(t):
+    """The error for finite inputs whose scores overflow float64 (the softmax
+    of such a row would be NaN): which option to make smaller."""
+    if not np.isfinite(t["scores"]).all():
+        raise _UsageError("arguments --x/--wq/--wk: the scores Q.K^T overflow float64; "
+                          "give smaller values")
+    last = t.get("biased", t.get("capped", t["scaled"]))  # a soft cap bounds them
+    if not np.isfinite(last).all():
+        raise _UsageError(f"argument --scale: the scaled scores overflow float64 (scale "
+                          f"{float(t['scale']):g}); give a smaller scale")
 
 
 def _check_projections(mats):
@@ -280,8 +294,13 @@ def main(argv=None):
         except ImportError:
             return _fail("--plot needs matplotlib, which is not installed "
                          "(pip install 'fastattn[plot]')", status=1)
-    t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
-              is_causal=args.causal, scale=scale, **variants)
+    with np.errstate(over="ignore", invalid="ignore"):  # _check_scores names the option
+        t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
+                  is_causal=args.causal, scale=scale, **variants)
+    try:
+        _check_scores(t)
+    except _UsageError as exc:
+        return _fail(str(exc))
     grad = None
     if args.grad or args.grad_out is not None:
         try:

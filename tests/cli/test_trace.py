@@ -254,6 +254,10 @@ def test_main_json(capsys):
     (["--random", "0,2"], "--random"),
     (["--random", "3,2", "--x", "1,0"], "--random"),
     (["--random", "3,2", "--seed", "x"], "--seed"),
+    (["--random", "3,2", "--seed", "-1"], "--seed"),
+    (["--scale", "1e308"], "--scale"),                 # the scaled scores overflow
+    (["--scale", "1e308", "--grad"], "--scale"),
+    (["--x", "1e308,1e308;1,1"], "--x"),               # the scores themselves
 ])
 def test_main_malformed_arguments(capsys, argv, option):
     code, out, err = run_main(capsys, *argv)
