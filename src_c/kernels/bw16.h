@@ -133,8 +133,10 @@ static FA_ALWAYS_INLINE void BW(grad_vec)(int w, const float *s, const float *ds
                                           vf vc, vf vl, vf vd, vf *p, vf *r, vf *bad)
 {
     /* s vc - vl is <= 0 but for rounding, which at scores of ~1e9 would
-     * overflow P: P is never above 1 */
-    const vf x = m16_nonpos(m16_mulsub(vf_load(s), vc, vl));
+     * overflow P: P is never above 1 (one rounding: vl is lse, not a rounded
+     * product, so there is no exact 0 to keep as the forward's m16_mulsub
+     * keeps its maximum's) */
+    const vf x = m16_nonpos(m16_fmsub(vf_load(s), vc, vl));
     *p = w ? m16_exp2w(x) : vf_exp(x);
     vf d = vf_mul(*p, vf_sub(vf_load(ds), vd));
     if (f) d = vf_where_below(vf_zero(), vf_mul(d, vf_load(f)), *p, 0x1p-149f);

@@ -27,8 +27,9 @@
  *                                             2^ turns into an overflow at large
  *                                             scores)
  *   m16_exp2w(x)                              2^x for the weights (below)
- *   m16_nonpos(x)                             min(x, 0), NaN kept (bw16.h's P:
- *                                             never above 1; x86 only)
+ *   m16_fmsub(a, b, c), m16_nonpos(x)         a b - c in one rounding; min(x, 0),
+ *                                             NaN kept (bw16.h's P, never above
+ *                                             1; x86 only)
  *   m16_zero_ninf(x), m16_above(a, b)         x with -inf lanes 0; a > b lanes
  *   m16_alpha(mold, mnew)                     2^(mold - mnew), 1 where mnew = -inf
  *   m16_keep_lanes(s, lmin, lmax)             lanes outside [lmin, lmax] -inf
@@ -161,6 +162,7 @@ static inline m16_vi m16_pairs(int f16, vf p1, vf p0)
 }
 
 static inline vf m16_mulsub(vf a, vf b, vf c) { return _mm512_sub_ps(_mm512_mul_ps(a, b), c); }
+static inline vf m16_fmsub(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 /* VMINPS returns its second operand where either is NaN */
 static inline vf m16_nonpos(vf x) { return _mm512_min_ps(_mm512_setzero_ps(), x); }
 
