@@ -27,6 +27,20 @@ def _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts
     return (*grads, d_sink)
 
 
+def _check_against_the_reference(rng, q, k, v, cq, ck, **opts):
+    """Forward and backward of the packed batch, four heads' sinks and a
+    random grad_lse, against the reference per sequence (float64)."""
+    sinks = np.array([0.5, -0.5, 0.0, 1.0])
+    out, lse = fastattn.attention_varlen(q, k, v, cq, ck, sinks=sinks, return_lse=True, **opts)
+    d_o, g_lse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
+    got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cq, ck, sinks=sinks,
+                                             grad_lse=g_lse, **opts)
+    want = _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max(initial=0)))
+
+
 @pytest.mark.parametrize("opts", [{}, {"is_causal": True, "softcap": 2.0},
                                   {"is_causal": "lower_right", "window": (3, 1)}],
                          ids=["plain", "causal_softcap", "lower_right_window"])
@@ -36,15 +50,7 @@ def test_packed_sequences_match_the_reference_per_sequence(isa, opts):
     ck = np.array([0, 5, 9, 60, 60, 200])                 # one sequence with no key
     q = rng.standard_normal((170, 4, 8))
     k, v = rng.standard_normal((200, 2, 8)), rng.standard_normal((200, 2, 6))
-    sinks = np.array([0.5, -0.5, 0.0, 1.0])
-    out, lse = fastattn.attention_varlen(q, k, v, cq, ck, sinks=sinks, return_lse=True, **opts)
-    d_o, g_lse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
-    got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cq, ck, sinks=sinks,
-                                             grad_lse=g_lse, **opts)
-    want = _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts)
-    for a, b in zip(got, want):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()))
+    _check_against_the_reference(rng, q, k, v, cq, ck, **opts)
 
 
 @pytest.mark.parametrize("E,Ev", [(0, 6), (8, 0)], ids=["E0", "Ev0"])
@@ -55,16 +61,7 @@ def test_empty_feature_axis_matches_the_reference_per_sequence(isa, E, Ev):
     cq, ck = np.array([0, 3, 3, 20]), np.array([0, 5, 9, 30])
     q = rng.standard_normal((20, 4, E))
     k, v = rng.standard_normal((30, 2, E)), rng.standard_normal((30, 2, Ev))
-    sinks = np.array([0.5, -0.5, 0.0, 1.0])
-    opts = {"is_causal": "lower_right", "window": (6, None)}
-    out, lse = fastattn.attention_varlen(q, k, v, cq, ck, sinks=sinks, return_lse=True, **opts)
-    d_o, g_lse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
-    got = fastattn.attention_varlen_backward(d_o, q, k, v, out, lse, cq, ck, sinks=sinks,
-                                             grad_lse=g_lse, **opts)
-    want = _per_sequence_reference(d_o, q, k, v, out, lse, cq, ck, g_lse, sinks, **opts)
-    for a, b in zip(got, want):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max(initial=0)))
+    _check_against_the_reference(rng, q, k, v, cq, ck, is_causal="lower_right", window=(6, None))
 
 
 def test_grad_out_of_another_shape_is_named():
