@@ -18,7 +18,8 @@ import numpy as np
 from . import _half
 
 __all__ = ["MAX_THREADS", "kernel_dtypes", "thread_count", "check_scale", "check_out",
-           "overlapping", "positive_int", "real_array", "forward_array", "addressable"]
+           "overlapping", "positive_int", "real_array", "forward_array", "whole_elements",
+           "addressable"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -154,10 +155,13 @@ def forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarra
     return addressable(x)
 
 
+def whole_elements(a: np.ndarray) -> bool:
+    """Can the kernels address ``a`` by element strides: aligned, every stride
+    a whole number of elements?"""
+    return a.flags.aligned and all(st % a.itemsize == 0 for st in a.strides)
+
+
 def addressable(a: np.ndarray | None) -> np.ndarray | None:
-    """``a`` as the kernels address it: aligned, every stride a whole number
-    of elements (a copy of a view that is not: a field of a structured array,
-    say)."""
-    if a is None or (a.flags.aligned and all(st % a.itemsize == 0 for st in a.strides)):
-        return a
-    return np.ascontiguousarray(a)
+    """``a`` as the kernels address it (whole_elements; a copy of a view that
+    is not: a field of a structured array, say)."""
+    return a if a is None or whole_elements(a) else np.ascontiguousarray(a)

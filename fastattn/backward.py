@@ -150,8 +150,8 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     cap, al, sk = opts
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
     # nothing to compute (no rows, keys or batch index): zero gradients
-    idle = L == 0 or S == 0 or math.prod(kb) == 0
-    empty = np.zeros if idle else np.empty
+    no_batch = math.prod(kb) == 0
+    empty = np.zeros if L == 0 or S == 0 or no_batch else np.empty
     kvb = batch if gqa is None else batch[:-1] + gqa[:1]  # the gradients' batch
     whole = q.shape[:-2] == batch and k.shape[:-2] == kvb and v.shape[:-2] == kvb
     gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
@@ -170,7 +170,7 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
         pad = None if pad is None else group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
         al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
                   for x in (al, sk))
-    if math.prod(kb) == 0:
+    if no_batch:
         return dq, dk, dv, None if ds is None else ds[..., 0, 0]
     qb, ob, dob, lse3, glse3, dqb, dsb = rows
     # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it

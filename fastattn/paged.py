@@ -24,7 +24,7 @@ from . import _core, _half
 from ._kvcache_q8 import check_finite_rows, quantize_rows
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
-from ._validate import addressable, check_out, check_scale, thread_count
+from ._validate import addressable, check_out, check_scale, thread_count, whole_elements
 from ._varlen_checks import check_cu_seqlens
 
 if TYPE_CHECKING:
@@ -358,9 +358,7 @@ def _rows(name: str, x: Any, hkv: int, width: int) -> np.ndarray:
 def _writable_in_place(a: np.ndarray) -> bool:
     """Can the C writer address ``a`` (a pool or scales): aligned, every
     stride a whole number of elements, the last one unit?"""
-    sz = a.dtype.itemsize
-    return (a.flags.aligned and a.strides[-1] == sz
-            and all(st % sz == 0 for st in a.strides))
+    return whole_elements(a) and a.strides[-1] == a.itemsize
 
 
 def _rows_for_c(x: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -369,8 +367,7 @@ def _rows_for_c(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     if x.dtype != dt:
         with np.errstate(over="ignore", invalid="ignore"):
             x = x.astype(dt)
-    if x.strides[2] != x.dtype.itemsize or not x.flags.aligned or \
-            any(st % x.dtype.itemsize for st in x.strides):
+    if x.strides[2] != x.itemsize or not whole_elements(x):
         x = np.ascontiguousarray(x)
     return x
 
