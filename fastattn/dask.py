@@ -102,7 +102,10 @@ def _kv_head_chunks(q_chunks: tuple, g: int, hk: int) -> tuple[tuple, list]:
     """Key/value head chunks such that each query head chunk's kv heads lie in
     one chunk, and for each query chunk (kv chunk, start, stop, index): its kv
     heads in that chunk, and None if its heads are whole groups, else the kv
-    head (within start:stop) of each of its query heads."""
+    head (within start:stop) of each of its query heads.  No query heads
+    (``g == 0``): the kv heads in one chunk, which no block reads."""
+    if g == 0:
+        return (hk,), [(0, 0, 0, None)] * len(q_chunks)
     spans, h = [], 0
     for c in q_chunks:
         a, b = h // g, (h + c - 1) // g + 1 if c else h // g

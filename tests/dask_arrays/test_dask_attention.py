@@ -163,6 +163,18 @@ def test_empty_problems(shape):
     np.testing.assert_array_equal(got_lse, want_lse)
 
 
+@pytest.mark.parametrize("q_chunks", [(1, 0, 5, 4), (1, 0, 2, 4)], ids=["one_chunk", "rows_split"])
+def test_grouped_query_heads_with_no_query_heads_give_an_empty_result(q_chunks):
+    rng = np.random.default_rng(11)
+    q, k, v = inputs(rng, (1, 0, 5, 4), (1, 2, 6, 4), (1, 2, 6, 3))
+    dq = da.from_array(q, chunks=q_chunks)
+    out, lse = fdask.attention(dq, k, v, enable_gqa=True, is_causal=True, return_lse=True)
+    want, want_lse = fastattn.attention(q, k, v, enable_gqa=True, is_causal=True,
+                                        return_lse=True)
+    got, got_lse = da.compute(out, lse, scheduler="sync")
+    assert got.shape == want.shape == (1, 0, 5, 3) and got_lse.shape == want_lse.shape
+
+
 def test_rows_that_see_no_key_give_zeros_and_minus_inf_with_sinks():
     rng = np.random.default_rng(8)
     q, k, v = inputs(rng, (1, 2, 12, 4), (1, 2, 12, 4), (1, 2, 12, 4))
