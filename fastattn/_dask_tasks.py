@@ -118,6 +118,15 @@ def _band_mask(plan, band: tuple, L: int, S: int, cdt: np.dtype):
     return plan._replace(bool_mask=keep.view(np.uint8))
 
 
+def _in_dtype(mask, dtype: np.dtype):
+    """A float ``mask`` rounded to the 16-bit inputs' ``dtype``, as the
+    in-memory call uses it (a value beyond its range becomes infinite)."""
+    if mask is None or mask.dtype == np.bool_ or mask.dtype == dtype:
+        return mask
+    with np.errstate(over="ignore"):
+        return mask.astype(dtype)
+
+
 def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
     """``(out, lse)`` of the query block against one key block, in the compute
     dtype (float32 for 16-bit inputs): the kernel, with the pair's offset and
@@ -129,7 +138,8 @@ def partial_attention(q, k, v, mask, pad, *, spec: PartSpec):
             k, v = np.take(k, index, axis=-3), np.take(v, index, axis=-3)
     q, k, v, cdt, _ = _api.arrays_and_dtypes(q, k, v)
     if cdt.itemsize == 2:  # 16-bit inputs: float32 partials (the result is rounded once, at
-        cdt = _half.arith(cdt)  # the end); K and V are still read in place as 16-bit
+        mask = _in_dtype(mask, cdt)  # the end); K and V are still read in place as 16-bit
+        cdt = _half.arith(cdt)
         q = q.astype(cdt)
     batch, gqa, L, S, _, _ = _api.problem_shape(q.shape, k.shape, v.shape, spec.gqa)
     plan = resolve(mask, False, pad, batch, L, S, cdt, spec.query_ndim)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doctest
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -76,6 +77,25 @@ def test_dtypes_follow_the_in_memory_call(dtype):
     got, got_lse = da.compute(out, lse, scheduler="sync")
     assert out.dtype == want.dtype and lse.dtype == want_lse.dtype
     assert_matches(got, got_lse, want, want_lse, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_float_mask_is_rounded_to_16_bit_inputs_dtype_as_in_memory(dtype):
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(12)
+    q, k, v = inputs(rng, (1, 2, 12, 8), (1, 2, 14, 8), (1, 2, 14, 8), dt)
+    mask = rng.standard_normal((12, 14)) * 3000.0   # rounding to 16 bits moves it by units
+    mask[3] = -1e39                                 # -inf in 16 bits: row 3 sees nothing
+    mask[5, 2:] = -np.inf
+    dq, dk, dv = chunked(da, (q, k, v), ((1, 1, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8)))
+    out, lse = fdask.attention(dq, dk, dv, mask, return_lse=True)
+    with np.errstate(over="ignore"):                # NumPy's warning for the -1e39
+        want, want_lse = fastattn.attention(q, k, v, mask, return_lse=True)
+    got, got_lse = da.compute(out, lse, scheduler="sync")
+    assert np.all(got[:, :, 3] == 0) and np.all(got_lse[:, :, 3] == -np.inf)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(got_lse, want_lse, rtol=1e-5)
 
 
 @pytest.mark.parametrize("q_head_chunk", [4, 2, 3, 1], ids=lambda c: f"q_heads_by_{c}")
