@@ -56,11 +56,11 @@ def _known(x, name: str):
 
 
 def _as_dask(x, name: str):
-    """(x as a dask array, whether the caller gave a dask array)."""
+    """(x as a dask array, the NumPy array it wraps: None for a dask array)."""
     if isinstance(x, da.Array):
-        return _known(x, name), True
+        return _known(x, name), None
     a = np.asarray(x)
-    return da.from_array(a, chunks=-1), False
+    return da.from_array(a, chunks=-1), a
 
 
 def _pad_dims(x, nd: int):
@@ -127,13 +127,29 @@ def _kv_head_chunks(q_chunks: tuple, g: int, hk: int) -> tuple[tuple, list]:
     return (chunks if sum(chunks) == hk else (hk,)), kmap
 
 
-def _rechunk(x, chunks: tuple):
-    return x if x.chunks == chunks else x.rechunk(chunks)
+# Dask's rechunk iterates over blocks with NumPy's nditer: at most 32 dimensions.
+_RECHUNK_MAX_DIMS = 32
 
 
-def _align(q, k, v, given: dict, batch: tuple, gqa, cdt, odt) -> tuple:
-    """q, k, v rechunked to line up -> (q, k, v, out_chunks, kv_heads)."""
+def _rechunk(x, chunks: tuple, name: str, source=None):
+    """x (argument ``name``) with ``chunks``: the NumPy array it wraps
+    (``source``) wrapped again, a dask array rechunked where they differ."""
+    if x.chunks == chunks:
+        return x
+    if source is not None:
+        return da.from_array(source, chunks=chunks)
+    if x.ndim > _RECHUNK_MAX_DIMS:
+        raise ValueError(f"{name} of shape {x.shape} must be rechunked to line up with the "
+                         f"other inputs, which Dask cannot do for more than "
+                         f"{_RECHUNK_MAX_DIMS} dimensions: give {name} the chunks {chunks}")
+    return x.rechunk(chunks)
+
+
+def _align(q, k, v, sources: dict, batch: tuple, gqa, cdt, odt) -> tuple:
+    """q, k, v rechunked to line up -> (q, k, v, out_chunks, kv_heads);
+    ``sources``: the NumPy array each wraps, None for a dask array."""
     nb = q.ndim - 2
+    given = {n: s is None for n, s in sources.items()}
     named = [(q, given["query"]), (k, given["key"]), (v, given["value"])]
     hd = nb - 1 if gqa is not None else None
     out_chunks = tuple(q.chunks[d] if d == hd else _pick_chunks(named, d, batch[d])
@@ -148,9 +164,9 @@ def _align(q, k, v, given: dict, batch: tuple, gqa, cdt, odt) -> tuple:
     def target(x, bchunks, rows):
         return tuple(bchunks[d] if x.shape[d] == batch[d] or d == hd else (x.shape[d],)
                      for d in range(nb)) + (rows, (x.shape[-1],))
-    q = _rechunk(q, target(q, out_chunks, q.chunks[-2]))
-    k = _rechunk(k, target(k, kv_batch, s_chunks))
-    v = _rechunk(v, target(v, kv_batch, s_chunks))
+    q = _rechunk(q, target(q, out_chunks, q.chunks[-2]), "query", sources["query"])
+    k = _rechunk(k, target(k, kv_batch, s_chunks), "key", sources["key"])
+    v = _rechunk(v, target(v, kv_batch, s_chunks), "value", sources["value"])
     return q, k, v, out_chunks, kv_heads
 
 
@@ -161,7 +177,9 @@ def _mask_array(attn_mask, batch, out_chunks, q, k):
     m = m[(None,) * (len(batch) + 2 - m.ndim)]
     axes = out_chunks + (q.chunks[-2], k.chunks[-2])
     chunks = tuple((1,) if m.shape[d] == 1 else axes[d] for d in range(m.ndim))
-    return _rechunk(m, chunks) if isinstance(m, da.Array) else da.from_array(m, chunks=chunks)
+    if isinstance(m, da.Array):
+        return _rechunk(m, chunks, "attn_mask")
+    return da.from_array(m, chunks=chunks)
 
 
 def _pad_array(kpm, batch, out_chunks, k, query_ndim):
@@ -176,7 +194,7 @@ def _pad_array(kpm, batch, out_chunks, k, query_ndim):
         dk = len(batch) - (query_ndim - 2)
         chunks = ((1,) if p.shape[0] == 1 else out_chunks[dk], s_chunks)
     if isinstance(p, da.Array):
-        return _rechunk(p, chunks), None
+        return _rechunk(p, chunks, "key_padding_mask"), None
     starts = [np.cumsum((0,) + c) for c in chunks]
     p2 = p.reshape((1,) * (2 - p.ndim) + p.shape)
     n_starts = starts[0] if p.ndim == 2 else np.array([0, 1])
@@ -188,10 +206,10 @@ def _pad_array(kpm, batch, out_chunks, k, query_ndim):
 def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_mask,
              window) -> tuple[_Problem, tuple]:
     """Check and line up the inputs (the in-memory call's checks, on shapes)."""
-    given = {}
+    sources = {}
     arrays = {}
     for name, x in (("query", query), ("key", key), ("value", value)):
-        arrays[name], given[name] = _as_dask(x, name)
+        arrays[name], sources[name] = _as_dask(x, name)
     q, k, v = arrays["query"], arrays["key"], arrays["value"]
     query_ndim = q.ndim
     cdt, odt = _validate.kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
@@ -209,7 +227,8 @@ def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_ma
             batch, L, S, cdt, query_ndim, window)
     nd = len(batch) + 2
     q, k, v = (_pad_dims(x, nd) for x in (q, k, v))
-    q, k, v, out_chunks, kv_heads = _align(q, k, v, given, batch, gqa, cdt, odt)
+    sources = {n: None if a is None else _pad_dims(a, nd) for n, a in sources.items()}
+    q, k, v, out_chunks, kv_heads = _align(q, k, v, sources, batch, gqa, cdt, odt)
     mask = None if m_in is None else _mask_array(m_in, batch, out_chunks, q, k)
     pad, visible = (None, None) if p_in is None else _pad_array(p_in, batch, out_chunks, k,
                                                                 query_ndim)
@@ -279,7 +298,9 @@ def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
     ------
     ValueError, TypeError
         For what :func:`fastattn.attention` rejects (checked on the shapes
-        and dtypes, when the graph is built), and for unknown chunk sizes.
+        and dtypes, when the graph is built), for unknown chunk sizes, and
+        for a Dask input of more than 32 dimensions whose chunks must be
+        rechunked to line up (Dask's rechunk stops at 32).
 
     Notes
     -----

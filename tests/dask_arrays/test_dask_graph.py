@@ -218,3 +218,17 @@ def test_unknown_chunk_sizes_are_rejected_by_name():
     mask = da.Array(mask.dask, mask.name, ((np.nan, np.nan), (10,) * 3), dtype=bool)
     with pytest.raises(ValueError, match="attn_mask has unknown chunk sizes"):
         fdask.attention(q, q, q, mask)
+
+
+def test_more_dimensions_than_dask_rechunks_need_chunks_that_line_up():
+    rng = np.random.default_rng(13)
+    lead = (1,) * 30 + (2,)                        # 33 dimensions: Dask rechunks 32
+    qn, kn, vn = inputs(rng, lead + (6, 4), lead + (7, 4), lead + (7, 4))
+    q = da.from_array(qn, chunks=(1,) * 31 + (3, 4))
+    k = da.from_array(kn, chunks=(1,) * 30 + (2, 7, 4))
+    with pytest.raises(ValueError, match=r"key of shape .* must be rechunked .* 32 dim"):
+        fdask.attention(q, k, kn, is_causal=True)
+    k = da.from_array(kn, chunks=(1,) * 31 + (7, 4))
+    out = fdask.attention(q, k, vn, is_causal=True)
+    want = fastattn.attention(qn, kn, vn, is_causal=True)
+    assert_matches(out.compute(scheduler="sync"), None, want, None, np.float32)
