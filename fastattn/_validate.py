@@ -3,7 +3,8 @@
 Plain Python and NumPy, no kernel: the dtype rules (:func:`kernel_dtypes`),
 ``num_threads`` (:func:`thread_count`), ``scale`` (:func:`check_scale`),
 ``out=`` (:func:`check_out`), and the integer and real-array checks of the
-multi-head layer and its cache (:func:`positive_int`, :func:`real_array`).
+multi-head layer and its cache (:func:`positive_int`, :func:`real_array`),
+array-likes NumPy cannot make one array of (:func:`as_array`).
 Each raises a TypeError or ValueError that names the argument."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import _half
 
-__all__ = ["MAX_THREADS", "kernel_dtypes", "thread_count", "check_scale", "check_out",
+__all__ = ["MAX_THREADS", "as_array", "kernel_dtypes", "thread_count", "check_scale", "check_out",
            "overlapping", "positive_int", "real_array", "forward_array", "whole_elements",
            "addressable"]
 
@@ -123,6 +124,15 @@ def overlapping(shape: tuple, strides: tuple, itemsize: int) -> bool:
             return 0 not in shape
         span += st * (n - 1)
     return False
+
+
+def as_array(a: Any, name: str) -> np.ndarray:
+    """``np.asarray(a)``; a ValueError naming ``name`` where NumPy cannot make
+    one array of ``a`` (a ragged nested sequence)."""
+    try:
+        return np.asarray(a)
+    except ValueError as e:
+        raise ValueError(f"{name} cannot be made an array: {e}") from None
 
 
 def positive_int(value, name: str, *, minimum: int = 1) -> int:

@@ -59,8 +59,16 @@ def _as_dask(x, name: str):
     """(x as a dask array, the NumPy array it wraps: None for a dask array)."""
     if isinstance(x, da.Array):
         return _known(x, name), None
-    a = np.asarray(x)
+    a = _validate.as_array(x, name)
     return da.from_array(a, chunks=-1), a
+
+
+def _array_arg(x, name: str):
+    """An optional array argument: None, a dask array (chunk sizes checked)
+    or a NumPy array."""
+    if x is None or isinstance(x, da.Array):
+        return x if x is None else _known(x, name)
+    return _validate.as_array(x, name)
 
 
 def _pad_dims(x, nd: int):
@@ -215,12 +223,8 @@ def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_ma
     cdt, odt = _validate.kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
     batch, gqa, L, S, E, Ev = _api.problem_shape(q.shape, k.shape, v.shape, enable_gqa)
-    m_in = None if attn_mask is None else (_known(attn_mask, "attn_mask")
-                                           if isinstance(attn_mask, da.Array)
-                                           else np.asarray(attn_mask))
-    p_in = None if key_padding_mask is None else (
-        _known(key_padding_mask, "key_padding_mask")
-        if isinstance(key_padding_mask, da.Array) else np.asarray(key_padding_mask))
+    m_in = _array_arg(attn_mask, "attn_mask")
+    p_in = _array_arg(key_padding_mask, "key_padding_mask")
     resolve(None if m_in is None else _stand_in(m_in.shape, cdt if m_in.dtype.kind == "f"
                                                 else m_in.dtype),
             is_causal, None if p_in is None else _stand_in(p_in.shape, p_in.dtype),
@@ -342,8 +346,10 @@ def attention(query: ArrayLike | da.Array, key: ArrayLike | da.Array,
     nt = _validate.thread_count(num_threads)
     _scores.resolve(None, softcap, None, (), cdt)         # softcap's checks
     cap = _scores.check_softcap(softcap)
-    slopes = _scores.per_head("alibi_slopes", alibi_slopes, prob.batch, cdt, in_range=True)
-    sink = _scores.per_head("sinks", sinks, prob.batch, cdt, neg_inf_ok=True, in_range=True)
+    slopes = _scores.per_head("alibi_slopes", _array_arg(alibi_slopes, "alibi_slopes"),
+                              prob.batch, cdt, in_range=True)
+    sink = _scores.per_head("sinks", _array_arg(sinks, "sinks"), prob.batch, cdt,
+                            neg_inf_ok=True, in_range=True)
     causal, off = causal_offset(is_causal, prob.L, prob.S)
     left, right = check_window(window)
     hi = off if causal else (None if right is None else right)

@@ -196,6 +196,16 @@ BAD = {
                     "num_threads"),
     "complex_dtype": (lambda q, k, v: (q.astype(np.complex64), k, v), {}, TypeError,
                       "query"),
+    "ragged_query": (lambda q, k, v: ([[1.0, 2.0], [3.0]], k, v), {}, ValueError,
+                     "query cannot be made an array"),
+    "ragged_mask": (lambda q, k, v: (q, k, v), {"attn_mask": [[True] * 30, [True] * 29]},
+                    ValueError, "attn_mask cannot be made an array"),
+    "ragged_padding": (lambda q, k, v: (q, k, v), {"key_padding_mask": [[False] * 30, [True]]},
+                       ValueError, "key_padding_mask cannot be made an array"),
+    "ragged_slopes": (lambda q, k, v: (q, k, v), {"alibi_slopes": [[0.1], [0.1, 0.2, 0.3]]},
+                      ValueError, "alibi_slopes cannot be made an array"),
+    "ragged_sinks": (lambda q, k, v: (q, k, v), {"sinks": [[0.0, 1.0], [0.0]]}, ValueError,
+                     "sinks cannot be made an array"),
 }
 
 
