@@ -102,6 +102,8 @@ def run_grouped(q: np.ndarray, k: np.ndarray, v: np.ndarray, target: np.ndarray,
     """attention of q (batch + (L, E)) against k, v (batch[:-1] + (hkv, S, .))
     into target (batch + (L, Ev)); lse (batch + (L,)) filled when given."""
     hk, g = gqa
+    if g == 0:  # no query heads: nothing to write
+        return
     L, E = q.shape[-2:]
     S = k.shape[-2]
     cap, al, sk = opts if opts is not None else (0.0, None, None)

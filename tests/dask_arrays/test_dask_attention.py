@@ -195,6 +195,16 @@ def test_grouped_query_heads_with_no_query_heads_give_an_empty_result(q_chunks):
     assert got.shape == want.shape == (1, 0, 5, 3) and got_lse.shape == want_lse.shape
 
 
+def test_no_query_heads_with_key_padding_mask_is_empty_in_memory_and_on_dask():
+    rng = np.random.default_rng(14)
+    q, k, v = inputs(rng, (3, 0, 5, 4), (3, 2, 6, 4), (3, 2, 6, 3))
+    kpm = np.arange(6) >= 4
+    want = fastattn.attention(q, k, v, enable_gqa=True, key_padding_mask=kpm)
+    out = fdask.attention(da.from_array(q, chunks=(1, 0, 2, 4)), k, v, enable_gqa=True,
+                          key_padding_mask=kpm)
+    assert want.shape == out.compute(scheduler="sync").shape == (3, 0, 5, 3)
+
+
 def test_rows_that_see_no_key_give_zeros_and_minus_inf_with_sinks():
     rng = np.random.default_rng(8)
     q, k, v = inputs(rng, (1, 2, 12, 4), (1, 2, 12, 4), (1, 2, 12, 4))
