@@ -214,15 +214,17 @@ def _pad_array(kpm, batch, out_chunks, k, query_ndim):
 def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_mask,
              window) -> tuple[_Problem, tuple]:
     """Check and line up the inputs (the in-memory call's checks, on shapes)."""
-    sources = {}
-    arrays = {}
-    for name, x in (("query", query), ("key", key), ("value", value)):
+    given = {n: _known(x, n) if isinstance(x, da.Array) else _validate.as_array(x, n)
+             for n, x in (("query", query), ("key", key), ("value", value))}
+    # dtypes and shapes checked before NumPy inputs are wrapped (and hashed)
+    cdt, odt = _validate.kernel_dtypes(tuple((n, a.dtype) for n, a in given.items()))
+    cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
+    batch, gqa, L, S, E, Ev = _api.problem_shape(*(a.shape for a in given.values()), enable_gqa)
+    arrays, sources = {}, {}
+    for name, x in given.items():
         arrays[name], sources[name] = _as_dask(x, name)
     q, k, v = arrays["query"], arrays["key"], arrays["value"]
     query_ndim = q.ndim
-    cdt, odt = _validate.kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
-    cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
-    batch, gqa, L, S, E, Ev = _api.problem_shape(q.shape, k.shape, v.shape, enable_gqa)
     m_in = _array_arg(attn_mask, "attn_mask")
     p_in = _array_arg(key_padding_mask, "key_padding_mask")
     resolve(None if m_in is None else _stand_in(m_in.shape, cdt if m_in.dtype.kind == "f"

@@ -242,3 +242,10 @@ def test_more_dimensions_than_dask_rechunks_need_chunks_that_line_up():
     out = fdask.attention(q, k, vn, is_causal=True)
     want = fastattn.attention(qn, kn, vn, is_causal=True)
     assert_matches(out.compute(scheduler="sync"), None, want, None, np.float32)
+
+
+def test_object_dtype_input_of_more_than_32_dimensions_gets_the_dtype_error():
+    shape = (1,) * 33 + (3, 4)                     # Dask cannot hash such an object array
+    q = np.ones(shape, np.float32)
+    with pytest.raises(TypeError, match="value has unsupported dtype object"):
+        fdask.attention(q, q, np.ones(shape, object))
