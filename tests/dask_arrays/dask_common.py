@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 REASON = "fastattn.dask needs dask[array] (pip install 'fastattn[dask]')"
+CLUSTER_REASON = ("the cluster tests need distributed and cloudpickle "
+                  "(pip install 'fastattn[dask]')")
 
 
 def import_dask():

@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-from dask_common import REASON, import_dask
+from dask_common import CLUSTER_REASON, import_dask
 
 da = import_dask()
-distributed = pytest.importorskip("distributed", reason=REASON)
-cloudpickle = pytest.importorskip("cloudpickle", reason=REASON)
+distributed = pytest.importorskip("distributed", reason=CLUSTER_REASON)
+cloudpickle = pytest.importorskip("cloudpickle", reason=CLUSTER_REASON)
 
 import dask  # noqa: E402
 

@@ -17,11 +17,11 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from dask_common import REASON, chain_steps, import_dask
+from dask_common import CLUSTER_REASON, chain_steps, import_dask
 
 da = import_dask()
-distributed = pytest.importorskip("distributed", reason=REASON)
-cloudpickle = pytest.importorskip("cloudpickle", reason=REASON)
+distributed = pytest.importorskip("distributed", reason=CLUSTER_REASON)
+cloudpickle = pytest.importorskip("cloudpickle", reason=CLUSTER_REASON)
 
 import dask  # noqa: E402
 import distributed.diagnostics.plugin  # noqa: E402
