@@ -19,7 +19,7 @@ from . import _gqa
 from . import _half
 from . import _scores
 from ._masks import MaskPlan, resolve
-from ._validate import check_out, check_scale, kernel_dtypes, thread_count
+from ._validate import as_array, check_out, check_scale, kernel_dtypes, thread_count
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -254,9 +254,9 @@ def attention(query: ArrayLike, key: ArrayLike, value: ArrayLike,
 def arrays_and_dtypes(query, key, value) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                   np.dtype, np.dtype]:
     """query, key and value as arrays, and their (compute dtype, result dtype)."""
-    q = query if type(query) is _ndarray else np.asarray(query)
-    k = key if type(key) is _ndarray else np.asarray(key)
-    v = value if type(value) is _ndarray else np.asarray(value)
+    q = query if type(query) is _ndarray else as_array(query, "query")
+    k = key if type(key) is _ndarray else as_array(key, "key")
+    v = value if type(value) is _ndarray else as_array(value, "value")
     dt = q.dtype
     if (dt is _F32 or dt is _F64 or dt is _F16) and k.dtype is dt and v.dtype is dt:
         return q, k, v, dt, dt

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _core
 from ._half import is_bfloat16
+from ._validate import as_array
 
 __all__ = ["MaskPlan", "resolve", "causal_offset", "check_window", "check_head_masks",
            "check_cache_causal", "UNBOUNDED"]
@@ -120,7 +121,7 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
     bool_mask = add_mask = pad = None
     target = batch + (L, S)
     if attn_mask is not None:
-        m = attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
+        m = attn_mask if isinstance(attn_mask, np.ndarray) else as_array(attn_mask, "attn_mask")
         if m.dtype == np.bool_:
             bool_mask = _at_least_2d(m.view(np.uint8))
         elif m.dtype.kind == "f" or is_bfloat16(m.dtype):
@@ -135,7 +136,7 @@ def resolve(attn_mask, is_causal, key_padding_mask, batch: tuple, L: int, S: int
                              f"(..., L, S) = {target}")
     if key_padding_mask is not None:
         p = key_padding_mask if isinstance(key_padding_mask, np.ndarray) \
-            else np.asarray(key_padding_mask)
+            else as_array(key_padding_mask, "key_padding_mask")
         if p.dtype != np.bool_:
             raise TypeError(f"key_padding_mask must be bool (True = padding), got dtype {p.dtype}")
         if p.ndim == 1 and p.shape[0] == S:
@@ -171,7 +172,7 @@ def check_head_masks(attn_mask, key_padding_mask, n: int, num_heads: int, L: int
     left to :func:`resolve`.
     """
     if attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
+        attn_mask = as_array(attn_mask, "attn_mask")
         full = (n, num_heads, L, S)
         try:
             ok = np.broadcast_shapes(attn_mask.shape, full) == full
@@ -183,7 +184,7 @@ def check_head_masks(attn_mask, key_padding_mask, n: int, num_heads: int, L: int
             raise ValueError(f"attn_mask of shape {attn_mask.shape} is not broadcastable "
                              f"to {what}={shown}")
     if key_padding_mask is not None:
-        key_padding_mask = np.asarray(key_padding_mask)
+        key_padding_mask = as_array(key_padding_mask, "key_padding_mask")
         if key_padding_mask.dtype != bool:
             raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
                             f"{key_padding_mask.dtype}")

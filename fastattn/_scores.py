@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _half
+from ._validate import as_array
 
 __all__ = ["ScoreOptions", "check_softcap", "per_head", "resolve"]
 
@@ -63,7 +64,7 @@ def per_head(name: str, values: Any, heads_shape: tuple, dtype: Any, *,
     instead of a broadcast view (the int8 decoding kernel's layout)."""
     if values is None:
         return None
-    a = np.asarray(values)
+    a = as_array(values, name)
     if _half.is_bfloat16(a.dtype):  # a bfloat16 model's parameter: exact in float32
         a = a.astype(np.float32)
     if a.dtype == bool or a.dtype.kind not in "iuf":

@@ -73,10 +73,15 @@ def test_too_many_leading_dims_raises_value_error():
     _raises(ValueError, ["dimensions"], [], q, k, v, out_shape=None)
 
 
-def test_ragged_nested_list_raises_value_error():
+@pytest.mark.parametrize("name", ["query", "key", "value", "attn_mask", "key_padding_mask",
+                                  "alibi_slopes", "sinks"])
+def test_ragged_nested_list_raises_value_error_naming_the_argument(name):
     q, k, v = _qkv()
-    with pytest.raises(ValueError):
-        fastattn.attention([[1.0, 2.0], [3.0]], k, v)
+    args = {"query": q, "key": k, "value": v}
+    ragged = [[1.0, 2.0], [3.0]] if name != "key_padding_mask" else [[True, False], [True]]
+    args[name] = ragged
+    with pytest.raises(ValueError, match=f"^{name} cannot be made an array"):
+        fastattn.attention(**args)
 
 
 # ---------------------------------------------------------------------------
