@@ -107,3 +107,14 @@ def test_bfloat16_without_ml_dtypes_names_the_package():
             "except ImportError as e:\n    print('ERR', e)\n")
     res = run_python(code)
     assert "ERR" in res.stdout and "ml_dtypes" in res.stdout
+
+
+def test_other_two_byte_void_dtypes_are_not_bfloat16_after_a_bfloat16_is_met():
+    from fastattn import _half
+    assert _half.is_bfloat16(np.dtype(ml_dtypes.bfloat16))
+    assert _half.is_bfloat16(np.zeros(2, ml_dtypes.bfloat16).dtype)
+    for dt in (np.dtype("V2"), np.dtype([("a", "u1"), ("b", "u1")]), np.dtype(np.float16),
+               np.dtype(np.int16)):
+        assert not _half.is_bfloat16(dt)
+    with pytest.raises(TypeError, match="query has unsupported dtype"):
+        fastattn.attention(np.zeros((2, 2), "V2"), np.ones((2, 2)), np.ones((2, 2)))
