@@ -164,7 +164,9 @@ def _traced(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, win
         optional_float(scale, "scale"), wl, wr, option_tensor(alibi_slopes, query),
         cap, option_tensor(sinks, query), nt)
     if out is not None:
-        res = fill_out(out, res)
+        res = fill_out(out, res, {"query": query, "key": key, "value": value,
+                                  "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                                  "alibi_slopes": alibi_slopes, "sinks": sinks})
     return (res, lse) if return_lse else res
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ._api import attention as _attention
-from ._masks import causal_offset, check_window
+from ._masks import UNBOUNDED, causal_offset, check_window
 from ._scores import check_softcap
 from ._validate import overlapping, thread_count
 
@@ -187,9 +187,12 @@ def causal_of(causal: str):
 
 def window_pair(window) -> tuple[int, int]:
     """``window`` as (left, right), -1 = unbounded (the operators' encoding),
-    checked as :func:`fastattn.attention` checks it."""
+    checked as :func:`fastattn.attention` checks it; a side beyond int64
+    (which the operators' schemas refuse) as :data:`UNBOUNDED`, which bounds
+    nothing either."""
     left, right = check_window(window)
-    return -1 if left is None else left, -1 if right is None else right
+    return (-1 if left is None else min(left, UNBOUNDED),
+            -1 if right is None else min(right, UNBOUNDED))
 
 
 def checked_options(softcap, num_threads) -> tuple[float | None, int | None]:
@@ -229,10 +232,12 @@ def optional_float(x, name: str) -> float | None:
         raise TypeError(f"{name} must be a real number, got {x!r}") from None
 
 
-def fill_out(out, res: Tensor) -> Tensor:
+def fill_out(out, res: Tensor, inputs: dict[str, Any]) -> Tensor:
     """``res`` copied into ``out`` (``out=`` on the operators' path, where the
-    result is computed first): ``out`` of another type, shape or dtype is
-    refused, as :func:`fastattn.attention` refuses it, with nothing written."""
+    result is computed first): ``out`` of another type, shape or dtype, or
+    sharing memory with one of the tensors ``inputs`` (name: tensor or
+    None), is refused, as :func:`fastattn.attention` refuses it, with
+    nothing written."""
     if not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(res.shape):
@@ -244,8 +249,26 @@ def fill_out(out, res: Tensor) -> Tensor:
         raise ValueError(f"out's strides {tuple(out.stride())} (shape {tuple(out.shape)}) give "
                          f"two elements the same memory: give an array whose elements are "
                          f"distinct")
+    _separate(out, inputs)
     out.copy_(res)
     return out
+
+
+def _separate(out: Tensor, inputs: dict[str, Any]) -> None:
+    """The ValueError for ``out`` sharing memory with one of ``inputs``
+    (checked on tensors with memory: not while compiling, not on vmap's
+    wrappers); copied into, the input would change under autograd's feet."""
+    if torch.compiler.is_compiling():
+        return
+    try:
+        o = array_view(out, "out")
+        arrays = {name: array_view(t, name) for name, t in inputs.items()
+                  if isinstance(t, Tensor)}
+    except (RuntimeError, TypeError):  # a tensor without storage (vmap, functionalize)
+        return
+    for name, a in arrays.items():
+        if np.may_share_memory(o, a):
+            raise ValueError(f"out overlaps {name}: give a separate output tensor")
 
 
 def grad_tensors(grads, query: Tensor, sinks) -> tuple:

@@ -232,7 +232,9 @@ def _traced(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_padd
     else:
         res, lse = torch.ops.fastattn.sdpa(*args), None
     if out is not None:
-        res = fill_out(out, res)
+        res = fill_out(out, res, {"query": query, "key": key, "value": value,
+                                  "attn_mask": attn_mask, "key_padding_mask": key_padding_mask,
+                                  "alibi_slopes": alibi_slopes, "sinks": sinks})
     return (res, lse) if return_lse else res
 
 

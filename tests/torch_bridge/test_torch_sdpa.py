@@ -280,3 +280,14 @@ def test_module_examples_run_as_written(name):
     result = doctest.testmod(importlib.import_module(name),
                              optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.attempted > 0 and result.failed == 0, name
+
+
+def test_out_overlapping_key_when_training_is_refused_naming_it():
+    # the eager call refuses it; the autograd path wrote out over the key
+    mem = torch.randn(2, 8, 4)
+    q = torch.randn(2, 4, 4, requires_grad=True)
+    key, out = mem[:, :6], mem[:, 4:]
+    before = mem.clone()
+    with pytest.raises(ValueError, match="out overlaps key"):
+        fat.scaled_dot_product_attention(q, key, key, out=out)
+    assert torch.equal(mem, before)

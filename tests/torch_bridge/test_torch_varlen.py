@@ -275,3 +275,25 @@ def test_export_holds_the_varlen_operator():
     assert targets.count("fastattn.varlen.default") == 2
     torch.testing.assert_close(ep.module()(q, k, v, cu), _PackedBlock()(q, k, v, cu),
                                rtol=0, atol=0)
+
+
+def test_a_window_beyond_int64_when_training_is_unbounded_as_without_grad():
+    # the operator's int schema refused it: a RuntimeError naming no argument
+    q, k, v = torch.randn(5, 2, 4), torch.randn(8, 1, 4), torch.randn(8, 1, 4)
+    want = attention_varlen(q, k, v, CU_Q, CU_K, window=(2**70, 0))
+    got = attention_varlen(q.clone().requires_grad_(True), k, v, CU_Q, CU_K, window=(2**70, 0))
+    torch.testing.assert_close(got.detach(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["query", "key"])
+def test_out_overlapping_an_input_when_training_is_refused_naming_it(name):
+    # without grad the NumPy check refuses it; with grad out was written over
+    # the input autograd had saved
+    mem = torch.randn(64)
+    q = mem[:40].view(5, 2, 4) if name == "query" else torch.randn(5, 2, 4)
+    k = mem[:32].view(8, 1, 4) if name == "key" else torch.randn(8, 1, 4)
+    out = mem[24:64].view(5, 2, 4)
+    before = mem.clone()
+    with pytest.raises(ValueError, match=f"out overlaps {name}"):
+        attention_varlen(q.requires_grad_(True), k, torch.randn(8, 1, 4), CU_Q, CU_K, out=out)
+    assert torch.equal(mem, before)
