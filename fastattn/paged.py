@@ -24,7 +24,8 @@ from . import _core, _half
 from ._kvcache_q8 import check_finite_rows, quantize_rows
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
-from ._validate import addressable, check_out, check_scale, thread_count, whole_elements
+from ._validate import (addressable, check_out, check_scale, overlapping, thread_count,
+                        whole_elements)
 from ._varlen_checks import check_cu_seqlens
 
 if TYPE_CHECKING:
@@ -343,6 +344,16 @@ def _slots(slot_mapping: Any, n_tokens: int, capacity: int) -> np.ndarray:
     return s
 
 
+def _distinct_slots(name: str, a: np.ndarray) -> None:
+    """The ValueError for a pool or scales that paged_append writes whose
+    strides give two elements one address (an expanded tensor, a writeable
+    ``as_strided`` view): two slots would be one, the last write winning."""
+    if overlapping(a.shape, a.strides, a.itemsize):
+        raise ValueError(f"{name}'s strides {a.strides} (shape {a.shape}) give two elements the "
+                         f"same memory (a broadcast or expanded view?): paged_append would "
+                         f"write several slots to one place")
+
+
 def _rows(name: str, x: Any, hkv: int, width: int) -> np.ndarray:
     """key or value rows (T, Hkv, width) of real numbers."""
     a = np.asarray(x)
@@ -434,11 +445,14 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
     for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
         if not c.flags.writeable:
             raise ValueError(f"{name} is read-only")
+        _distinct_slots(name, c)
     ks, vs = _scales("key_scales", key_scales, k), _scales("value_scales", value_scales, v)
     for name, given in (("key_scales", key_scales), ("value_scales", value_scales)):
         if ks is not None and not (isinstance(given, np.ndarray) and given.flags.writeable):
             raise ValueError(f"{name} must be a writeable numpy.ndarray: the scales are "
                              f"written there")
+        if ks is not None:
+            _distinct_slots(name, given)
     kx = _rows("key", key, k.shape[2], k.shape[3])
     vx = _rows("value", value, v.shape[2], v.shape[3])
     if kx.shape[0] != vx.shape[0]:

@@ -142,3 +142,25 @@ def test_many_tokens_in_one_call_match_one_token_per_call(rng, dtype):
     assert v1[blk, off].tobytes() == v2[blk, off].tobytes()
     for name in s1:
         assert s1[name][blk, off].tobytes() == s2[name][blk, off].tobytes()
+
+
+@pytest.mark.parametrize("which", ["key_cache", "key_scales"])
+def test_a_pool_or_scales_whose_elements_overlap_are_refused_unwritten(which):
+    # a writeable as_strided view (an expanded tensor's NumPy view): slots 1
+    # and 5 were one place, the last write winning
+    def one_block(shape, dt):
+        base = np.zeros((1,) + shape[1:], dt)
+        return base, np.lib.stride_tricks.as_strided(base, shape, (0,) + base.strides[1:],
+                                                     writeable=True)
+    int8 = which == "key_scales"
+    dt = np.int8 if int8 else np.float32
+    kbase, kc = one_block((2, 4, 1, 2), dt) if not int8 else (None, np.zeros((2, 4, 1, 2), dt))
+    vc = np.zeros((2, 4, 1, 2), dt)
+    scales = {}
+    if int8:
+        kbase, ks = one_block((2, 4, 1), np.float32)
+        scales = dict(key_scales=ks, value_scales=np.zeros((2, 4, 1), np.float32))
+    rows = np.arange(4, dtype=np.float32).reshape(2, 1, 2) + 1
+    with pytest.raises(ValueError, match=f"{which}'s strides .* same memory"):
+        fastattn.paged_append(kc, vc, np.array([1, 5]), rows, rows, **scales)
+    assert not kbase.any() and not vc.any()
