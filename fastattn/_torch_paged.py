@@ -14,12 +14,14 @@ from ._torch_views import (Tensor as _Tensor, array_view as _array, checked_opti
                            cpu_tensors, fill_out, option_tensor as _slopes, optional_float,
                            require_tensors, subclassed as _subclassed, tensor_view as _tensor,
                            transformed, window_of as _window_of, window_pair as _window_pair)
+from ._validate import as_array
 from .paged import attention_paged as _attention_paged
 from .paged import paged_append as _paged_append
 
 __all__ = ["attention_paged", "paged_append"]
 
 _is_compiling = torch.compiler.is_compiling
+_is_grad_enabled = torch.is_grad_enabled
 
 
 # ---------------------------------------------------------------------------
@@ -56,9 +58,33 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
              "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
              "key_scales": key_scales, "value_scales": value_scales, "out": out}
+    if _is_grad_enabled():
+        _inference_only({**named, "alibi_slopes": options.get("alibi_slopes"),
+                         "sinks": options.get("sinks")})
     if _is_compiling() or _subclassed(named.values()) or transformed(query):
         return _paged_traced(named, options)
     return _paged_eager(named, options)
+
+
+def _inference_only(named: dict) -> None:
+    """The ValueError for a tensor among ``named`` that requires grad (called
+    in grad mode): attention_paged has no backward, and its result would
+    silently carry no gradient."""
+    for name, t in named.items():
+        if name != "out" and getattr(t, "requires_grad", False):
+            raise ValueError(f"{name} requires grad, but fastattn.torch.attention_paged is "
+                             f"inference only (it has no gradients): call it under "
+                             f"torch.no_grad() or torch.inference_mode(), or pass "
+                             f"{name}.detach(); for training use attention_varlen")
+
+
+def _as_tensor(x: Any, name: str) -> _Tensor | None:
+    """A block table, lengths or scales given as a sequence or array, as a
+    tensor for the operator (its implementation checks the dtype and shape,
+    as the eager call does)."""
+    if x is None or isinstance(x, _Tensor):
+        return x
+    return torch.as_tensor(as_array(x, name))
 
 
 def _paged_eager(named: dict, options: dict) -> Any:
@@ -93,14 +119,18 @@ def _paged_traced(named: dict, options: dict) -> Any:
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     wl, wr = _window_pair(options.get("window"))
     cap, nt = checked_options(options.get("softcap"), options.get("num_threads"))
+    t = {name: _as_tensor(named[name], name) for name in (
+        "block_table", "seq_lens", "cu_seqlens_q", "key_scales", "value_scales")}
     res, lse = torch.ops.fastattn.attention_paged(
-        query, named["key_cache"], named["value_cache"], named["block_table"],
-        named["seq_lens"], named["cu_seqlens_q"], named["key_scales"], named["value_scales"],
+        query, named["key_cache"], named["value_cache"], t["block_table"], t["seq_lens"],
+        t["cu_seqlens_q"], t["key_scales"], t["value_scales"],
         _slopes(options.get("alibi_slopes"), query), _slopes(options.get("sinks"), query),
         str(options.get("layout", "NHD")), optional_float(options.get("scale"), "scale"),
         bool(is_causal), wl, wr, cap, nt)
     if named["out"] is not None:
-        res = fill_out(named["out"], res)
+        res = fill_out(named["out"], res, {**named, "out": None,
+                                           "alibi_slopes": options.get("alibi_slopes"),
+                                           "sinks": options.get("sinks")})
     return (res, lse) if options.get("return_lse", False) else res
 
 

@@ -174,3 +174,36 @@ def test_caches_held_as_parameters_go_through_the_operators_once():
     assert torch.equal(pk.data, kc) and torch.equal(pv.data, vc)
     torch.testing.assert_close(fat.attention_paged(q, pk, pv, table, lens + 1),
                                fat.attention_paged(q, kc, vc, table, lens + 1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["query", "key_cache", "sinks"])
+def test_an_input_requiring_grad_is_refused_not_silently_detached(name):
+    # attention_paged has no backward: the result used to carry no gradient
+    kc, vc, table, lens, q = _decode_args()
+    args = {"query": q, "key_cache": kc, "sinks": torch.zeros(4)}
+    args[name] = args[name].clone().requires_grad_(True)
+    with pytest.raises(ValueError, match=f"{name} requires grad.*inference only"):
+        fat.attention_paged(args["query"], args["key_cache"], vc, table, lens,
+                            sinks=args["sinks"])
+    with torch.no_grad():
+        out = fat.attention_paged(args["query"], args["key_cache"], vc, table, lens,
+                                  sinks=args["sinks"])
+    assert not out.requires_grad
+
+
+def test_a_block_table_as_a_list_with_parameter_caches_is_taken_as_eagerly():
+    # a Parameter sends the call to the operator, whose schema refused lists
+    kc, vc, table, lens, q = _decode_args()
+    pk = torch.nn.Parameter(kc.clone(), requires_grad=False)
+    want = fat.attention_paged(q, kc, vc, table, lens)
+    got = fat.attention_paged(q, pk, vc, table.tolist(), lens.tolist())
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_append_into_an_expanded_cache_tensor_is_refused_unwritten():
+    # torch refuses in-place writes to it; the NumPy view wrote two slots to one place
+    base = torch.zeros(1, 4, 1, 2)
+    kc, vc = base.expand(3, 4, 1, 2), torch.zeros(3, 4, 1, 2)
+    with pytest.raises(ValueError, match="key_cache's strides .* same memory"):
+        fat.paged_append(kc, vc, torch.tensor([1, 5]), torch.ones(2, 1, 2), torch.ones(2, 1, 2))
+    assert not base.any() and not vc.any()
