@@ -47,11 +47,21 @@ def effective_cpu_count() -> int:
     return max(1, min(n, limit) if limit else n)
 
 
+def _omp_threads_given() -> bool:
+    """Does OMP_NUM_THREADS hold a count the OpenMP runtime takes: a positive
+    int, or a comma list of them (one per nesting level)?  An invalid value
+    ('0', '-1', 'abc', '1.5'), which the runtime warns about and ignores,
+    counts as unset."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return first.isascii() and first.isdigit() and 0 < int(first) < 2**31
+
+
 def init_threads() -> None:
-    """At import: unless OMP_NUM_THREADS is set, the OpenMP default becomes the
-    CPUs this process may really use.  threadpoolctl and omp_set_num_threads
-    still change it afterwards; num_threads=None reads it at each call."""
-    if os.environ.get("OMP_NUM_THREADS"):
+    """At import: unless OMP_NUM_THREADS is set to a valid count, the OpenMP
+    default becomes the CPUs this process may really use.  threadpoolctl and
+    omp_set_num_threads still change it afterwards; num_threads=None reads
+    it at each call."""
+    if _omp_threads_given():
         return
     n = effective_cpu_count()
     if n < _core.openmp_max_threads():
