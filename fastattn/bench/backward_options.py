@@ -132,15 +132,6 @@ def estimate_eager_bytes(option: str, shape: tuple) -> int:
     return EAGER_SCORE_COPIES[option] * B * H * L * S * 4 + L * S
 
 
-def _available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f
-                        if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
 def eager_heads(option: str, shape: tuple, torch: bool,
                 eager_max_bytes: int) -> tuple[int, str | None]:
     """-> (the heads the eager formula runs on, 0 for none; why not all of
@@ -148,7 +139,7 @@ def eager_heads(option: str, shape: tuple, torch: bool,
     if not torch:
         return 0, "torch is not installed (or not asked for): no eager formula"
     B, H, L, S, D = shape
-    avail = _available_bytes()
+    avail = procmem.available_bytes()
     limit = eager_max_bytes if avail is None else min(eager_max_bytes,
                                                       int(SAFE_FRACTION * avail))
     need = estimate_eager_bytes(option, shape)

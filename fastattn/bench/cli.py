@@ -14,6 +14,7 @@ from .backward_section import backward_jobs, run_backward_section
 from .cases import (DEFAULT, QUICK, SECTIONS, Profile, build_cases, parse_int_list,
                     parse_shapes, suite_names, suite_sections)
 from .machine import OPENBLAS_VARS, collect_meta, cpu_seconds, usable_cpus
+from .procmem import available_bytes
 from .memory import memory_jobs, run_memory
 from .peers import PEERS, Tools, available_peers, discover_tools
 from .progress import Progress
@@ -129,6 +130,11 @@ def _parse_values(args, parser) -> None:
         args.shapes_parsed = parse_shapes(args.shapes) if args.shapes is not None else None
     except ValueError as e:
         parser.error(f"--shapes: {e}")
+    if args.shapes_parsed:
+        _shapes_fit(args.shapes_parsed, parser)
+    for opt, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            _writable(path, opt, parser)
     peers = [x for x in args.peers.replace(" ", "").split(",") if x]
     if peers == ["none"]:
         peers = []
@@ -136,6 +142,28 @@ def _parse_values(args, parser) -> None:
     if bad:
         parser.error(f"--peers: unknown peer(s) {', '.join(bad)} (choose from torch, numpy, none)")
     args.peers_parsed = tuple(x for x in PEERS if x in peers)
+
+
+def _shapes_fit(shapes, parser) -> None:
+    """A usage error, before anything runs, for a ``--shapes`` case whose
+    query, key, value and output (drawn in float64) exceed the memory
+    available."""
+    avail = available_bytes()
+    for B, H, L, S, D in shapes:
+        need = 8 * B * H * (2 * L + 2 * S) * D
+        if avail is not None and need > avail:
+            parser.error(f"--shapes: {B},{H},{L},{S},{D} needs about {need / 2**30:.1f} GiB for "
+                         f"its query, key, value and output, more than the "
+                         f"{avail / 2**30:.1f} GiB available")
+
+
+def _writable(path: str, opt: str, parser) -> None:
+    """A usage error now, not after the run, for a file that cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if (os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK)
+            or (os.path.exists(path) and not os.access(path, os.W_OK))):
+        parser.error(f"{opt}: cannot write {path!r} (a file whose folder exists and is "
+                     f"writable)")
 
 
 def _pick_suite(args, parser) -> tuple[tuple, str]:

@@ -38,3 +38,14 @@ def source() -> str:
     """This module's source, to run ahead of a subprocess's script."""
     with open(__file__, encoding="utf-8") as f:
         return f.read()
+
+
+def available_bytes() -> int | None:
+    """The memory available to a new allocation (MemAvailable), or None where
+    /proc/meminfo does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f
+                        if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None

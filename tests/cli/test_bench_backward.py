@@ -152,7 +152,7 @@ def test_without_torch_fastattn_rows_remain():
 
 
 def test_eager_formula_on_the_heads_that_fit_the_limit(monkeypatch):
-    monkeypatch.setattr(backward_options, "_available_bytes", lambda: None)
+    monkeypatch.setattr(backward_options.procmem, "available_bytes", lambda: None)
     shape = (1, 8, 8192, 8192, 64)
     need = backward_options.estimate_eager_bytes("sinks", shape)
     assert need > 8 * 2 ** 30                    # 2 GiB score matrices, several
@@ -168,7 +168,7 @@ def test_eager_formula_on_the_heads_that_fit_the_limit(monkeypatch):
 
 
 def test_eager_on_a_subset_of_heads_scaled_to_all(monkeypatch):
-    monkeypatch.setattr(backward_options, "_available_bytes", lambda: None)
+    monkeypatch.setattr(backward_options.procmem, "available_bytes", lambda: None)
     shape = (1, 4, 64, 64, 16)
     limit = backward_options.estimate_eager_bytes("sinks", (1, 2, 64, 64, 16))
     progress = Progress(3, enabled=False)

@@ -193,6 +193,10 @@ def test_custom_shapes(tmp_path):
     ["--eager-max-gib", "0"],
     ["--no-such-option"],
     ["--isa", "no-such-isa", "--shapes", "1,1,4,4"],
+    ["--shapes", "1,1,99999999999,64"],
+    ["--json", "/no/such/folder/run.json"],
+    ["--json", "."],
+    ["--plot", "/no/such/folder/run.png"],
 ])
 def test_bad_options_exit_2(bad, capsys):
     with pytest.raises(SystemExit) as exc:
