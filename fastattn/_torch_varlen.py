@@ -12,9 +12,9 @@ import torch
 
 from ._torch_views import (FLOATS, Tensor, array_view, causal_code, causal_of, checked_options,
                            constants, cpu_tensors, fake_grads, fill_out, float_tensors,
-                           from_numpy, grad_tensors, option_tensor, optional_float,
-                           require_tensors, subclassed, tensor_view, transformed, window_of,
-                           window_pair)
+                           from_numpy, grad_tensors, nan_grads, nonfinite_lse, option_tensor,
+                           optional_float, require_tensors, subclassed, tensor_view, transformed,
+                           window_of, window_pair)
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
 
@@ -203,6 +203,8 @@ def _varlen_backward_op(grad_out: Tensor, grad_lse: Tensor | None, query: Tensor
                         ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``fastattn::varlen_backward``: the gradients of ``fastattn::varlen`` in
     query, key, value and sinks (an empty tensor without sinks)."""
+    if nonfinite_lse(lse):
+        return nan_grads(query, key, value, sinks)
     a = array_view
     grads = _attention_varlen_backward(
         a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),

@@ -41,10 +41,10 @@ from ._torch_varlen import attention_varlen
 from ._torch_views import (FLOATS as _FLOATS, Tensor as _Tensor, array_view as _array,
                            causal_code, causal_of as _causal_of, checked_options, constants,
                            cpu_tensors, fake_grads, fill_out, float_tensors, mask_tensor,
-                           from_numpy as _from_numpy, grad_tensors, no_dropout,
-                           option_tensor as _slopes, optional_float, require_tensors,
-                           tensor_view as _tensor, transformed, window_of as _window_of,
-                           window_pair as _window_pair)
+                           from_numpy as _from_numpy, grad_tensors, nan_grads, no_dropout,
+                           nonfinite_lse, option_tensor as _slopes, optional_float,
+                           require_tensors, tensor_view as _tensor, transformed,
+                           window_of as _window_of, window_pair as _window_pair)
 from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
@@ -316,6 +316,8 @@ def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tenso
     query, key, value and sinks (an empty tensor without sinks), from the
     forward's ``out`` and ``lse`` and the gradients flowing into them
     (``grad_lse`` None: zero)."""
+    if nonfinite_lse(lse):
+        return nan_grads(query, key, value, sinks)
     a = _array
     grads = _attention_backward(
         a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),

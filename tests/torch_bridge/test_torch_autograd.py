@@ -342,3 +342,32 @@ def test_training_step_compiles_in_one_graph_and_matches_eager():
     assert any("fastattn.sdpa_backward.default" in s for s in seen)
     assert_same_training(got, want, {"sinks", "proj.weight", "proj.bias"})
     assert torch.count_nonzero(got[1][0]["sinks"]) == 2  # the sinks get a gradient
+
+
+@pytest.mark.parametrize("where", ["query", "key"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_nan_or_inf_in_the_inputs_gives_nan_gradients_as_torch(where, is_causal):
+    """A forward whose lse is not finite (NaN or Inf in Q or K): the backward
+    carries NaN into the gradients, as torch's own kernels do, where NumPy's
+    attention_backward refuses that lse; every gradient torch makes NaN is NaN."""
+    g = torch.Generator().manual_seed(0)
+    base = {n: torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64) for n in ("q", "k", "v")}
+    base["q" if where == "query" else "k"][0, 1, 3, 2] = float("nan")
+    ours = {n: t.clone().requires_grad_(True) for n, t in base.items()}
+    ref = {n: t.clone().requires_grad_(True) for n, t in base.items()}
+    sdpa(ours["q"], ours["k"], ours["v"], is_causal=is_causal).sum().backward()
+    torch.nn.functional.scaled_dot_product_attention(
+        ref["q"], ref["k"], ref["v"], is_causal=is_causal).sum().backward()
+    for n in ("q", "k", "v"):
+        theirs = torch.isnan(ref[n].grad)
+        assert theirs.any() and torch.isnan(ours[n].grad)[theirs].all(), n
+
+
+def test_nan_in_packed_inputs_gives_nan_gradients():
+    q = torch.randn(6, 2, 4, dtype=torch.float64)
+    k = torch.randn(6, 2, 4, dtype=torch.float64)
+    k[4, 0, 1] = float("nan")
+    q.requires_grad_(True), k.requires_grad_(True)
+    cu = torch.tensor([0, 3, 6], dtype=torch.int32)
+    fat.attention_varlen(q, k, k, cu, cu).sum().backward()
+    assert torch.isnan(q.grad[3:]).all() and torch.isnan(k.grad[3:]).all()
