@@ -13,7 +13,7 @@ import torch
 from ._api import attention as _attention
 from ._masks import UNBOUNDED, causal_offset, check_window
 from ._scores import check_softcap
-from ._validate import overlapping, thread_count
+from ._validate import overlapping, text_or_bool, thread_count
 
 Tensor = torch.Tensor
 BF16 = torch.bfloat16
@@ -224,6 +224,8 @@ def optional_float(x, name: str) -> float | None:
     as an infinity, which the implementation then refuses by name)."""
     if x is None:
         return None
+    if text_or_bool(x):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
     try:
         return float(x)
     except OverflowError:

@@ -18,9 +18,9 @@ import numpy as np
 
 from . import _half
 
-__all__ = ["MAX_THREADS", "as_array", "kernel_dtypes", "thread_count", "check_scale", "check_out",
-           "overlapping", "positive_int", "real_array", "forward_array", "whole_elements",
-           "addressable"]
+__all__ = ["MAX_THREADS", "as_array", "kernel_dtypes", "thread_count", "check_scale",
+           "text_or_bool", "check_out", "overlapping", "positive_int", "real_array",
+           "forward_array", "whole_elements", "addressable"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -78,9 +78,17 @@ def thread_count(num_threads) -> int:
     return min(n, MAX_THREADS)
 
 
+def text_or_bool(x: Any) -> bool:
+    """Whether x is a string, bytes or a bool, which ``float()`` would take
+    for a number ("1", True) where fastattn's real options refuse them."""
+    return isinstance(x, (str, bytes, bool, np.bool_))
+
+
 def check_scale(scale, cdt: np.dtype) -> float:
     """A given ``scale`` as a float, finite in the compute dtype ``cdt`` (the
     default, 1 / sqrt(E), is computed by the callers: the common case)."""
+    if text_or_bool(scale):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__} {scale!r}")
     try:
         sc = float(scale)
     except (TypeError, ValueError):

@@ -194,7 +194,7 @@ def test_num_threads_not_an_int_raises_type_error(n):
     _raises(TypeError, ["num_threads"], [], q, k, v, num_threads=n)
 
 
-@pytest.mark.parametrize("scale", [np.inf, -np.inf, np.nan, np.float32(np.inf), "inf",
+@pytest.mark.parametrize("scale", [np.inf, -np.inf, np.nan, np.float32(np.inf),
                                    10**400, -10**400], ids=lambda s: repr(s)[:12])
 def test_scale_not_finite_raises_value_error(scale):
     q, k, v = _qkv()
@@ -210,8 +210,9 @@ def test_scale_overflowing_float32_raises_value_error():
     _raises(ValueError, ["scale"], [], q, k, v, scale=1e300, out_dtype=np.float32)
 
 
-@pytest.mark.parametrize("scale", ["abc", 1j, None.__class__, [1.0]])
-def test_scale_not_a_number_raises_type_error(scale):
+@pytest.mark.parametrize("scale", ["abc", 1j, None.__class__, [1.0], "1", "inf", b"0.5", True,
+                                   np.bool_(True), np.str_("2")], ids=repr)
+def test_scale_not_a_number_raises_type_error_strings_and_bools_included(scale):
     q, k, v = _qkv()
     _raises(TypeError, ["scale"], [], q, k, v, scale=scale)
 

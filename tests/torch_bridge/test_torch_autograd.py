@@ -371,3 +371,11 @@ def test_nan_in_packed_inputs_gives_nan_gradients():
     cu = torch.tensor([0, 3, 6], dtype=torch.int32)
     fat.attention_varlen(q, k, k, cu, cu).sum().backward()
     assert torch.isnan(q.grad[3:]).all() and torch.isnan(k.grad[3:]).all()
+
+
+@pytest.mark.parametrize("scale", ["1", True])
+def test_scale_as_text_or_bool_is_refused_with_and_without_grad(scale):
+    q = torch.randn(1, 3, 4)
+    for x in (q, q.clone().requires_grad_(True)):
+        with pytest.raises(TypeError, match="scale must be a real number"):
+            sdpa(x, q, q, scale=scale)
