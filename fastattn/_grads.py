@@ -14,13 +14,19 @@ from . import _core
 from . import _half
 from ._api import kernel_operand
 
-__all__ = ["check_lse", "grad_lse_operand", "no_empty_features", "drop_features", "sum_to",
+__all__ = ["nonfinite_lse", "check_lse", "grad_lse_operand", "no_empty_features", "drop_features", "sum_to",
            "grad_as", "sinks_grad"]
+
+
+def nonfinite_lse(lse: np.ndarray) -> np.ndarray:
+    """Where lse is NaN or +inf (NaN or Inf among the forward's inputs; -inf
+    is a row that sees no key)."""
+    return np.isnan(lse) | (lse == np.inf)
 
 
 def check_lse(lse: np.ndarray) -> None:
     """A ValueError naming lse if it has NaN or +inf entries."""
-    bad = np.isnan(lse) | (lse == np.inf)
+    bad = nonfinite_lse(lse)
     if bad.any():
         raise ValueError(f"lse of shape {lse.shape} has NaN or +inf entries ({int(bad.sum())}): "
                          f"lse must be finite, or -inf on a row that sees no key")

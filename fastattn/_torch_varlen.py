@@ -12,9 +12,10 @@ import torch
 
 from ._torch_views import (FLOATS, Tensor, array_view, causal_code, causal_of, checked_options,
                            constants, cpu_tensors, fake_grads, fill_out, float_tensors,
-                           from_numpy, grad_tensors, nan_grads, nonfinite_lse, option_tensor,
-                           optional_float, require_tensors, subclassed, tensor_view, transformed,
-                           window_of, window_pair)
+                           from_numpy, grad_tensors, nan_grads, option_tensor, optional_float,
+                           require_tensors, subclassed, tensor_view, transformed, window_of,
+                           window_pair)
+from ._grads import nonfinite_lse
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
 
@@ -203,12 +204,13 @@ def _varlen_backward_op(grad_out: Tensor, grad_lse: Tensor | None, query: Tensor
                         ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``fastattn::varlen_backward``: the gradients of ``fastattn::varlen`` in
     query, key, value and sinks (an empty tensor without sinks)."""
-    if nonfinite_lse(lse):
+    lse_a = array_view(lse, "lse")
+    if nonfinite_lse(lse_a).any():
         return nan_grads(query, key, value, sinks)
     a = array_view
     grads = _attention_varlen_backward(
         a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),
-        a(out, "out"), a(lse, "lse"), a(cu_seqlens_q, "cu_seqlens_q"),
+        a(out, "out"), lse_a, a(cu_seqlens_q, "cu_seqlens_q"),
         a(cu_seqlens_k, "cu_seqlens_k"), is_causal=causal_of(is_causal), scale=scale,
         window=window_of(window_left, window_right),
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,

@@ -280,14 +280,9 @@ def grad_tensors(grads, query: Tensor, sinks) -> tuple:
     return tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
 
 
-def nonfinite_lse(lse: Tensor) -> bool:
-    """Whether the forward's lse has NaN or +inf entries: NaN or Inf among its
-    inputs, which torch's autograd carries into the gradients."""
-    return bool(torch.isnan(lse).any() or (lse == float("inf")).any())
-
-
 def nan_grads(query: Tensor, key: Tensor, value: Tensor, sinks) -> tuple:
-    """The backward operators' results for a forward with non-finite lse:
+    """The backward operators' results for a forward whose lse has NaN or
+    +inf entries (NaN or Inf among its inputs, :func:`_grads.nonfinite_lse`):
     every gradient NaN (NumPy's attention_backward refuses such an lse; a
     training step is told by its gradients, as with torch's own kernels)."""
     return tuple(g.fill_(float("nan")) if g.numel() else g

@@ -55,14 +55,6 @@ def _known(x, name: str):
     return x
 
 
-def _as_dask(x, name: str):
-    """(x as a dask array, the NumPy array it wraps: None for a dask array)."""
-    if isinstance(x, da.Array):
-        return _known(x, name), None
-    a = _validate.as_array(x, name)
-    return da.from_array(a, chunks=-1), a
-
-
 def _array_arg(x, name: str):
     """An optional array argument: None, a dask array (chunk sizes checked)
     or a NumPy array."""
@@ -214,15 +206,15 @@ def _pad_array(kpm, batch, out_chunks, k, query_ndim):
 def _problem(query, key, value, attn_mask, is_causal, enable_gqa, key_padding_mask,
              window) -> tuple[_Problem, tuple]:
     """Check and line up the inputs (the in-memory call's checks, on shapes)."""
-    given = {n: _known(x, n) if isinstance(x, da.Array) else _validate.as_array(x, n)
-             for n, x in (("query", query), ("key", key), ("value", value))}
+    given = {n: _array_arg(x, n) for n, x in (("query", query), ("key", key), ("value", value))}
     # dtypes and shapes checked before NumPy inputs are wrapped (and hashed)
     cdt, odt = _validate.kernel_dtypes(tuple((n, a.dtype) for n, a in given.items()))
     cdt = _half.arith(cdt)  # partials in float32 for 16-bit inputs, rounded once at the end
     batch, gqa, L, S, E, Ev = _api.problem_shape(*(a.shape for a in given.values()), enable_gqa)
-    arrays, sources = {}, {}
-    for name, x in given.items():
-        arrays[name], sources[name] = _as_dask(x, name)
+    # each as a dask array, and the NumPy array it wraps (None for a dask array)
+    sources = {n: None if isinstance(x, da.Array) else x for n, x in given.items()}
+    arrays = {n: x if s is None else da.from_array(s, chunks=-1)
+              for (n, x), s in zip(given.items(), sources.values())}
     q, k, v = arrays["query"], arrays["key"], arrays["value"]
     query_ndim = q.ndim
     m_in = _array_arg(attn_mask, "attn_mask")

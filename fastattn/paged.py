@@ -348,7 +348,7 @@ def _distinct_slots(name: str, a: np.ndarray) -> None:
     """The ValueError for a pool or scales that paged_append writes whose
     strides give two elements one address (an expanded tensor, a writeable
     ``as_strided`` view): two slots would be one, the last write winning."""
-    if overlapping(a.shape, a.strides, a.itemsize):
+    if not a.flags.forc and overlapping(a.shape, a.strides, a.itemsize):  # contiguous: never
         raise ValueError(f"{name}'s strides {a.strides} (shape {a.shape}) give two elements the "
                          f"same memory (a broadcast or expanded view?): paged_append would "
                          f"write several slots to one place")

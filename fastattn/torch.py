@@ -42,9 +42,10 @@ from ._torch_views import (FLOATS as _FLOATS, Tensor as _Tensor, array_view as _
                            causal_code, causal_of as _causal_of, checked_options, constants,
                            cpu_tensors, fake_grads, fill_out, float_tensors, mask_tensor,
                            from_numpy as _from_numpy, grad_tensors, nan_grads, no_dropout,
-                           nonfinite_lse, option_tensor as _slopes, optional_float,
-                           require_tensors, tensor_view as _tensor, transformed,
-                           window_of as _window_of, window_pair as _window_pair)
+                           option_tensor as _slopes, optional_float, require_tensors,
+                           tensor_view as _tensor, transformed, window_of as _window_of,
+                           window_pair as _window_pair)
+from ._grads import nonfinite_lse
 from .backward import attention_backward as _attention_backward
 
 if TYPE_CHECKING:
@@ -316,12 +317,13 @@ def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tenso
     query, key, value and sinks (an empty tensor without sinks), from the
     forward's ``out`` and ``lse`` and the gradients flowing into them
     (``grad_lse`` None: zero)."""
-    if nonfinite_lse(lse):
+    lse_a = _array(lse, "lse")
+    if nonfinite_lse(lse_a).any():
         return nan_grads(query, key, value, sinks)
     a = _array
     grads = _attention_backward(
         a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),
-        a(out, "out"), a(lse, "lse"), a(attn_mask, "attn_mask"), _causal_of(is_causal), scale,
+        a(out, "out"), lse_a, a(attn_mask, "attn_mask"), _causal_of(is_causal), scale,
         enable_gqa, key_padding_mask=a(key_padding_mask, "key_padding_mask"),
         window=_window_of(window_left, window_right),
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
