@@ -46,7 +46,7 @@ static const fa_krows *FN(band_rows)(const FN(fa_stream) *st, int64_t nb, int64_
     const uint16_t *k = (const uint16_t *)a->k.data + st->off->k;
     const uint16_t *v = (const uint16_t *)a->v.data + st->off->v;
     const int64_t kb = st->kb + j0, end = fa_min64(kb + n + FA_KC, a->S);
-    t->n = n, t->kbytes = a->E * 2;
+    t->n = n, t->kbytes = a->E * 2, t->vrun = 0;
     for (int64_t j = 0; j < n + FA_KC; j++)
         t->k[j] = kb + j < end ? (const void *)(k + (kb + j) * a->k.rs) : NULL;
     for (int64_t j = 0; j < n; j++) t->v[j] = v + (kb + j) * a->v.rs;

@@ -197,6 +197,7 @@ static void fa_paged_rows(const fa_paged_args *a, const fa_paged_entry *e, int64
     const int64_t sz = fa_storage_bytes(a->kv_storage), end = fa_min64(kb + nk + FA_KC, e->k1);
     const int64_t kps = a->k_ps * sz, vps = a->v_ps * sz;
     t->n = nk, t->kbytes = a->E * sz;
+    t->vrun = a->v_ps == a->Ev ? bs * a->Ev * sz : a->Ev * sz;
     for (int64_t p = kb; p < end;) {
         const int64_t blk = row[p / bs], off = p % bs, n = fa_min64(bs - off, end - p);
         const char *k = (const char *)a->k + (blk * a->k_bs + off * a->k_ps + g * a->k_hs) * sz;

@@ -54,6 +54,10 @@
  * over a key block (a float32 row of 128 on AVX-512; AVX2's 16 registers
  * keep them with the weight and a value vector). */
 #define FA_DIRECT_PF_KEYS 16
+/* Value rows that follow one another over at least this many bytes (a
+ * paged cache's pages of 128 float32 keys of 128 elements) are read by the
+ * AVX2 tier's Q.K^T rather than prefetched (kernels/decode_rows_tmpl.h). */
+#define FA_DIRECT_TOUCH_RUN (64 * 1024)
 #define FA_DIRECT_PV_VECS 8
 /* Below this many multiply-adds a call runs on one thread. */
 #define FA_PARALLEL_MIN_WORK 200000

@@ -62,7 +62,10 @@ struct fa_q8_item; /* kernels/decode_q8.h */
  * at 8 rows) stay in the L1 between them. */
 typedef struct fa_krows {
     const void *k[2 * FA_KC], *v[FA_KC];
-    int64_t n, kbytes; /* kbytes: a key row's bytes (for pv_rows' prefetches) */
+    /* kbytes: a key row's bytes (for pv_rows' prefetches); vrun: the bytes
+     * over which value rows follow one another (a page's rows of one head;
+     * 0 where unknown), for qk_rows' choice of how to ask for them */
+    int64_t n, kbytes, vrun;
 } fa_krows;
 
 /* pv_rows' prefetch of part `part` of nparts of the next block's key row j

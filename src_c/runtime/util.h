@@ -74,6 +74,11 @@
 #define FA_PREFETCH_W(p) ((void)(p))
 #endif
 
+/* A read of the byte at p whose value is dropped (kept by the compiler):
+ * a demand load where a prefetch hint does not bring the line in time (the
+ * decoding kernels' value rows on AMD Zen 3: kernels/decode_rows_tmpl.h). */
+#define FA_TOUCH(p) ((void)*(const volatile char *)(p))
+
 /* n rounded up to a multiple of m (n >= 0, m > 0). */
 static inline int64_t fa_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 /* ceil(n / m) (n >= 0, m > 0). */

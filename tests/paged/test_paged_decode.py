@@ -75,6 +75,24 @@ def test_bits_identical_for_block_sizes_1_3_16_128_and_thread_counts(isa, cache,
             assert a.tobytes() == b.tobytes(), key
 
 
+def test_float32_pages_of_64_kib_per_head_give_the_bits_of_small_pages(isa):
+    # pages of 128 float32 keys of 128 elements in the HND layout: their
+    # value rows run on for 64 KiB, which the avx2 tier reads while it
+    # computes Q.K^T rather than prefetching them (the other layouts and
+    # page sizes prefetch); the same sums, so the same bits
+    lens = [1, 129, 300]
+    runs = {}
+    for bs, layout in ((128, "HND"), (128, "NHD"), (16, "HND")):
+        args = _batch(lens, bs, "float32", e=128, ev=128, layout=layout)
+        for t in (1, 2):
+            runs[bs, layout, t] = _call(args, num_threads=t, return_lse=True)
+    _check(_batch(lens, 128, "float32", e=128, ev=128), "float32")
+    first = runs[128, "HND", 1]
+    for key, got in runs.items():
+        for a, b in zip(first, got):
+            assert a.tobytes() == b.tobytes(), key
+
+
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("block_size", [1, 3, 16, 128])
 @pytest.mark.parametrize("group", [1, 4, 8, 16], ids=lambda g: f"group{g}")
