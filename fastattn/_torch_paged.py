@@ -12,8 +12,9 @@ import torch
 
 from ._torch_views import (Tensor as _Tensor, array_view as _array, checked_options,
                            cpu_tensors, fill_out, option_tensor as _slopes, optional_float,
-                           require_tensors, subclassed as _subclassed, tensor_view as _tensor,
-                           transformed, window_of as _window_of, window_pair as _window_pair)
+                           require_tensors, subclassed as _subclassed, tensor_out,
+                           tensor_view as _tensor, transformed, window_of as _window_of,
+                           window_pair as _window_pair)
 from ._validate import as_array
 from .paged import attention_paged as _attention_paged
 from .paged import paged_append as _paged_append
@@ -58,6 +59,7 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     named = {"query": query, "key_cache": key_cache, "value_cache": value_cache,
              "block_table": block_table, "seq_lens": seq_lens, "cu_seqlens_q": cu_seqlens_q,
              "key_scales": key_scales, "value_scales": value_scales, "out": out}
+    tensor_out(out)
     if _is_grad_enabled():
         _inference_only({**named, "alibi_slopes": options.get("alibi_slopes"),
                          "sinks": options.get("sinks")})

@@ -13,8 +13,8 @@ import torch
 from ._torch_views import (FLOATS, Tensor, array_view, causal_code, causal_of, checked_options,
                            constants, cpu_tensors, fake_grads, fill_out, float_tensors,
                            from_numpy, grad_tensors, nan_grads, option_tensor, optional_float,
-                           require_tensors, subclassed, tensor_view, transformed, window_of,
-                           window_pair)
+                           require_tensors, second_order, subclassed, tensor_out, tensor_view,
+                           transformed, window_of, window_pair)
 from ._grads import nonfinite_lse
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
@@ -105,6 +105,7 @@ def attention_varlen(query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Te
     >>> torch.allclose(out, ref, atol=1e-6)
     True
     """
+    tensor_out(out)
     args = (query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, window,
             alibi_slopes, softcap, sinks, return_lse, num_threads, out)
     if _is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (
@@ -247,3 +248,4 @@ def _backward(ctx, grad_out, grad_lse):
 
 
 torch.library.register_autograd("fastattn::varlen", _backward, setup_context=_setup)
+torch.library.register_autograd("fastattn::varlen_backward", second_order)

@@ -234,14 +234,31 @@ def optional_float(x, name: str) -> float | None:
         raise TypeError(f"{name} must be a real number, got {x!r}") from None
 
 
+def second_order(ctx, *grads) -> None:
+    """The backward operators' own backward (torch.library.register_autograd):
+    reached only by a gradient of a gradient, which fastattn does not compute
+    (torch's CPU flash kernel neither); the error says what does."""
+    raise NotImplementedError(
+        "fastattn computes first derivatives only: a gradient of its gradients "
+        "(create_graph=True and another backward, torch.func.hessian) is not implemented; "
+        "torch.nn.functional.scaled_dot_product_attention under "
+        "sdpa_kernel(SDPBackend.MATH) computes it")
+
+
+def tensor_out(out) -> None:
+    """The TypeError for an ``out=`` that is not a tensor (a NumPy array, a
+    list): the torch functions write and return tensors, on every path."""
+    if out is not None and not isinstance(out, Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+
+
 def fill_out(out, res: Tensor, inputs: dict[str, Any]) -> Tensor:
     """``res`` copied into ``out`` (``out=`` on the operators' path, where the
     result is computed first): ``out`` of another type, shape or dtype, or
     sharing memory with one of the tensors ``inputs`` (name: tensor or
     None), is refused, as :func:`fastattn.attention` refuses it, with
     nothing written."""
-    if not isinstance(out, Tensor):
-        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    tensor_out(out)
     if tuple(out.shape) != tuple(res.shape):
         raise ValueError(f"out has shape {tuple(out.shape)}, the result has shape "
                          f"{tuple(res.shape)}")

@@ -43,6 +43,7 @@ from ._torch_views import (FLOATS as _FLOATS, Tensor as _Tensor, array_view as _
                            cpu_tensors, fake_grads, fill_out, float_tensors, mask_tensor,
                            from_numpy as _from_numpy, grad_tensors, nan_grads, no_dropout,
                            option_tensor as _slopes, optional_float, require_tensors,
+                           second_order as _second_order, tensor_out as _tensor_out,
                            tensor_view as _tensor, transformed, window_of as _window_of,
                            window_pair as _window_pair)
 from ._grads import nonfinite_lse
@@ -166,6 +167,8 @@ def scaled_dot_product_attention(
     >>> torch.allclose(q.grad, ref.grad, atol=1e-6)
     True
     """
+    if out is not None:
+        _tensor_out(out)
     if (dropout_p or _is_grad_enabled()) and _needs_grad(dropout_p, query, key, value,
                                                           attn_mask, alibi_slopes, sinks):
         _not_tensors(query, key, value)
@@ -387,3 +390,4 @@ def _backward_plain(ctx, grad_out):
 
 torch.library.register_autograd("fastattn::sdpa_lse", _backward_lse, setup_context=_setup_lse)
 torch.library.register_autograd("fastattn::sdpa", _backward_plain, setup_context=_setup_plain)
+torch.library.register_autograd("fastattn::sdpa_backward", _second_order)

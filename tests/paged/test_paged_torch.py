@@ -40,6 +40,16 @@ def test_caches_are_read_in_place_and_out_written_in_place(rng):
     assert not torch.equal(first, out)
 
 
+def test_out_as_a_numpy_array_is_refused_unwritten():
+    # the torch function returns tensors (eager once wrote into the array)
+    kc = torch.randn(4, 2, 2, 8)
+    table, lens = torch.tensor([[0, 1], [2, 3]]), torch.tensor([3, 4])
+    out = np.full((2, 2, 8), 7.0, np.float32)
+    with pytest.raises(TypeError, match="out must be a torch.Tensor, got ndarray"):
+        fat.attention_paged(torch.randn(2, 2, 8), kc, kc, table, lens, out=out)
+    assert bool((out == 7.0).all())
+
+
 def test_bfloat16_caches(rng):
     a = make_batch(rng, [50], dtype="bfloat16")
     kc = torch.from_numpy(a["key_cache"].view(np.int16)).view(torch.bfloat16)

@@ -314,8 +314,18 @@ def test_sinks_as_a_sequence_are_a_constant():
 def test_second_order_gradients_are_a_clear_error():
     q, k, v = _leaves()
     (dq,) = torch.autograd.grad(sdpa(q, k, v).sum(), q, create_graph=True)
-    with pytest.raises(RuntimeError, match="sdpa_backward.*no autograd formula"):
+    with pytest.raises(NotImplementedError, match="first derivatives only.*MATH"):
         dq.sum().backward()
+
+
+def test_out_as_a_numpy_array_is_refused_with_and_without_grad():
+    # the result is a tensor on every path (eager once wrote into the array)
+    q, k, v = _leaves(dtype=torch.float32)
+    for args in ((q, k, v), tuple(x.detach() for x in (q, k, v))):
+        out = np.full(tuple(q.shape[:-1]) + (v.shape[-1],), 7.0, np.float32)
+        with pytest.raises(TypeError, match="out must be a torch.Tensor, got ndarray"):
+            sdpa(*args, out=out)
+        assert bool((out == 7.0).all())
 
 
 def test_dropout_is_still_refused_when_training():

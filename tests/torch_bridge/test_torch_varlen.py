@@ -208,6 +208,25 @@ def test_out_of_another_shape_is_refused_with_and_without_grad():
         assert bool((out == 7.0).all())
 
 
+def test_out_as_a_numpy_array_is_refused_with_and_without_grad():
+    # the torch functions return tensors: an array out= is refused on both
+    # paths (eager once wrote into it and returned the array)
+    q, k, v = _leaves(dtype=torch.float32, seed=19)
+    for args in ((q, k, v), tuple(x.detach() for x in (q, k, v))):
+        out = np.full((int(CU_Q[-1]), 2, 4), 7.0, np.float32)
+        with pytest.raises(TypeError, match="out must be a torch.Tensor, got ndarray"):
+            attention_varlen(*args, CU_Q, CU_K, out=out)
+        assert bool((out == 7.0).all())
+
+
+def test_second_order_gradients_are_a_clear_error():
+    q, k, v = _leaves(seed=20)
+    (dq,) = torch.autograd.grad(attention_varlen(q, k, v, CU_Q, CU_K).sum(), q,
+                                create_graph=True)
+    with pytest.raises(NotImplementedError, match="first derivatives only.*MATH"):
+        dq.sum().backward()
+
+
 def test_offsets_given_as_lists_when_training():
     q, k, v = _leaves(dtype=torch.float32, seed=16)
     attention_varlen(q, k, v, [0, 2, 2, 5], [0, 3, 4, 8]).sum().backward()
