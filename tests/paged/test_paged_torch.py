@@ -41,7 +41,7 @@ def test_caches_are_read_in_place_and_out_written_in_place(rng):
 
 
 def test_out_as_a_numpy_array_is_refused_unwritten():
-    # the torch function returns tensors (eager once wrote into the array)
+    # the torch function returns tensors: an array is refused before anything is written
     kc = torch.randn(4, 2, 2, 8)
     table, lens = torch.tensor([[0, 1], [2, 3]]), torch.tensor([3, 4])
     out = np.full((2, 2, 8), 7.0, np.float32)

@@ -319,7 +319,7 @@ def test_second_order_gradients_are_a_clear_error():
 
 
 def test_out_as_a_numpy_array_is_refused_with_and_without_grad():
-    # the result is a tensor on every path (eager once wrote into the array)
+    # the result is a tensor on every path, so an array out= is refused on each
     q, k, v = _leaves(dtype=torch.float32)
     for args in ((q, k, v), tuple(x.detach() for x in (q, k, v))):
         out = np.full(tuple(q.shape[:-1]) + (v.shape[-1],), 7.0, np.float32)

@@ -210,7 +210,7 @@ def test_out_of_another_shape_is_refused_with_and_without_grad():
 
 def test_out_as_a_numpy_array_is_refused_with_and_without_grad():
     # the torch functions return tensors: an array out= is refused on both
-    # paths (eager once wrote into it and returned the array)
+    # paths, before anything is written
     q, k, v = _leaves(dtype=torch.float32, seed=19)
     for args in ((q, k, v), tuple(x.detach() for x in (q, k, v))):
         out = np.full((int(CU_Q[-1]), 2, 4), 7.0, np.float32)
