@@ -165,7 +165,8 @@ echo "(background lane: bitwise neon, the neon subset${BF16_CPU:+, bitwise neon_
 # Each path is forced and smoke-tested on the first model that offers it:
 # qemu runs a path's instructions the same way on every model, and what a
 # model changes (the paths offered, sve's vector length) is checked per model
-# above and by the sve refusal below (on 2 cores the repeats cost ~5 minutes).
+# above and by the sve refusal below (the repeats took ~4.5 minutes of this
+# lane on a 2-core Zen 3 VM).
 declare -A CHECKED
 for cpu in $CPUS; do
     isas=""
