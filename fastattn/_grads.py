@@ -14,8 +14,8 @@ from . import _core
 from . import _half
 from ._api import kernel_operand
 
-__all__ = ["nonfinite_lse", "check_lse", "grad_lse_operand", "no_empty_features", "drop_features", "sum_to",
-           "grad_as", "sinks_grad"]
+__all__ = ["nonfinite_lse", "check_lse", "grad_lse_operand", "no_empty_features", "drop_features",
+           "sum_to", "grad_as", "sinks_grad"]
 
 
 def nonfinite_lse(lse: np.ndarray) -> np.ndarray:

@@ -329,7 +329,8 @@ static void DR_PV(int64_t rows, int64_t Ev, const FA_T *p, int64_t ldp, const fa
     /* the next block's key rows in npf parts, one per tile of every row
      * group (none where DR(touch): Q.K^T's own requests fetch them) */
     const int64_t n4 = DR(ntiles)(DR_ACC / 4, Ev), n1 = DR(ntiles)(8, Ev), g4 = rows / 4;
-    const int64_t npf = g4 * n4 + rows % 4 * n1, none = DR(touch)(t);
+    const int64_t npf = g4 * n4 + rows % 4 * n1;
+    const int none = DR(touch)(t);
     for (; i + 4 <= rows; i += 4)
         DR(pv_part)(4, DR_ACC / 4, none ? -1 : i / 4 * n4, npf, Ev, p + i * ldp, ldp, t,
                     o + i * ldo, ldo);
