@@ -100,7 +100,7 @@ class PagedKVCache:
         q8 = dt == np.int8
         self._ks = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
         self._vs = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
-        self._layout, self._bs, self._nl = layout, bs, nl
+        self._layout, self._bs, self._nl, self._dims = layout, bs, nl, (h, e, ev)
         self._free = list(range(n))          # a heap: the lowest free id first
         self._refs = np.zeros(n, np.int64)
         self._seqs: dict[int, _Sequence] = {}
@@ -174,8 +174,15 @@ class PagedKVCache:
         are free)."""
         s, i = self._seq(seq_id), self._layer(layer)
         k, v = np.asarray(key), np.asarray(value)
-        if k.ndim != 3:
-            raise ValueError(f"key must have shape (tokens, num_kv_heads, head_dim), got {k.shape}")
+        # Before any block is taken: rows of the wrong shape are a ValueError
+        # whatever the free list holds, never an out-of-blocks MemoryError.
+        h, e, ev = self._dims
+        if k.ndim != 3 or k.shape[1:] != (h, e):
+            raise ValueError(f"key must have shape (tokens, num_kv_heads={h}, head_dim={e}), "
+                             f"got {k.shape}")
+        if v.shape != (k.shape[0], h, ev):
+            raise ValueError(f"value must have shape (tokens={k.shape[0]}, num_kv_heads={h}, "
+                             f"value_dim={ev}) as key {k.shape}, got {v.shape}")
         n0, n = s.lengths[i], k.shape[0]
         need = max(0, -(-(n0 + n) // self._bs) - len(s.blocks))
         taken = self._take(need, f"appending {n} tokens")

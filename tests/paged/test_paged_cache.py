@@ -105,6 +105,23 @@ def test_failed_append_returns_its_blocks(rng):
     assert cache.num_free_blocks == 4 and cache.seq_lens([a]).tolist() == [0]
 
 
+@pytest.mark.parametrize("key_shape, value_shape, match", [
+    ((5, 1, 4), (5, 2, 4), r"key must have shape \(tokens, num_kv_heads=2, head_dim=4\), got \(5, 1, 4\)"),
+    ((5, 2, 4), (5, 2, 3), r"value must have shape \(tokens=5, num_kv_heads=2, value_dim=4\)"),
+    ((5, 2, 4), (4, 2, 4), r"value must have shape \(tokens=5, .* got \(4, 2, 4\)"),
+])
+def test_append_of_the_wrong_shape_is_a_value_error_even_with_no_block_free(
+        rng, key_shape, value_shape, match):
+    cache = fastattn.PagedKVCache(1, 4, 2, 4)
+    a, b = cache.add(), cache.add()
+    cache.append(a, _rows(rng, 4), _rows(rng, 4))
+    before = _state(cache, [a, b])
+    k, v = rng.standard_normal(key_shape), rng.standard_normal(value_shape)
+    with pytest.raises(ValueError, match=match):
+        cache.append(b, k, v)
+    _same(_state(cache, [a, b]), before)
+
+
 def test_unknown_sequence_and_layer():
     cache = fastattn.PagedKVCache(2, 4, 1, 4)
     with pytest.raises(KeyError, match="no sequence 5"):
