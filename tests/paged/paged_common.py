@@ -67,7 +67,7 @@ def gather(cache, table, n, layout, scales=None):
     rows = (np.concatenate(pages)[:n] if pages else
             np.zeros((0,) + (cache.shape[2:] if layout == "NHD" else
                              (cache.shape[1], cache.shape[3])), cache.dtype))
-    if scales is None:
+    if scales is None or not n:
         return rows.astype(np.float64)
     sc = np.concatenate([scales[blk] for blk in table[:-(-n // bs)]])[:n]
     return (sc[..., None] * rows.astype(np.float32)).astype(np.float64)
