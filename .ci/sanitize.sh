@@ -41,7 +41,11 @@ read -r -a BUILD_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.lo
 
 CC=${CC:-gcc}
 export CC
-SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+# -fno-wrapv: CPython's CFLAGS carry -fwrapv, under which a signed overflow
+# is defined and UBSan does not report it (and gcc compiles the instrumented
+# kernels far more slowly: this build took 357 s with it, 229 s without, on a
+# 2-core AMD Zen 3).
+SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -fno-wrapv"
 if [ "${FASTATTN_SANITIZE_NO_EMULATION:-0}" != 1 ]; then
     if ! echo '#include <simde/x86/avx512.h>' | "$CC" -E -x c - > /dev/null 2>&1; then
         echo "== SIMDe headers missing: apt-get install libsimde-dev"
@@ -104,7 +108,10 @@ if os.environ.get("FASTATTN_AVX512_EMULATION"):
 PYEOF
 # Left out: the RSS tests (test_no_memory_growth*, *extra_memory*:
 # they measure the allocator, and ASan's allocator holds freed memory in
-# quarantine and maps shadow memory: nothing of the sanitizers' concern); the
+# quarantine and maps shadow memory: nothing of the sanitizers' concern), and
+# for the same reason the dask cluster's (its nanny kills a worker past 240
+# MiB of RSS, and a worker that has imported fastattn holds ~290 MiB under
+# ASan; where distributed is installed: the [test] extra has no dask); the
 # tests of the Python tooling: the benchmark harness (tests/cli/test_bench_*),
 # the trace printer (tests/cli/test_trace*: NumPy steps, checked against
 # fastattn on the walkthrough's few tokens), the module structure (reads the
@@ -132,6 +139,7 @@ rc=0
     -k "not test_no_memory_growth and not extra_memory" \
     --ignore-glob="$REPO/tests/cli/test_bench_*.py" --ignore-glob="$REPO/tests/cli/test_trace*.py" \
     --ignore="$REPO/tests/api/test_module_structure.py" --ignore="$REPO/tests/test_packaging.py" \
+    --ignore="$REPO/tests/dask_arrays/test_dask_cluster.py" \
     ${XDIST[@]+"${XDIST[@]}"} "${PATHS[@]}" ${ARGS[@]+"${ARGS[@]}"} || rc=$?
 cd "$REPO"
 if compgen -G "$WORK/logs/*" > /dev/null; then

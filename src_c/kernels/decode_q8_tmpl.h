@@ -396,7 +396,8 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
     const int dot = it->E <= FA_Q8_DOT_MAX_E && Q8(quant_q)(R, it->E, qr, q16, sq);
 #endif
     Q8(blk) tab[2]; /* this key block's rows and the next's */
-    if (jlo + NB <= jhi) Q8(prefetch_scales)(it, jlo + NB, Q8(keys)(jlo + NB, jhi));
+    /* (jhi - NB, not jlo + NB: jlo is INT64_MAX when no row sees a key) */
+    if (jlo <= jhi - NB) Q8(prefetch_scales)(it, jlo + NB, Q8(keys)(jlo + NB, jhi));
     if (jlo <= jhi) Q8(locate)(it, jlo, Q8(keys)(jlo, jhi), &tab[0]);
     for (int64_t j0 = jlo, c = 0; j0 <= jhi; j0 += NB, c ^= 1) {
         const int64_t n = tab[c].n, j1 = j0 + NB;
