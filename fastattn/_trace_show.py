@@ -165,8 +165,8 @@ def _print_weights(t, step, names, logits):
         tl = float(t["sink"])
         print(f"{next(step)}. the sink: logit t = {_num(tl)} joins each row's softmax "
               f"denominator and brings no value:")
-        print(f"    w_ij = exp(s_ij - m_i) / (sum_k exp(s_ik - m_i) + exp(t - m_i)),  "
-              f"m_i = max(max_k s_ik, t)")
+        print("    w_ij = exp(s_ij - m_i) / (sum_k exp(s_ik - m_i) + exp(t - m_i)),  "
+              "m_i = max(max_k s_ik, t)")
         print("    the sink's share of each row: " + ", ".join(
             f"{names[i]} {sw[i]:.2f}" for i in range(n)))
         print()
@@ -176,7 +176,7 @@ def _print_weights(t, step, names, logits):
     else:
         _print_matrix(f"{next(step)}. softmax weights = softmax({logits}{plus_m}), row by row",
                       w, names, names, row_sums=True)
-    print(f"    largest weight per row: " + ", ".join(
+    print("    largest weight per row: " + ", ".join(
         f"{names[i]} {w[i].max():.2f}" for i in range(n)))
     print()
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import fastattn
 from fastattn import _half
-from conftest import assert_close, examples, finite_absmax, q8_dot_bound, q8_query
+from conftest import assert_close, examples, finite_absmax, q8_query
 from paged_common import (bf16_weights_bound, call_paged, check_int8, gather, make_batch,
                           reference_paged)
 
