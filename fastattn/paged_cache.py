@@ -171,7 +171,7 @@ class PagedKVCache:
         """Append rows ``key`` (n, num_kv_heads, head_dim) and ``value`` (n,
         num_kv_heads, value_dim) to sequence ``seq_id`` in ``layer``,
         taking new blocks as needed (MemoryError, nothing changed, if too few
-        are free)."""
+        are free; ValueError first for rows of another shape)."""
         s, i = self._seq(seq_id), self._layer(layer)
         k, v = np.asarray(key), np.asarray(value)
         # Before any block is taken: rows of the wrong shape are a ValueError
