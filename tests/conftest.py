@@ -208,6 +208,29 @@ def finite_absmax(*arrays) -> float:
     return m if m > 0 else 1.0
 
 
+# The caches' state-machine tests (tests/paged/test_paged_cache_stateful.py,
+# tests/mha/test_kv_cache_stateful.py), rows uniform in [-2, 2], queries in
+# [-1, 1]: the rows a cache stores against the float32 rows given (half an
+# ulp of float16 / bfloat16, half an int8 level of the row's largest value),
+# and attention over the rows read back against the reference: float32
+# arithmetic (1e-5); a 16-bit cache's P.V may take the weights rounded to its
+# type (the bfloat16 tiers), each within 2^-9 (bfloat16) or 2^-11 (float16)
+# of itself, times max|v| = 2; int8 on the integer paths: the weights' int16
+# quantisation, (keys <= 40) * 0.504 / 32767 * max|v| < 1.3e-3, and the int16
+# queries' under 1e-3 here.
+CACHE_STORE_TOL = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
+                   "int8": 0.5 / 127}
+CACHE_ATTEND_TOL = {"float32": 1e-5, "float16": 2.0 ** -10 + 1e-5, "bfloat16": 2.0 ** -8 + 1e-5,
+                    "int8": 3e-3}
+
+
+def check_stored(got, given, dtype):
+    """Rows read back from a cache of ``dtype`` (a key of CACHE_STORE_TOL)
+    against the rows appended (rows along the last axis)."""
+    top = np.abs(given).max(axis=-1, keepdims=True) if dtype == "int8" else np.abs(given)
+    assert np.all(np.abs(got - given) <= CACHE_STORE_TOL[dtype] * top + 1e-7 * top)
+
+
 # The tiers whose int8 KV cache kernel runs on integer dot products
 # (src_c/kernels/decode_q8_dot.h: VPMADDWD on avx2, AVX512-VNNI on the
 # bfloat16 tiers), and its keys per block.

@@ -9,20 +9,16 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from conftest import examples
+from conftest import CACHE_ATTEND_TOL, CACHE_STORE_TOL, check_stored, examples
 from fastattn import reference
 from fastattn.mha import KVCache
 
 B, HKV, HQ, E, EV = 2, 2, 4, 4, 3
-# Tolerances: as tests/paged/test_paged_cache_stateful.py (keys <= 12 here).
-WRITE_TOL = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "int8": 0.5 / 127}
-ATTEND_TOL = {"float32": 1e-5, "float16": 2.0 ** -10 + 1e-5, "bfloat16": 2.0 ** -8 + 1e-5,
-              "int8": 3e-3}
 
 
 class KVCacheMachine(RuleBasedStateMachine):
 
-    @initialize(max_len=st.integers(1, 12), dtype=st.sampled_from(sorted(WRITE_TOL)),
+    @initialize(max_len=st.integers(1, 12), dtype=st.sampled_from(sorted(CACHE_STORE_TOL)),
                 seed=st.integers(0, 2**32 - 1))
     def build(self, max_len, dtype, seed):
         self.cache = KVCache(B, HKV, E, max_len, dtype=dtype, value_dim=EV)
@@ -64,9 +60,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             return self._raises(ValueError, lambda: self.cache.append(k, v), "append: past max_len")
         self.cache.append(k, v)
         rk, rv = (r[:, :, n0:] for r in self._read())
-        for got, given in ((rk, k), (rv, v)):
-            top = np.abs(given).max(axis=-1, keepdims=True) if self.dtype == "int8" else np.abs(given)
-            assert np.all(np.abs(got - given) <= WRITE_TOL[self.dtype] * top + 1e-7 * top)
+        check_stored(rk, k, self.dtype)
+        check_stored(rv, v, self.dtype)
         self.k = np.concatenate([self.k, rk], axis=2)
         self.v = np.concatenate([self.v, rv], axis=2)
 
@@ -112,8 +107,8 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert out.shape == (B, HQ, nq, EV)
         ref = reference.attention(q.astype(np.float64), self.k, self.v, is_causal="lower_right",
                                   enable_gqa=True)
-        np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=ATTEND_TOL[self.dtype],
-                                   atol=ATTEND_TOL[self.dtype])
+        tol = CACHE_ATTEND_TOL[self.dtype]
+        np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=tol, atol=tol)
 
     @invariant()
     def holds_the_model_s_rows(self):

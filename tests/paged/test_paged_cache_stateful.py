@@ -12,28 +12,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import fastattn
-from conftest import examples
+from conftest import CACHE_ATTEND_TOL, CACHE_STORE_TOL, check_stored, examples
 from fastattn import reference
 from paged_common import gather
 
 HQ, HKV, E, EV, LAYERS = 4, 2, 4, 3, 2
-# Tolerance of the rows written against the float32 rows given (the pool's
-# rounding: half an ulp of float16 / bfloat16, an int8 level of the row's
-# largest value), and of attend against the reference on the rows read back:
-# float32 arithmetic (1e-5); a 16-bit cache's P.V may take the weights rounded
-# to its type (the bfloat16 tiers), each within 2^-9 (bfloat16) or 2^-11
-# (float16) of itself, times max|v| = 2; int8 on the integer paths: the
-# weights' int16 quantisation, (keys <= 40) * 0.504 / 32767 * max|v| < 1.3e-3,
-# and the int16 queries' under 1e-3 here.
-WRITE_TOL = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "int8": 0.5 / 127}
-ATTEND_TOL = {"float32": 1e-5, "float16": 2.0 ** -10 + 1e-5, "bfloat16": 2.0 ** -8 + 1e-5,
-              "int8": 3e-3}
 
 
 class PagedCacheMachine(RuleBasedStateMachine):
 
     @initialize(num_blocks=st.integers(2, 8), block_size=st.sampled_from([1, 2, 3, 5]),
-                dtype=st.sampled_from(sorted(WRITE_TOL)), layout=st.sampled_from(["NHD", "HND"]),
+                dtype=st.sampled_from(sorted(CACHE_STORE_TOL)),
+                layout=st.sampled_from(["NHD", "HND"]),
                 seed=st.integers(0, 2**32 - 1))
     def build(self, num_blocks, block_size, dtype, layout, seed):
         self.cache = fastattn.PagedKVCache(num_blocks, block_size, HKV, E, num_layers=LAYERS,
@@ -98,10 +88,8 @@ class PagedCacheMachine(RuleBasedStateMachine):
         self.cache.append(sid, k, v, layer=layer)
         n0 = self.model[sid][layer][0].shape[0]
         rk, rv = (r[n0:] for r in self._read(sid, layer))
-        tol = WRITE_TOL[self.dtype]
-        for got, given in ((rk, k), (rv, v)):
-            top = np.abs(given).max(axis=-1, keepdims=True) if self.dtype == "int8" else np.abs(given)
-            assert np.all(np.abs(got - given) <= tol * top + 1e-7 * top)
+        check_stored(rk, k, self.dtype)
+        check_stored(rv, v, self.dtype)
         self.model[sid][layer] = [np.concatenate([m, r]) for m, r in
                                   zip(self.model[sid][layer], (rk, rv))]
 
@@ -157,7 +145,8 @@ class PagedCacheMachine(RuleBasedStateMachine):
                 return self._unchanged(before)
             raise AssertionError("fork needing a block with none free did not raise")
         child = self.cache.fork(sid)
-        event("fork: shares a block" if self.model[sid][0][0].shape[0] >= self.bs else "fork: no full block")
+        shares = self.model[sid][0][0].shape[0] >= self.bs
+        event("fork: shares a block" if shares else "fork: no full block")
         assert child not in self.model
         self.model[child] = [[m.copy() for m in layer] for layer in self.model[sid]]
 
@@ -197,8 +186,8 @@ class PagedCacheMachine(RuleBasedStateMachine):
             k, v = self.model[sid][layer]
             ref = reference.attention(q[b].astype(np.float64)[:, None, :], k.swapaxes(0, 1),
                                       v.swapaxes(0, 1), enable_gqa=True)[:, 0]
-            np.testing.assert_allclose(out[b], ref, rtol=ATTEND_TOL[self.dtype],
-                                       atol=ATTEND_TOL[self.dtype])
+            np.testing.assert_allclose(out[b], ref, rtol=CACHE_ATTEND_TOL[self.dtype],
+                                       atol=CACHE_ATTEND_TOL[self.dtype])
 
     # -- invariants ----------------------------------------------------------
     @invariant()
