@@ -69,6 +69,7 @@ def attention_backward(
     sinks: _Array | None = ...,
     glse: _Array | None = ...,
     dsinks: _Array | None = ...,
+    dmask: _Array | None = ...,
     seqs: tuple[_Array, _Array, bool] | None = ...,
 ) -> None: ...
 def backward_rounds(x: _Array) -> bool: ...

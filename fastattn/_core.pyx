@@ -57,6 +57,7 @@ cdef extern from "fastattn.h" nogil:
         fa_operand dq, dk, dv
         int grad_storage
         fa_operand dsinks
+        fa_operand dmask
     enum:
         FA_ELSE
     int fa_attention_backward(const fa_backward_args *args)
@@ -343,7 +344,8 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
                        int64_t win_right=FA_UNBOUNDED, object bool_mask=None,
                        object add_mask=None, object pad=None, int num_threads=0,
                        double softcap=0, object alibi=None, object sinks=None,
-                       object glse=None, object dsinks=None, tuple seqs=None):
+                       object glse=None, object dsinks=None, object dmask=None,
+                       tuple seqs=None):
     """Fill dq (batch + (L, E)), dk (batch + (S, E)), dv (batch + (S, Ev))
     and, with sinks, dsinks (float64 batch + (1, 1)): one gradient per batch
     index (nothing summed but for grouped query heads: dk and dv of length 1
@@ -355,6 +357,10 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     :func:`attention` takes them; dq, dk, dv of lse's dtype, or all three
     of q's 16-bit dtype where :func:`backward_rounds` says so.  ValueError
     naming lse when a row whose lse is -inf sees a key (nothing written).
+    dmask: None or zeros of lse's dtype, batch + (L, S), one element per
+    batch index (no stride 0 along a batch dimension longer than 1): the
+    gradient of an additive mask per batch index is written into it (then
+    16-bit inputs take the float kernels, and dq, dk, dv are of lse's dtype).
     seqs: packed sequences as :func:`attention` takes them (dsinks with a
     leading sequence axis too); a sequence with no query row or no key is
     skipped (its gradients left as they were)."""
@@ -395,12 +401,15 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     _fill(&g.dout, dout, nb)
     _fill_optional(&g.glse, glse, nb)
     _fill_optional(&g.dsinks, dsinks, nb)
+    _fill_optional(&g.dmask, dmask, nb)
     _fill(&g.dq, dq, nb)
     _fill(&g.dk, dk, nb)
     _fill(&g.dv, dv, nb)
     g.grad_storage = _storage(dq)
     if _storage(dk) != g.grad_storage or _storage(dv) != g.grad_storage:
         raise ValueError("dq, dk and dv must have one dtype")
+    if dmask is not None and _storage(dmask) != g.fwd.dtype:
+        raise ValueError("dmask must have lse's dtype")
     status = _run(&va, True, seqs, alibi, sinks, dsinks, nb)
     if status == FA_ELSE:
         raise ValueError("lse is -inf on a row that sees keys: lse must be what attention("

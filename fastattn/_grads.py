@@ -46,7 +46,9 @@ def sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     """``grad`` summed over the axes broadcasting added or stretched from
     ``shape`` (autograd's rule)."""
     lead = grad.ndim - len(shape)
-    if lead:
+    if lead and all(n == 1 for n in grad.shape[:lead]):
+        grad = grad.reshape(grad.shape[lead:])  # nothing to add up: no copy
+    elif lead:
         grad = grad.sum(axis=tuple(range(lead)))
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
     return grad.sum(axis=axes, keepdims=True) if axes else grad

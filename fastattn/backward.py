@@ -54,7 +54,8 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
                        window: _Window = None, alibi_slopes: ArrayLike | None = None,
                        softcap: SupportsFloat | None = None, sinks: ArrayLike | None = None,
                        grad_lse: ArrayLike | None = None,
-                       num_threads: SupportsIndex | None = None) -> tuple[_Float, ...]:
+                       num_threads: SupportsIndex | None = None,
+                       return_mask_grad: bool = False) -> tuple[_Float, ...]:
     """Gradients of :func:`fastattn.attention` with respect to its inputs.
 
     Streams over key and query blocks, recomputing the weights from ``lse``
@@ -80,6 +81,14 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     num_threads : int, optional
         OpenMP threads; None = the OpenMP default.  The gradients are
         bitwise the same for every thread count.
+    return_mask_grad : bool, default False
+        Also return the gradient of a floating-point ``attn_mask`` (a
+        learned bias, such as T5's relative position bias): the gradient of
+        the logits, ``P * (dP - D + g)`` before the soft cap's factor,
+        computed by the same pass into a float buffer of ``batch + (L, S)``
+        (the extra memory, one element per batch index, row and key), then
+        summed over what the mask broadcast.  16-bit inputs then run on the
+        float kernels (widened as they are packed) on every tier.
 
     Returns
     -------
@@ -89,13 +98,18 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
         ones accumulated in float32 and rounded once.
     grad_sinks : ndarray
         Only when ``sinks`` is given: the shape of ``sinks``.
+    grad_attn_mask : ndarray
+        Only with ``return_mask_grad``, last: the shape and dtype of
+        ``attn_mask``; zero where the mask (or the causal limit, the
+        window, the padding) hides the key.
 
     Raises
     ------
     ValueError
         ``grad_out``, ``out``, ``lse`` or ``grad_lse`` whose shape or dtype is
         not the forward's; an ``lse`` that is NaN or ``+inf``, or ``-inf`` on
-        a row that sees a key; anything :func:`fastattn.attention` rejects.
+        a row that sees a key; ``return_mask_grad`` without a floating-point
+        ``attn_mask``; anything :func:`fastattn.attention` rejects.
     TypeError
         As :func:`fastattn.attention`, and a non-float ``grad_lse``.
 
@@ -116,6 +130,16 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     ((2, 5, 4), (2, 5, 4), (2, 5, 4))
     >>> bool(np.allclose(dv.sum(axis=-2), 5.0))   # each row's weights sum to 1
     True
+
+    A learned bias's gradient (a softmax does not change when a row's
+    logits all move together, so each row of it sums to 0):
+
+    >>> bias = rng.standard_normal((5, 5))
+    >>> out, lse = fastattn.attention(q, k, v, bias, return_lse=True)
+    >>> *_, d_bias = fastattn.attention_backward(np.ones_like(out), q, k, v, out, lse, bias,
+    ...                                          return_mask_grad=True)
+    >>> d_bias.shape, bool(np.allclose(d_bias.sum(axis=-1), 0.0))
+    ((5, 5), True)
     """
     q, k, v, cdt, odt = arrays_and_dtypes(query, key, value)
     batch, gqa, L, S, E, Ev = problem_shape(q.shape, k.shape, v.shape, enable_gqa)
@@ -129,21 +153,35 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     lse_a = forward_array("lse", lse, batch + (L,), adt)
     check_lse(lse_a)
     g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, batch + (L,), adt)
+    mask = _grad_mask(attn_mask, plan) if return_mask_grad else None
     grads = _run(no_empty_features((q, k, v, o, d_o), L, S), lse_a, g_lse, cdt, adt, batch,
-                 gqa, sc, plan, opts, nt)
+                 gqa, sc, plan, opts, nt, mask is not None)
     result = tuple(grad_as(sum_to(drop_features(g, x), x.shape), x)
                    for g, x in zip(grads, (q, k, v)))
-    if sinks is None:
-        return result
-    return result + (sinks_grad(grads[3], sinks),)
+    if sinks is not None:
+        result += (sinks_grad(grads[3], sinks),)
+    if mask is not None:
+        result += (grad_as(sum_to(grads[4], mask.shape), mask),)
+    return result
 
 
-def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
+def _grad_mask(attn_mask: Any, plan) -> np.ndarray:
+    """The floating-point ``attn_mask`` as an array (its shape and dtype
+    are its gradient's); a ValueError if there is none."""
+    if plan[5] is None:  # the plan's additive mask
+        what = "none" if attn_mask is None else f"dtype {np.asarray(attn_mask).dtype}"
+        raise ValueError(f"return_mask_grad=True needs a floating-point attn_mask (a bool "
+                         f"mask has no gradient), got {what}")
+    return attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
+
+
+def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
-    the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
-    (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv heads, S, .)
-    when grouped-query (summed over each key head's query heads by the
-    kernel, in order); with sinks, the sink's of batch."""
+    the kernel rounds them itself: 16-bit, nothing to sum, no mask gradient):
+    dq of batch + (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv
+    heads, S, .) when grouped-query (summed over each key head's query heads
+    by the kernel, in order); with sinks, the sink's of batch; with
+    want_mask, the logits' of batch + (L, S) (else None)."""
     q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
@@ -154,11 +192,14 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
     empty = np.zeros if L == 0 or S == 0 or no_batch else np.empty
     kvb = batch if gqa is None else batch[:-1] + gqa[:1]  # the gradients' batch
     whole = q.shape[:-2] == batch and k.shape[:-2] == kvb and v.shape[:-2] == kvb
-    gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
+    rounds = whole and not want_mask and _half.is_half(cdt) and _core.backward_rounds(q)
+    gdt = cdt if rounds else adt
     dq = empty(batch + (L, E), gdt)
     dk, dv = empty(kvb + (S, E), gdt), empty(kvb + (S, Ev), gdt)
     ds = None if sk is None else np.zeros(batch + (1, 1))
-    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
+    # the positions the pass does not compute are hidden: zero gradients
+    dm = np.zeros(batch + (L, S), adt) if want_mask else None
+    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds, dm]
     if gqa is not None:
         hk, g = gqa
         full = batch + (L, S)
@@ -171,14 +212,14 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt) -> tuple:
         al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
                   for x in (al, sk))
     if no_batch:
-        return dq, dk, dv, None if ds is None else ds[..., 0, 0]
-    qb, ob, dob, lse3, glse3, dqb, dsb = rows
+        return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
+    qb, ob, dob, lse3, glse3, dqb, dsb, dmb = rows
     # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it
     dkb, dvb = (dk, dv) if gqa is None else (dk[..., None, :, :], dv[..., None, :, :])
     _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dkb, dvb, batch=kb, scale=sc,
                              causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
                              bool_mask=bm, add_mask=am, pad=pad, num_threads=nt, softcap=cap,
-                             alibi=al, sinks=sk, glse=glse3, dsinks=dsb)
-    return dq, dk, dv, None if ds is None else ds[..., 0, 0]
+                             alibi=al, sinks=sk, glse=glse3, dsinks=dsb, dmask=dmb)
+    return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
 
 

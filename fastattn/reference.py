@@ -376,14 +376,17 @@ def _grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
 def attention_backward(grad_out, query, key, value, out, lse, attn_mask=None,
                        is_causal=False, scale=None, enable_gqa=False, *,
                        key_padding_mask=None, window=None, alibi_slopes=None,
-                       softcap=None, sinks=None, grad_lse=None, num_threads=None):
+                       softcap=None, sinks=None, grad_lse=None, num_threads=None,
+                       return_mask_grad=False):
     """Reference gradients of :func:`fastattn.reference.attention`.
 
     ``out`` and ``lse`` are what the forward returned for the same arguments;
     the reference recomputes both in float64 and only checks their shapes,
     so that the ground truth does not depend on the kernel under test.
     Returns ``(grad_query, grad_key, grad_value)``, plus ``grad_sinks`` when
-    ``sinks`` is given, each of its input's shape and dtype.
+    ``sinks`` is given, plus with ``return_mask_grad`` that of the float
+    ``attn_mask`` (the logits' gradient, summed to the mask's shape), each of
+    its input's shape and dtype.
     """
     q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
@@ -411,6 +414,7 @@ def attention_backward(grad_out, query, key, value, out, lse, attn_mask=None,
         d_p = np.matmul(d_o, np.swapaxes(vr, -1, -2))
         row = np.sum(d_o * o, axis=-1)                       # D_i
         d_s = np.where(keep, p * (d_p - row[..., None] + g[..., None]), 0.0)
+        d_logits = d_s
         if softcap is not None:
             raw = np.matmul(q64, np.swapaxes(kr, -1, -2)) * scale
             d_s = np.where(keep, d_s * (1.0 - np.tanh(raw / softcap) ** 2), 0.0)
@@ -425,6 +429,11 @@ def attention_backward(grad_out, query, key, value, out, lse, attn_mask=None,
         grads.append(_grad_as(_grad_sum_to(d, a.shape), a))
     if sinks is not None:
         grads.append(_sink_grad(sinks, lse64, row, g))
+    if return_mask_grad:
+        m = np.asarray(attn_mask)
+        if attn_mask is None or m.dtype == np.bool_:
+            raise ValueError("return_mask_grad needs a floating-point attn_mask")
+        grads.append(_grad_as(_grad_sum_to(d_logits, m.shape), m))
     return tuple(grads)
 
 

@@ -112,6 +112,13 @@ typedef struct fa_backward_args {
                                   fa_backward_rounds(fwd.storage): each gradient
                                   rounded once (nearest even) from its float32 sum */
     fa_operand dsinks;         /* float64 (batch..., 1, 1), written if fwd.sinks is given */
+    fa_operand dmask;          /* dtype (batch..., L, S), NULL if not asked for: the
+                                  gradient of the logits, dS before the soft cap's factor
+                                  (that of fwd.add_mask per batch index), written at every
+                                  position the pass computes; the others (hidden by the
+                                  causal limit, the window or a key block of padding)
+                                  are left as they were: the caller passes zeros.  No
+                                  stride 0 along a batch dimension of length > 1 */
 } fa_backward_args;
 /* FA_OK, FA_ENOMEM, FA_EINVAL, or FA_ELSE: an lse of -inf on a row that
  * sees a key (checked before any output is written). */
@@ -132,7 +139,7 @@ int fa_round_half(int storage, int64_t n, const float *x, uint16_t *y);
  * keys cu_k[b] .. cu_k[b+1] (of k, v, dk, dv), with causal_offset S_b - L_b
  * where lower_right (else t's), and alibi, sinks, dsinks stepped by
  * alibi_ss, sinks_ss, dsinks_ss elements per sequence (0: shared).  No
- * bool_mask, add_mask, pad or weights.  Each sequence gives the bits the
+ * bool_mask, add_mask, pad, weights or dmask.  Each sequence gives the bits the
  * call of its own problem would (the work is spread over sequences, and
  * each call's bits do not depend on its threads).  The forward runs every
  * sequence with a query row (no key: zero rows, lse -inf); the backward

@@ -51,4 +51,15 @@ static inline int64_t fa_bw_group(const fa_backward_args *g)
     return grp;
 }
 
+/* Whether the mask's gradient (if asked for) has one element per batch
+ * index, row and key: no stride 0 where two items would write one element. */
+static inline int fa_bw_dmask_ok(const fa_backward_args *g)
+{
+    const fa_operand *m = &g->dmask;
+    if (!m->data) return 1;
+    for (int d = 0; d < g->fwd.nbatch_dims; d++)
+        if (g->fwd.batch_shape[d] > 1 && m->bstride[d] == 0) return 0;
+    return !(g->fwd.L > 1 && m->rs == 0) && !(g->fwd.S > 1 && m->cs == 0);
+}
+
 #endif

@@ -74,7 +74,7 @@ static void FN(bw_fused_block)(const FN(bw_plan) *pl, const fa_offsets *off,
         if (fa_limits_none(&pl->lim, t.i0, t.nq, t.kb, t.nk) || kbad[kb] < 0) continue;
         FN(bw_fused_at)(pl, &t, kb);
         FN(bw_trim)(pl, &t);
-        FN(bw_tile)(pl, off, go, &t);
+        FN(bw_tile)(pl, off, go, &t, 1);
         const FA_T *kv = x + pl->lay.kv + kb * pl->ldE * FA_KC;
         FN(bw_pair_dq)(pl, &t, kbad[kb], kv, dq);
         FA_T *dvb = dv + t.kb * pl->ldEv, *dkb = dk + t.kb * pl->ldE;

@@ -195,7 +195,7 @@ static void FN(bw_dq_item)(const FN(bw_plan) *pl, int64_t b, int64_t qb, int tid
             continue;
         const int bad = FN(bw_keys)(pl, &off, &t, kv);
         FN(bw_trim)(pl, &t);
-        FN(bw_tile)(pl, &off, &go, &t);
+        FN(bw_tile)(pl, &off, &go, &t, 1);
         FN(bw_pair_dq)(pl, &t, bad, kv, acc);
     }
     FN(bw_store)(&pl->b->dq, go.dq, t.i0, t.nq, a->E, acc, pl->ldE, (FA_T)a->scale);
@@ -217,7 +217,7 @@ static void FN(bw_dkv_rows)(const FN(bw_plan) *pl, const fa_offsets *off,
         const int bad_q = FN(pack_v)(&pl->as_qv, K, off->q, t.i0, t.nq, pl->ldE, K->nr, qv);
         const int bad_do = FN(pack_v)(&pl->as_dov, K, go->dout, t.i0, t.nq, pl->ldEv, K->nr, dov);
         FN(bw_trim)(pl, &t);
-        FN(bw_tile)(pl, off, go, &t);
+        FN(bw_tile)(pl, off, go, &t, 0); /* the dQ pass emits the mask's gradient */
         FN(bw_pair_kv)(pl, &t, bad_do, t.s, dov, pl->ldEv, dv, pl->ldEv, pt);
         FN(bw_pair_kv)(pl, &t, bad_q, t.dp, qv, pl->ldE, dk, pl->ldE, pt);
     }

@@ -89,13 +89,29 @@ static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T 
         for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
 }
 
+/* Row i's dS of n keys with the mask's gradient (the logits', before the
+ * soft cap's factor f) written to dm (stride cs) on the way: bw_ds_row's
+ * bits, its product taken in two steps. */
+static void FN(bw_ds_dmask)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
+                            int64_t n, FA_T d, FA_T *dm, int64_t cs)
+{
+    FN(bw_ds_row)(ds, p, NULL, n, d);
+    for (int64_t j = 0; j < n; j++) dm[j * cs] = ds[j];
+    if (f)
+        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] * f[j] : 0;
+}
+
 /* The pair's P (in s) and dS (in dp) on its rows < nq, band by band (a
  * diagonal pair's bands of mr rows, else one), zero from each band's keys
  * (bw_band_keys) to ncols: P = exp(s - lse) where visible, exactly 0 where
- * hidden or the row's lse is -inf; dS by bw_ds_row. */
+ * hidden or the row's lse is -inf; dS by bw_ds_row.  With emit, the mask's
+ * gradient where asked for (fa_backward_args.dmask) at the keys computed:
+ * one of the passes that meet a pair emits it. */
 static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_bw_offsets *go,
-                        const FN(bw_pair) *t)
+                        const FN(bw_pair) *t, int emit)
 {
+    const fa_operand *dmo = &pl->b->dmask;
+    FA_T *dm = emit && dmo->data ? (FA_T *)dmo->data + go->dmask + t->kb * dmo->cs : NULL;
     const fa_attention_args *a = &pl->b->fwd;
     const KT *K = pl->K;
     const FA_T *lse = (const FA_T *)a->lse.data + go->lse;
@@ -117,7 +133,12 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_b
                  * 1 and would overflow P: P is never above 1 (NaN kept) */
                 for (int64_t j = 0; j < n; j++) p[j] = l < p[j] ? l : p[j];
                 (void)K->expsum(p, p, n, l);
-                FN(bw_ds_row)(ds, p, a->softcap > 0 ? t->f + i * FA_KC : NULL, n, delta[t->i0 + i]);
+                const FA_T *f = a->softcap > 0 ? t->f + i * FA_KC : NULL;
+                if (dm)
+                    FN(bw_ds_dmask)(ds, p, f, n, delta[t->i0 + i], dm + (t->i0 + i) * dmo->rs,
+                                    dmo->cs);
+                else
+                    FN(bw_ds_row)(ds, p, f, n, delta[t->i0 + i]);
             }
             for (int64_t j = n; j < t->ncols; j++) p[j] = ds[j] = 0;
         }

@@ -63,7 +63,7 @@ static inline double fa_lse_of(double m, double l, int base2)
  * the forward's (the float backward, backward_tmpl.h, and the 16-bit one,
  * bw16.c); delta indexes the plan's [nbatch x L] D_i - g_i. */
 typedef struct fa_bw_offsets {
-    int64_t dout, lse, glse, dq, dk, dv, dsinks, delta;
+    int64_t dout, lse, glse, dq, dk, dv, dsinks, dmask, delta;
 } fa_bw_offsets;
 
 static inline void fa_bw_offsets_of(const fa_backward_args *g, int64_t b, fa_bw_offsets *o)
@@ -77,6 +77,7 @@ static inline void fa_bw_offsets_of(const fa_backward_args *g, int64_t b, fa_bw_
         o->lse += i * g->fwd.lse.bstride[d];
         if (g->glse.data) o->glse += i * g->glse.bstride[d];
         if (g->fwd.sinks.data) o->dsinks += i * g->dsinks.bstride[d];
+        if (g->dmask.data) o->dmask += i * g->dmask.bstride[d];
         o->dq += i * g->dq.bstride[d];
         o->dk += i * g->dk.bstride[d];
         o->dv += i * g->dv.bstride[d];

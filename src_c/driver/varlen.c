@@ -103,6 +103,7 @@ static void fa_varlen_seq(const fa_varlen_args *v, int64_t b, int backward, fa_b
     }
     g->dout = t->dout, g->glse = t->glse, g->dq = t->dq, g->dk = t->dk, g->dv = t->dv;
     g->dsinks = t->dsinks, g->grad_storage = t->grad_storage;
+    g->dmask.data = NULL; /* refused by fa_varlen_check */
     g->dout.data = fa_rows_at(&t->dout, r0, st);
     g->glse.data = fa_rows_at(&t->glse, r0, dt);
     g->dq.data = fa_rows_at(&t->dq, r0, t->grad_storage);
@@ -151,7 +152,7 @@ static int fa_varlen_check(const fa_varlen_args *v, int backward)
     const fa_attention_args *a = &v->t.fwd;
     if (v->n < 0 || !v->cu_q || !v->cu_k || v->cu_q[0] != 0 || v->cu_k[0] != 0 ||
         v->cu_q[v->n] != a->L || v->cu_k[v->n] != a->S || a->bool_mask.data ||
-        a->add_mask.data || a->pad.data || a->weights ||
+        a->add_mask.data || a->pad.data || a->weights || v->t.dmask.data ||
         (backward && a->L > 0 && a->S > 0 && fa_bw_group(&v->t) < 1))
         return FA_EINVAL;
     for (int64_t b = 0; b < v->n; b++)
