@@ -154,13 +154,14 @@ def require_tensors(named: dict[str, Any], numpy_function: str) -> None:
 
 
 def constants(named: dict[str, Any]) -> None:
-    """The error for a mask or slopes that require grad (no gradient reaches them)."""
+    """The error for a mask or slopes that require grad where fastattn.torch
+    gives them no gradient."""
     for name, t in named.items():
         if getattr(t, "requires_grad", False):
-            raise ValueError(f"{name} requires grad, but fastattn.torch computes gradients "
-                             f"only for query, key, value and sinks: pass {name}.detach(), "
-                             f"or use torch.nn.functional.scaled_dot_product_attention with "
-                             f"the bias as attn_mask")
+            raise ValueError(f"{name} requires grad, but fastattn.torch gives {name} no "
+                             f"gradient here: pass {name}.detach(), or a learned bias as "
+                             f"the float attn_mask of fastattn.torch.scaled_dot_product_"
+                             f"attention (which has its gradient)")
 
 
 def no_dropout(dropout_p) -> None:
@@ -290,28 +291,32 @@ def _separate(out: Tensor, inputs: dict[str, Any]) -> None:
             raise ValueError(f"out overlaps {name}: give a separate output tensor")
 
 
-def grad_tensors(grads, query: Tensor, sinks) -> tuple:
-    """A NumPy backward's (dq, dk, dv[, d_sinks]) as the backward operators'
-    four tensors (an empty tensor where there are no sinks)."""
+def grad_tensors(grads, query: Tensor, sinks, mask_grad: bool = False) -> tuple:
+    """A NumPy backward's (dq, dk, dv[, d_sinks][, d_mask]) as the backward
+    operators' four tensors (an empty tensor where there are no sinks), and a
+    fifth with ``mask_grad`` (the mask's gradient)."""
     d_sinks = tensor_view(grads[3]) if sinks is not None else query.new_empty(0)
-    return tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
+    res = tensor_view(grads[0]), tensor_view(grads[1]), tensor_view(grads[2]), d_sinks
+    return res + (tensor_view(grads[-1]),) if mask_grad else res
 
 
-def nan_grads(query: Tensor, key: Tensor, value: Tensor, sinks) -> tuple:
+def nan_grads(query: Tensor, key: Tensor, value: Tensor, sinks, mask=None) -> tuple:
     """The backward operators' results for a forward whose lse has NaN or
     +inf entries (NaN or Inf among its inputs, :func:`_grads.nonfinite_lse`):
     every gradient NaN (NumPy's attention_backward refuses such an lse; a
     training step is told by its gradients, as with torch's own kernels)."""
     return tuple(g.fill_(float("nan")) if g.numel() else g
-                 for g in fake_grads(query, key, value, sinks))
+                 for g in fake_grads(query, key, value, sinks, mask))
 
 
-def fake_grads(query: Tensor, key: Tensor, value: Tensor, sinks) -> tuple:
-    """The backward operators' fake results: grad_tensors' shapes and dtypes."""
+def fake_grads(query: Tensor, key: Tensor, value: Tensor, sinks, mask=None) -> tuple:
+    """The backward operators' fake results: grad_tensors' shapes and dtypes
+    (with ``mask``, whose gradient is asked for, a fifth of its shape and dtype)."""
     if sinks is None:
         d_sinks = query.new_empty(0)
     else:
         d_sinks = sinks.new_empty(sinks.shape, dtype=sinks.dtype if sinks.is_floating_point()
                                   else torch.float64)
-    return (query.new_empty(query.shape), key.new_empty(key.shape),
-            value.new_empty(value.shape), d_sinks)
+    res = (query.new_empty(query.shape), key.new_empty(key.shape),
+           value.new_empty(value.shape), d_sinks)
+    return res + (mask.new_empty(mask.shape),) if mask is not None else res

@@ -65,14 +65,14 @@ _is_grad_enabled = torch.is_grad_enabled
 
 def _needs_grad(dropout_p, query, key, value, attn_mask, alibi_slopes, sinks) -> bool:
     """Called with grad mode on (or dropout): whether the call is recorded for
-    autograd (query, key, value or sinks requiring grad); the errors for
-    dropout and for a mask or slopes that require grad (fastattn gives them
-    no gradient)."""
+    autograd (query, key, value, sinks or a float attn_mask requiring grad);
+    the errors for dropout and for slopes that require grad (fastattn gives
+    them no gradient)."""
     no_dropout(dropout_p)
     if not any(getattr(t, "requires_grad", False) for t in (
             query, key, value, attn_mask, alibi_slopes, sinks)):
         return False
-    constants({"attn_mask": attn_mask, "alibi_slopes": alibi_slopes})
+    constants({"alibi_slopes": alibi_slopes})
     return True
 
 
@@ -94,8 +94,9 @@ def scaled_dot_product_attention(
     semantics (a bool ``attn_mask``: True = may attend; a float one is added
     to the scores; ``is_causal=True`` is upper-left aligned), computed by
     :func:`fastattn.attention` on views of the tensors' memory.  Differentiable
-    in ``query``, ``key``, ``value`` and ``sinks`` (first-order gradients, by
-    :func:`fastattn.attention_backward`, summed over what broadcast).
+    in ``query``, ``key``, ``value``, ``sinks`` and a float ``attn_mask``
+    (first-order gradients, by :func:`fastattn.attention_backward`, summed
+    over what broadcast).
 
     Parameters
     ----------
@@ -104,8 +105,11 @@ def scaled_dot_product_attention(
         this fastattn computes with it), any strides.  Leading dimensions
         broadcast.
     attn_mask : torch.Tensor, optional
-        bool or float, broadcastable to ``(..., L, S)``; a constant (a float
-        mask that requires grad is refused).
+        bool or float, broadcastable to ``(..., L, S)``.  A float mask that
+        requires grad (a learned bias, such as T5's relative position bias)
+        gets its gradient, the logits' summed to its shape, computed by the
+        same pass through a float buffer of ``(..., L, S)``, with 16-bit
+        inputs on the float kernels.
     dropout_p : float
         Must be 0: fastattn has no dropout.
     is_causal : bool or {'upper_left', 'lower_right'}
@@ -133,8 +137,8 @@ def scaled_dot_product_attention(
     Raises
     ------
     ValueError
-        ``dropout_p > 0``; a tensor not on the CPU; shapes that do not fit; an
-        ``attn_mask`` or ``alibi_slopes`` that requires grad in grad mode.
+        ``dropout_p > 0``; a tensor not on the CPU; shapes that do not fit;
+        ``alibi_slopes`` that require grad in grad mode.
     TypeError
         An unsupported dtype.
 
@@ -314,15 +318,17 @@ def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tenso
                       attn_mask: _Tensor | None, is_causal: str, scale: float | None,
                       enable_gqa: bool, key_padding_mask: _Tensor | None, window_left: int,
                       window_right: int, alibi_slopes: _Tensor | None, softcap: float | None,
-                      sinks: _Tensor | None, num_threads: int | None
-                      ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor]:
+                      sinks: _Tensor | None, num_threads: int | None, mask_grad: bool
+                      ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor, _Tensor]:
     """``fastattn::sdpa_backward``: the gradients of ``fastattn::sdpa_lse`` in
-    query, key, value and sinks (an empty tensor without sinks), from the
+    query, key, value, sinks (an empty tensor without sinks) and, with
+    ``mask_grad``, the float attn_mask (else an empty tensor), from the
     forward's ``out`` and ``lse`` and the gradients flowing into them
     (``grad_lse`` None: zero)."""
     lse_a = _array(lse, "lse")
     if nonfinite_lse(lse_a).any():
-        return nan_grads(query, key, value, sinks)
+        return _five(nan_grads(query, key, value, sinks, attn_mask if mask_grad else None),
+                     query)
     a = _array
     grads = _attention_backward(
         a(grad_out, "grad_out"), a(query, "query"), a(key, "key"), a(value, "value"),
@@ -330,24 +336,32 @@ def _sdpa_backward_op(grad_out: _Tensor, grad_lse: _Tensor | None, query: _Tenso
         enable_gqa, key_padding_mask=a(key_padding_mask, "key_padding_mask"),
         window=_window_of(window_left, window_right),
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
-        sinks=a(sinks, "sinks"), grad_lse=a(grad_lse, "grad_lse"), num_threads=num_threads)
-    return grad_tensors(grads, query, sinks)
+        sinks=a(sinks, "sinks"), grad_lse=a(grad_lse, "grad_lse"), num_threads=num_threads,
+        return_mask_grad=mask_grad)
+    return _five(grad_tensors(grads, query, sinks, mask_grad), query)
+
+
+def _five(grads: tuple, query: _Tensor) -> tuple:
+    """The backward operator's five results: an empty mask gradient where
+    none was asked for."""
+    return grads if len(grads) == 5 else grads + (query.new_empty(0),)
 
 
 @_sdpa_backward_op.register_fake
 def _sdpa_backward_fake(grad_out, grad_lse, query, key, value, out, lse, attn_mask, is_causal,
                         scale, enable_gqa, key_padding_mask, window_left, window_right,
-                        alibi_slopes, softcap, sinks, num_threads):
-    return fake_grads(query, key, value, sinks)
+                        alibi_slopes, softcap, sinks, num_threads, mask_grad):
+    return _five(fake_grads(query, key, value, sinks, attn_mask if mask_grad else None), query)
 
 
 def _save(ctx, inputs) -> tuple:
     """What either forward operator's backward needs of its inputs; the error
-    for a mask or slopes that require grad."""
+    for slopes that require grad."""
     (q, k, v, mask, causal, scale, gqa, pad, wl, wr, slopes, cap, sinks, nt) = inputs
-    constants({"attn_mask": mask, "alibi_slopes": slopes})
+    constants({"alibi_slopes": slopes})
     ctx.options = (causal, scale, gqa, wl, wr, cap, nt)
     ctx.has_sinks = sinks is not None
+    ctx.mask_grad = mask is not None and mask.requires_grad
     ctx.set_materialize_grads(False)
     return q, k, v, mask, pad, slopes, sinks
 
@@ -358,11 +372,11 @@ def _grads(ctx, grad_out, grad_lse, q, k, v, mask, pad, slopes, sinks, out, lse)
     causal, scale, gqa, wl, wr, cap, nt = ctx.options
     if grad_out is None:  # only lse was used
         grad_out = torch.zeros_like(out)
-    dq, dk, dv, ds = torch.ops.fastattn.sdpa_backward(
+    dq, dk, dv, ds, dm = torch.ops.fastattn.sdpa_backward(
         grad_out, grad_lse, q, k, v, out, lse, mask, causal, scale, gqa, pad, wl, wr, slopes,
-        cap, sinks, nt)
-    return (dq, dk, dv, None, None, None, None, None, None, None, None, None,
-            ds if ctx.has_sinks else None, None)
+        cap, sinks, nt, ctx.mask_grad)
+    return (dq, dk, dv, dm if ctx.mask_grad else None, None, None, None, None, None, None,
+            None, None, ds if ctx.has_sinks else None, None)
 
 
 def _setup_lse(ctx, inputs, output) -> None:

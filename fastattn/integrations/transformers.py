@@ -41,10 +41,11 @@ straight into the ``(batch, L, heads, Ev)`` tensor the model reads.
 Attention runs on ``torch.get_num_threads()`` threads (under
 ``torch.compile``, their number when the model was traced) unless
 ``register`` was given ``num_threads``.  The backend trains: with grad mode
-on and the queries, keys, values or ``s_aux`` requiring grad, the call is
-recorded by autograd (see :mod:`fastattn.torch`) and ``s_aux`` gets its
-gradient; there is no dropout (an ``attention_dropout`` > 0 in training is
-refused).
+on and the queries, keys, values, ``s_aux`` or ``position_bias`` requiring
+grad, the call is recorded by autograd (see :mod:`fastattn.torch`), and
+``s_aux`` and a learned ``position_bias`` (T5's relative attention bias) get
+their gradients; there is no dropout (an ``attention_dropout`` > 0 in
+training is refused).
 
 ``register`` also lets ``model.generate_batch`` (continuous batching) run
 with the name: see :mod:`fastattn.integrations.transformers_cb` for the
@@ -254,7 +255,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     gqa = key.shape[1] != H
     # (a decoding step's grouped heads run as the rows of one problem per
     # key/value head: fastattn's own enable_gqa does that)
-    if _is_grad_enabled() and _training(query, key, value, s_aux):
+    if _is_grad_enabled() and _training(query, key, value, s_aux, mask):
         res = _sdpa(query, key, value, mask, dropout, "lower_right" if causal else False,
                     scaling, gqa, key_padding_mask=pad, window=window, softcap=softcap,
                     sinks=s_aux, num_threads=nt)

@@ -3,13 +3,17 @@ Mistral (sliding window shorter than the sequence), Gemma 2 (soft cap and
 sliding window) and gpt-oss (sinks, sliding window), built from configs, in
 float32 and ``model.train()`` (no dropout in the configs), against "eager":
 the loss and every parameter's gradient after one forward and backward, the
-losses of five optimizer steps, and gpt-oss's per-layer sinks gradients.
+losses of five optimizer steps, and gpt-oss's per-layer sinks gradients;
+and T5, whose learned relative position bias reaches the backend as
+``position_bias`` and gets its gradient through the mask's.
 
 Tolerance: both backends compute in float32 and differ only in the order of
 the attention's sums, so a gradient's difference is float32 rounding spread
 through two layers: 1e-4 relative, with an absolute floor of 1e-5 of that
 parameter's largest gradient (so that entries that nearly cancel, on their
 own ~1e-7 relative noise, do not fail the test)."""
+
+import copy
 
 import pytest
 
@@ -154,3 +158,56 @@ def test_compiled_training_step_is_one_graph_and_matches_eager(name, monkeypatch
     want.backward()
     assert_grads_close(ours, eager)
     torch._dynamo.reset()
+
+
+def _t5_pair():
+    """A tiny random T5 (encoder and decoder of two layers, relative position
+    buckets, no dropout) under "eager" and fastattn, in training mode."""
+    cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                num_decoder_layers=2, num_heads=4,
+                                relative_attention_num_buckets=8, dropout_rate=0.0,
+                                decoder_start_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    eager = transformers.T5ForConditionalGeneration(cfg)
+    ours = copy.deepcopy(eager)
+    eager.set_attn_implementation("eager")
+    ours.set_attn_implementation(fa_tf.NAME)
+    return eager.train(), ours.train()
+
+
+def _t5_batch():
+    """Two source sequences, the second right-padded, and their targets."""
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, 100, (2, 12), generator=g)
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 8:] = 0
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": torch.randint(3, 100, (2, 7), generator=g)}
+
+
+def test_t5_learned_position_bias_trains_as_eager(monkeypatch):
+    eager, ours = _t5_pair()
+    batch = _t5_batch()
+    calls = _count_recorded_calls(monkeypatch)
+    got = ours(**batch).loss
+    assert calls and all(calls)  # fastattn ran the layers, recorded for autograd
+    want = eager(**batch).loss
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    assert_grads_close(ours, eager)
+    for stack in (ours.encoder, ours.decoder):
+        bias = stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight
+        assert torch.count_nonzero(bias.grad) > 0
+    losses = []
+    for model in (eager, ours):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        run = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(**batch).loss
+            loss.backward()
+            opt.step()
+            run.append(loss.detach())
+        losses.append(torch.stack(run))
+    torch.testing.assert_close(losses[1], losses[0], rtol=RTOL, atol=0)

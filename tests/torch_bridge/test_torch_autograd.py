@@ -56,6 +56,16 @@ def _cases():
                                                             dtype=torch.float64)},
                                      {"enable_gqa": True, "window": (2, 0), "is_causal": True,
                                       "softcap": 2.0}, (1, 4, 5, 4), KS),
+        "learned_bias_leaf": ({"attn_mask": torch.randn(1, 2, 5, 7, generator=g,
+                                                        dtype=torch.float64)}, {}, QS, KS),
+        "learned_bias_broadcast_causal_softcap": (
+            {"attn_mask": torch.randn(5, 7, generator=g, dtype=torch.float64)},
+            {"is_causal": "lower_right", "softcap": 1.5}, (2, 2, 5, 4), KS),
+        "learned_bias_gqa_window_padding_sinks": (
+            {"attn_mask": torch.randn(1, 4, 1, 7, generator=g, dtype=torch.float64),
+             "sinks": torch.tensor([0.3, -1.0, 2.0, 0.0], dtype=torch.float64)},
+            {"enable_gqa": True, "window": (2, 1), "key_padding_mask": torch.tensor(
+                [[False, True, False, False, True, False, False]])}, (1, 4, 5, 4), KS),
     }
 
 
@@ -144,6 +154,50 @@ def test_float32_gradients_match_torch_sdpa(name):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5 * b.grad.abs().max())
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 9, 12), (1, 4, 9, 12), (2, 1, 9, 12), (9, 12), (12,)],
+                         ids=["full", "over_batch", "over_heads", "LS", "keys_only"])
+def test_learned_bias_gradient_matches_torch_sdpa_float32(shape):
+    """A float attn_mask that requires grad (T5's relative position bias):
+    its gradient, summed over what it broadcast, as torch's SDPA gives it,
+    with -inf entries (zero gradient) and the query, key and value ones."""
+    ours = _leaves((2, 4, 9, 8), (2, 4, 12, 8), torch.float32, seed=13)
+    bias = torch.randn(shape, generator=_gen(14))
+    bias[..., 3] = float("-inf")
+    bias = bias.requires_grad_(True)
+    ref = tuple(x.detach().clone().requires_grad_(True) for x in ours)
+    ref_bias = bias.detach().clone().requires_grad_(True)
+    w = torch.randn(2, 4, 9, 8, generator=_gen(15))
+    (sdpa(*ours, bias, is_causal="lower_right") * w).sum().backward()
+    i, j = torch.arange(9)[:, None], torch.arange(12)[None, :]
+    (F(*ref, ref_bias + torch.where(j <= i + 3, 0.0, float("-inf"))) * w).sum().backward()
+    assert bias.grad.shape == bias.shape and bias.grad.dtype == torch.float32
+    assert torch.count_nonzero(bias.grad[..., 3]) == 0
+    for a, b in zip(ours + (bias,), ref + (ref_bias,)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5 * b.grad.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_learned_bias_gradient_near_float64(dtype):
+    if dtype == torch.bfloat16:
+        try:
+            views.bfloat16_dtype("query")
+        except TypeError:
+            pytest.skip("this fastattn build does not compute with bfloat16")
+    leaves = _leaves((2, 2, 16, 16), (2, 2, 24, 16), dtype, seed=16)
+    bias = torch.randn(2, 16, 24, generator=_gen(17)).to(dtype).requires_grad_(True)
+    wide = tuple(x.detach().double().requires_grad_(True) for x in leaves)
+    wide_bias = bias.detach().double().requires_grad_(True)
+    w = torch.randn(2, 2, 16, 16, generator=_gen(18))
+    (sdpa(*leaves, bias[:, None], softcap=3.0).float() * w).sum().backward()
+    (sdpa(*wide, wide_bias[:, None], softcap=3.0) * w.double()).sum().backward()
+    eps = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    assert bias.grad.dtype == dtype and bias.grad.shape == bias.shape
+    # float32 arithmetic on the same inputs; the rounded forward output in
+    # D, the gradient's own rounding, and a sum of two heads' gradients
+    err = (bias.grad.double() - wide_bias.grad).abs().max()
+    assert err <= 3 * eps * wide_bias.grad.abs().max(), (err, wide_bias.grad.abs().max())
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16bit_gradients_near_float64(dtype):
     if dtype == torch.bfloat16:
@@ -187,21 +241,30 @@ def test_opcheck_backward_operator():
     out, lse = torch.ops.fastattn.sdpa_lse(*args)
     g = torch.randn(out.shape, generator=_gen(9))
     for grad_lse in (None, torch.randn(lse.shape, generator=_gen(10))):
-        bargs = (g, grad_lse, *args[:3], out, lse, *args[3:])
+        bargs = (g, grad_lse, *args[:3], out, lse, *args[3:], False)
         torch.library.opcheck(torch.ops.fastattn.sdpa_backward.default, bargs)
     no_sinks = args[:12] + (None, None)
     out, lse = torch.ops.fastattn.sdpa_lse(*no_sinks)
-    res = torch.ops.fastattn.sdpa_backward(g, None, *no_sinks[:3], out, lse, *no_sinks[3:])
-    assert res[3].shape == (0,)
+    res = torch.ops.fastattn.sdpa_backward(g, None, *no_sinks[:3], out, lse, *no_sinks[3:],
+                                           False)
+    assert res[3].shape == (0,) and res[4].shape == (0,)
     torch.library.opcheck(torch.ops.fastattn.sdpa_backward.default,
-                          (g, None, *no_sinks[:3], out, lse, *no_sinks[3:]))
+                          (g, None, *no_sinks[:3], out, lse, *no_sinks[3:], False))
+    bias = torch.randn(2, 1, 5, 7, generator=_gen(12))
+    with_bias = args[:3] + (bias,) + args[4:]
+    out, lse = torch.ops.fastattn.sdpa_lse(*with_bias)
+    bargs = (g, None, *with_bias[:3], out, lse, *with_bias[3:], True)
+    assert torch.ops.fastattn.sdpa_backward(*bargs)[4].shape == bias.shape
+    torch.library.opcheck(torch.ops.fastattn.sdpa_backward.default, bargs)
 
 
 def test_backward_operator_is_attention_backward():
     args = _op_args(False)
     out, lse = torch.ops.fastattn.sdpa_lse(*args)
     g = torch.randn(out.shape, generator=_gen(11))
-    got = torch.ops.fastattn.sdpa_backward(g, None, *args[:3], out, lse, *args[3:])
+    got = torch.ops.fastattn.sdpa_backward(g, None, *args[:3], out, lse, *args[3:], False)
+    assert got[4].shape == (0,)
+    got = got[:4]
     q, k, v = (x.numpy() for x in args[:3])
     want = fastattn.attention_backward(g.numpy(), q, k, v, out.numpy(), lse.numpy(),
                                        args[3].numpy(), "lower_right", 0.5, True, window=(3, None),
@@ -352,6 +415,28 @@ def test_training_step_compiles_in_one_graph_and_matches_eager():
     assert any("fastattn.sdpa_backward.default" in s for s in seen)
     assert_same_training(got, want, {"sinks", "proj.weight", "proj.bias"})
     assert torch.count_nonzero(got[1][0]["sinks"]) == 2  # the sinks get a gradient
+
+
+class _Biased(torch.nn.Module):
+    """Attention with a learned relative-position bias per head, as T5's."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 24)
+        self.rel = torch.nn.Embedding(11, 2)
+
+    def forward(self, x):
+        q, k, v = self.proj(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+        i = torch.arange(x.shape[1])
+        bias = self.rel((i[None, :] - i[:, None]).clamp(-5, 5) + 5).permute(2, 0, 1)
+        return sdpa(q, k, v, bias, is_causal=True).square().mean()
+
+
+def test_learned_bias_training_step_compiles_in_one_graph_and_matches_eager():
+    want, got, seen = compiled_and_eager(_Biased, (torch.randn(2, 6, 8, generator=_gen(0)),))
+    assert any("fastattn.sdpa_backward.default" in s for s in seen)
+    assert_same_training(got, want, {"rel.weight", "proj.weight", "proj.bias"})
+    assert torch.count_nonzero(got[1][0]["rel.weight"]) > 0  # the bias gets a gradient
 
 
 @pytest.mark.parametrize("where", ["query", "key"])

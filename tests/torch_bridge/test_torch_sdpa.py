@@ -132,14 +132,14 @@ def test_inputs_requiring_grad_are_recorded_only_in_grad_mode():
         _close(sdpa(q, k, v), F(q, k, v), torch.float32)
 
 
-def test_float_mask_requiring_grad_is_refused_naming_it():
+def test_slopes_requiring_grad_are_refused_naming_them_a_float_mask_is_recorded():
     q, k, v = _qkv((2, 3, 4), (2, 3, 4))
-    bias = torch.zeros(3, 3, requires_grad=True)
-    with pytest.raises(ValueError, match="attn_mask requires grad.*detach"):
-        sdpa(q, k, v, bias)
     slopes = torch.ones(2, requires_grad=True)
-    with pytest.raises(ValueError, match="alibi_slopes requires grad"):
+    with pytest.raises(ValueError, match="alibi_slopes requires grad.*detach"):
         sdpa(q.requires_grad_(True), k, v, alibi_slopes=slopes)
+    bias = torch.zeros(3, 3, requires_grad=True)
+    q.requires_grad_(False)
+    assert sdpa(q, k, v, bias).grad_fn is not None  # only the mask requires grad
     with torch.no_grad():
         _close(sdpa(q, k, v, bias), F(q, k, v, bias), torch.float32)
 
