@@ -359,8 +359,7 @@ def attention_backward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray 
     naming lse when a row whose lse is -inf sees a key (nothing written).
     dmask: None or zeros of lse's dtype, batch + (L, S), one element per
     batch index (no stride 0 along a batch dimension longer than 1): the
-    gradient of an additive mask per batch index is written into it (then
-    16-bit inputs take the float kernels, and dq, dk, dv are of lse's dtype).
+    gradient of an additive mask per batch index is written into it.
     seqs: packed sequences as :func:`attention` takes them (dsinks with a
     leading sequence axis too); a sequence with no query row or no key is
     skipped (its gradients left as they were)."""

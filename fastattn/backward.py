@@ -87,8 +87,8 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
         the logits, ``P * (dP - D + g)`` before the soft cap's factor,
         computed by the same pass into a float buffer of ``batch + (L, S)``
         (the extra memory, one element per batch index, row and key), then
-        summed over what the mask broadcast.  16-bit inputs then run on the
-        float kernels (widened as they are packed) on every tier.
+        summed over what the mask broadcast and rounded once to the mask's
+        dtype.
 
     Returns
     -------
@@ -177,7 +177,7 @@ def _grad_mask(attn_mask: Any, plan) -> np.ndarray:
 
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
-    the kernel rounds them itself: 16-bit, nothing to sum, no mask gradient):
+    the kernel rounds them itself: 16-bit, nothing to sum):
     dq of batch + (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv
     heads, S, .) when grouped-query (summed over each key head's query heads
     by the kernel, in order); with sinks, the sink's of batch; with
@@ -192,8 +192,7 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask
     empty = np.zeros if L == 0 or S == 0 or no_batch else np.empty
     kvb = batch if gqa is None else batch[:-1] + gqa[:1]  # the gradients' batch
     whole = q.shape[:-2] == batch and k.shape[:-2] == kvb and v.shape[:-2] == kvb
-    rounds = whole and not want_mask and _half.is_half(cdt) and _core.backward_rounds(q)
-    gdt = cdt if rounds else adt
+    gdt = cdt if whole and _half.is_half(cdt) and _core.backward_rounds(q) else adt
     dq = empty(batch + (L, E), gdt)
     dk, dv = empty(kvb + (S, E), gdt), empty(kvb + (S, Ev), gdt)
     ds = None if sk is None else np.zeros(batch + (1, 1))

@@ -108,8 +108,7 @@ def scaled_dot_product_attention(
         bool or float, broadcastable to ``(..., L, S)``.  A float mask that
         requires grad (a learned bias, such as T5's relative position bias)
         gets its gradient, the logits' summed to its shape, computed by the
-        same pass through a float buffer of ``(..., L, S)``, with 16-bit
-        inputs on the float kernels.
+        same pass through a float buffer of ``(..., L, S)``.
     dropout_p : float
         Must be 0: fastattn has no dropout.
     is_causal : bool or {'upper_left', 'lower_right'}

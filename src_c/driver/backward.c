@@ -5,9 +5,8 @@
  * mask code (tiles_tmpl.h, scoreopts_tmpl.h).  16-bit storage runs bw16.c's
  * pass on the matrix instructions where the table has its kernels
  * (bfloat16 on amx and avx512_bf16, float16 on amx with AMX-FP16); on the
- * other tiers, for float16 without AMX-FP16, and for a call that asks for
- * the mask's gradient, the float kernels run with the 16-bit operands
- * widened as they are packed. */
+ * other tiers, and for float16 without AMX-FP16, the float kernels run with
+ * the 16-bit operands widened as they are packed. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -52,9 +51,7 @@ int fa_attention_backward(const fa_backward_args *g)
         return FA_EINVAL;
     if (a->L > 0 && a->S > 0 && (fa_bw_group(g) < 1 || !fa_bw_dmask_ok(g)))
         return FA_EINVAL; /* empty: no strides */
-    /* the mask's gradient is written by the float driver alone: 16-bit
-     * operands asking for it are widened there on every tier */
-    const int matrix16 = half && !g->dmask.data && fa_backward16_runs(a);
+    const int matrix16 = half && fa_backward16_runs(a);
     if (g->grad_storage != a->dtype && !(matrix16 && g->grad_storage == a->storage))
         return FA_EINVAL;
     if (a->dtype == FA_FLOAT32 && matrix16) return fa_backward16(g);

@@ -169,11 +169,40 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
+/* The mask's gradient (fa_backward_args.dmask) at the pair's rows < nq and
+ * keys < nk: P (dP - D), 0 where P is, before the soft cap's factor, from
+ * the float32 scores (times sc) and dP before grad_pair takes them as
+ * scratch.  P by the f32 table's expsum in float32, each row through o->tr
+ * (free until the items' stores): for bfloat16 not the weights' exp2 that
+ * the products' P takes (a relative 2^-13 apart). */
+static void bw16_dmask(const bw16_plan *pl, const fa_bw_offsets *go, const bw16_pair *t,
+                       const bw16_ops *o, float sc)
+{
+    const fa_attention_args *a = &pl->b->fwd;
+    const fa_operand *m = &pl->b->dmask;
+    const float *lse = (const float *)a->lse.data + go->lse;
+    float *p = o->tr;
+    for (int64_t i = 0; i < t->nq; i++) {
+        const float l = lse[(t->i0 + i) * a->lse.rs], d = pl->delta[go->delta + t->i0 + i];
+        if (l == -INFINITY) continue; /* nothing visible: the caller's zeros */
+        const float *s = o->s + i * BW16_KB, *dp = o->dp + i * BW16_KB;
+        for (int64_t j = 0; j < t->nk; j++) {
+            const float x = sc * s[j];
+            p[j] = l < x ? l : x; /* P never above 1 (bw_tile's clamp) */
+        }
+        (void)pl->K->expsum(p, p, t->nk, l);
+        float *dm = (float *)m->data + go->dmask + (t->i0 + i) * m->rs + t->kb * m->cs;
+        for (int64_t j = 0; j < t->nk; j++) dm[j * m->cs] = p[j] != 0 ? p[j] * (dp[j] - d) : 0;
+    }
+}
+
 /* The pair's P and dS rounded as the operands of the products of want
  * (bw16_pair_run), zero outside rows < nq and keys < nk up to qpad x kpad:
  * dP = dO.V^T, P = exp(s - lse) where visible (0 where hidden or the row's
  * lse is -inf), dS = P (dP - D), by the table's grad_pair two rows at a
- * time (the float32 backward's rule: dS exactly 0 where P is). */
+ * time (the float32 backward's rule: dS exactly 0 where P is).  The pass
+ * that owns the pair's rows (want & 1) writes the mask's gradient where
+ * asked for. */
 static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_offsets *go,
                       const bw16_pair *t, const bw16_ops *o, int want)
 {
@@ -184,6 +213,7 @@ static void bw16_tile(const bw16_plan *pl, const fa_offsets *off, const fa_bw_of
     bw16_scores(pl, off, t, o);
     pl->M->gemm(o->tf, pl->f16, 1, t->qpad, t->kpad, pl->evp, o->dor, pl->evp, o->vt,
                 2 * BW16_KB, o->dp, BW16_KB);
+    if ((want & 1) && pl->b->dmask.data) bw16_dmask(pl, go, t, o, sc);
     for (int64_t i = 0; i < t->qpad; i += 2) {
         float l[2], d[2];
         int live[2];
