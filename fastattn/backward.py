@@ -32,7 +32,7 @@ from ._api import arrays_and_dtypes, kernel_operand, problem_shape
 from ._gqa import group_heads
 from ._grads import (check_lse, drop_features, grad_as, grad_lse_operand,
                      no_empty_features, sinks_grad, sum_to)
-from ._masks import resolve
+from ._masks import MaskPlan, resolve
 from ._validate import check_scale, forward_array, thread_count
 
 if TYPE_CHECKING:
@@ -165,10 +165,10 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     return result
 
 
-def _grad_mask(attn_mask: Any, plan) -> np.ndarray:
+def _grad_mask(attn_mask: Any, plan: MaskPlan) -> np.ndarray:
     """The floating-point ``attn_mask`` as an array (its shape and dtype
     are its gradient's); a ValueError if there is none."""
-    if plan[5] is None:  # the plan's additive mask
+    if plan.add_mask is None:
         what = "none" if attn_mask is None else f"dtype {np.asarray(attn_mask).dtype}"
         raise ValueError(f"return_mask_grad=True needs a floating-point attn_mask (a bool "
                          f"mask has no gradient), got {what}")
@@ -177,11 +177,11 @@ def _grad_mask(attn_mask: Any, plan) -> np.ndarray:
 
 def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
-    the kernel rounds them itself: 16-bit, nothing to sum):
-    dq of batch + (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv
-    heads, S, .) when grouped-query (summed over each key head's query heads
-    by the kernel, in order); with sinks, the sink's of batch; with
-    want_mask, the logits' of batch + (L, S) (else None)."""
+    the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
+    (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv heads, S, .)
+    when grouped-query (summed over each key head's query heads by the
+    kernel, in order); with sinks, the sink's of batch; with want_mask, the
+    logits' of batch + (L, S) (else None)."""
     q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     causal, offset, wl, wr, bm, am, pad = plan
