@@ -3,6 +3,7 @@ forward + backward with the bias's gradient, fastattn against torch.
 
     python bench/learned_bias_backward.py [--rounds 9] [--threads 1,2]
                                           [--dtypes float32,bfloat16] [--json FILE]
+    python bench/learned_bias_backward.py --peak
 
 Per shape (SHAPES below: batch, heads, L = S, D, and the bias's shape), dtype
 (the inputs' and the bias's), each round in one process, every
@@ -16,9 +17,16 @@ median time, and the medians of the per-round ratios of the peers' time over
 fastattn's, with their lowest and highest round.  The gradients are compared
 with torch SDPA's once (largest difference over the largest gradient).  The
 fastattn imported is the one on ``sys.path`` (its path is printed).
+
+``--peak``: each implementation's first call at each shape (float32, 2
+threads) in a fresh subprocess: the growth of its peak resident memory
+(VmHWM, reset just before the call) over its resident memory before it,
+beside the gradients' own bytes.
 """
 import argparse
 import json
+import subprocess
+import sys
 import time
 
 import ml_dtypes
@@ -116,19 +124,57 @@ def _measure(torch, shape, dtype, threads, rounds):
     return row, line
 
 
+def _status_mib(field):
+    with open("/proc/self/status") as f:
+        return int(f.read().split(field + ":")[1].split()[0]) / 1024
+
+
+def _one_peak(torch, shape_index, name):
+    """In this (fresh) process: one call of ``name`` -> the growth of the
+    peak resident memory during it over the resident memory before it."""
+    impls, _ = _impls(torch, SHAPES[shape_index], "float32", 2)
+    before = _status_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    impls[name]()
+    print(json.dumps({"peak_growth_mib": _status_mib("VmHWM") - before}))
+
+
+def _peaks(torch):
+    """Every implementation's peak growth at every shape, each in a fresh
+    subprocess."""
+    for i, (b, h, n, d, bshape) in enumerate(SHAPES):
+        grads = (3 * b * h * n * d + int(np.prod(bshape))) * 4 / 2 ** 20
+        line = f"{(b, h, n, d)} bias {bshape} float32 2t, gradients {grads:.0f} MiB: peak growth"
+        for name in ("fastattn",) + (("torch_sdpa", "eager") if torch else ()):
+            r = subprocess.run([sys.executable, __file__, "--one-peak", f"{i},{name}"],
+                               capture_output=True, text=True, check=True)
+            line += f", {name} {json.loads(r.stdout.splitlines()[-1])['peak_growth_mib']:.0f} MiB"
+        print(line, flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--json", default=None)
+    p.add_argument("--peak", action="store_true")
+    p.add_argument("--one-peak", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     try:
         import torch
     except ImportError:
         torch = None
+    if a.one_peak:
+        i, name = a.one_peak.split(",")
+        _one_peak(torch, int(i), name)
+        return
     print(f"fastattn {fastattn.__file__} isa {fastattn.get_isa()}; torch "
           f"{torch.__version__ if torch else 'not installed'}")
+    if a.peak:
+        _peaks(torch)
+        return
     rows = []
     for shape in SHAPES:
         for dtype in a.dtypes.split(","):
