@@ -85,23 +85,25 @@ def test_gpt_oss_sinks_of_every_layer_get_eager_gradient():
         assert_grad_close(g, w, "sinks")
 
 
+def _adam_losses(model, batch, steps=5):
+    """The losses of ``steps`` Adam steps on one batch."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    run = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        run.append(loss.detach())
+    return torch.stack(run)
+
+
 @pytest.mark.parametrize("name", TRAIN_MODELS)
 def test_five_adam_steps_give_eager_losses(name):
     eager, ours = train_pair(name, fa_tf.NAME)
-    batch = _batch()
-    losses = []
-    for model in (eager, ours):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        run = []
-        for _ in range(5):
-            opt.zero_grad()
-            loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            run.append(loss.detach())
-        losses.append(torch.stack(run))
-    torch.testing.assert_close(losses[1], losses[0], rtol=RTOL, atol=0)
-    assert losses[1][-1] < losses[1][0]  # the steps trained
+    want, got = (_adam_losses(m, _batch()) for m in (eager, ours))
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+    assert got[-1] < got[0]  # the steps trained
 
 
 def test_inference_under_no_grad_takes_the_direct_path(monkeypatch):
@@ -199,15 +201,5 @@ def test_t5_learned_position_bias_trains_as_eager(monkeypatch):
     for stack in (ours.encoder, ours.decoder):
         bias = stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight
         assert torch.count_nonzero(bias.grad) > 0
-    losses = []
-    for model in (eager, ours):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        run = []
-        for _ in range(5):
-            opt.zero_grad()
-            loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            run.append(loss.detach())
-        losses.append(torch.stack(run))
-    torch.testing.assert_close(losses[1], losses[0], rtol=RTOL, atol=0)
+    want, got = (_adam_losses(m, batch) for m in (eager, ours))
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
