@@ -23,9 +23,8 @@ import pytest
 
 import fastattn
 from fastattn import reference
+from backward_common import grad_bound as _bound
 from half_common import HALF_IDS, HALVES
-
-U = {np.dtype(np.float32): 2.0 ** -24, np.dtype(np.float64): 2.0 ** -53}
 
 OPTIONS = {
     "plain": {},
@@ -49,19 +48,6 @@ def _inputs(rng, shape_q, shape_k, Ev, dtype):
     k = rng.standard_normal(shape_k).astype(dtype)
     v = rng.standard_normal(shape_k[:-1] + (Ev,)).astype(dtype)
     return q, k, v
-
-
-def _bound(g_ref, dtype, n):
-    """The documented bound for a gradient of the reference value g_ref."""
-    m = float(np.max(np.abs(g_ref.astype(np.float64)), initial=0.0)) or 1.0
-    dt = np.dtype(dtype)
-    if dt == np.float64:
-        return 1e-12 * m
-    base = 4 * n * U[np.dtype(np.float32)] * m
-    if dt == np.float32:
-        return base
-    u16 = 2.0 ** -11 if dt == np.float16 else 2.0 ** -8
-    return base + 4 * u16 * m
 
 
 def _compare(q, k, v, *, grad_lse=False, threads=(None,), rng=None, **opts):

@@ -23,6 +23,7 @@ import pytest
 
 import fastattn
 from fastattn import _core, reference
+from backward_common import grad_bound as _bound
 from half_common import HALF_IDS, HALVES
 
 B, H, HK, L, S, E, EV = 2, 4, 2, 37, 150, 8, 6
@@ -46,17 +47,6 @@ OPTIONS = {
                             "sinks": np.linspace(-1, 1, H)},
     "grouped_heads_softcap_window": {"enable_gqa": True, "softcap": 2.0, "window": (30, 10)},
 }
-
-
-def _bound(g_ref, dtype, n):
-    m = float(np.max(np.abs(g_ref.astype(np.float64)), initial=0.0)) or 1.0
-    dt = np.dtype(dtype)
-    if dt == np.float64:
-        return 1e-12 * m
-    base = 4 * n * 2.0 ** -24 * m
-    if dt == np.float32:
-        return base
-    return base + 4 * (2.0 ** -11 if dt == np.float16 else 2.0 ** -8) * m
 
 
 def _problem(dtype, opts, mask_shape, seed=0, mask_dtype=None):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import fastattn
+from backward_common import grad_bound as _bound
 from fastattn import reference
 
 HEADS = 4
@@ -39,19 +40,6 @@ CASES = {
     "window_softcap": {"window": (40, 3), "softcap": 2.5},
     "padding": {"key_padding_mask": np.arange(200) % 9 == 4},
 }
-
-
-def _bound(g_ref, dtype, n):
-    """test_backward.py's documented forward-error bound: 1e-12 max|g| in
-    float64, 4 n u32 max|g| in float32, plus 4 u16 max|g| for 16-bit inputs."""
-    m = float(np.max(np.abs(g_ref.astype(np.float64)), initial=0.0)) or 1.0
-    dt = np.dtype(dtype)
-    if dt == np.float64:
-        return 1e-12 * m
-    base = 4 * n * 2.0 ** -24 * m
-    if dt == np.float32:
-        return base
-    return base + 4 * (2.0 ** -11 if dt == np.float16 else 2.0 ** -8) * m
 
 
 def _run(q, k, v, d_o, threads, **opts):

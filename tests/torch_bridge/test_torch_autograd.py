@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch", reason="fastattn.torch needs torch (pip ins
 
 import fastattn  # noqa: E402
 import fastattn.torch as fat  # noqa: E402
-from fastattn import _torch_views as views  # noqa: E402
 from fastattn.torch import scaled_dot_product_attention as sdpa  # noqa: E402
-from torch_common import assert_same_training, compiled_and_eager  # noqa: E402
+from torch_common import (assert_same_training, compiled_and_eager,  # noqa: E402
+                          skip_without_bfloat16)
 
 F = torch.nn.functional.scaled_dot_product_attention
 QS, KS = (1, 2, 5, 4), (1, 2, 7, 4)  # L = 5 queries, S = 7 keys
@@ -178,11 +178,7 @@ def test_learned_bias_gradient_matches_torch_sdpa_float32(shape):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16bit_learned_bias_gradient_near_float64(dtype):
-    if dtype == torch.bfloat16:
-        try:
-            views.bfloat16_dtype("query")
-        except TypeError:
-            pytest.skip("this fastattn build does not compute with bfloat16")
+    skip_without_bfloat16(dtype)
     leaves = _leaves((2, 2, 16, 16), (2, 2, 24, 16), dtype, seed=16)
     bias = torch.randn(2, 16, 24, generator=_gen(17)).to(dtype).requires_grad_(True)
     wide = tuple(x.detach().double().requires_grad_(True) for x in leaves)
@@ -200,11 +196,7 @@ def test_16bit_learned_bias_gradient_near_float64(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16bit_gradients_near_float64(dtype):
-    if dtype == torch.bfloat16:
-        try:
-            views.bfloat16_dtype("query")
-        except TypeError:
-            pytest.skip("this fastattn build does not compute with bfloat16")
+    skip_without_bfloat16(dtype)
     leaves = _leaves((2, 2, 16, 16), (2, 2, 24, 16), dtype, seed=5)
     wide = tuple(x.detach().double().requires_grad_(True) for x in leaves)
     w = torch.randn(2, 2, 16, 16, generator=_gen(6))

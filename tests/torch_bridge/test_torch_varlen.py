@@ -12,7 +12,8 @@ import fastattn  # noqa: E402
 import fastattn._torch_varlen as tv  # noqa: E402
 from fastattn import _torch_views as views  # noqa: E402
 from fastattn.torch import attention_varlen  # noqa: E402
-from torch_common import assert_same_training, compiled_and_eager  # noqa: E402
+from torch_common import (assert_same_training, compiled_and_eager,  # noqa: E402
+                          skip_without_bfloat16)
 
 F = torch.nn.functional.scaled_dot_product_attention
 CU_Q = torch.tensor([0, 2, 2, 5], dtype=torch.int32)  # the middle sequence has no queries
@@ -119,11 +120,7 @@ def test_forward_and_gradients_are_those_of_the_numpy_functions_bitwise():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16bit_inputs_read_in_place_and_gradients_in_their_dtype(dtype):
-    if dtype == torch.bfloat16:
-        try:
-            views.bfloat16_dtype("query")
-        except TypeError:
-            pytest.skip("this fastattn build does not compute with bfloat16")
+    skip_without_bfloat16(dtype)
     leaves = _leaves(4, 2, dtype, seed=8, e=16)
     wide = tuple(x.detach().double().requires_grad_(True) for x in leaves)
     w = torch.randn(int(CU_Q[-1]), 4, 16, generator=_gen(9))

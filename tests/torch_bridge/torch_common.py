@@ -2,7 +2,18 @@
 next to the same step run eagerly (needs torch; imported by test modules
 that skip without it)."""
 
+import pytest
 import torch
+
+
+def skip_without_bfloat16(dtype):
+    """Skip a bfloat16 case where this fastattn build does not compute with it."""
+    from fastattn import _torch_views
+    if dtype == torch.bfloat16:
+        try:
+            _torch_views.bfloat16_dtype("query")
+        except TypeError:
+            pytest.skip("this fastattn build does not compute with bfloat16")
 
 
 def train(model, step, args, n=3):
