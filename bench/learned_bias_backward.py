@@ -36,7 +36,8 @@ import fastattn
 
 # (batch, heads, L = S, D, the bias's shape): a T5-style bias shared by the
 # batch, and one bias per head at a longer sequence
-SHAPES = [(4, 8, 512, 64, (1, 8, 512, 512)), (1, 8, 1024, 64, (8, 1024, 1024))]
+SHAPES = [(4, 8, 512, 64, (1, 8, 512, 512)), (1, 8, 1024, 64, (8, 1024, 1024)),
+          (16, 8, 512, 64, (1, 8, 512, 512))]
 
 
 def _clock(fn):

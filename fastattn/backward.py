@@ -9,13 +9,14 @@ as a stride-0 key/value view, as :mod:`fastattn._gqa` runs them per head),
 in float32 for float32 and 16-bit inputs, float64 for float64; where the
 forward broadcast (batch dimensions of length 1, the query heads of a
 group), the per-index gradients are summed here with NumPy, in a fixed
-order, and each is rounded once to its input's dtype.  So the extra memory
-is those per-index gradients (at most the broadcast factor times an input),
-never ``L x S``; where nothing is summed and the kernel can (16-bit inputs
-on its matrix path, :func:`fastattn._core.backward_rounds`), it rounds the
-gradients once itself and writes them in the inputs' dtype directly.  The
-sinks' gradient comes back per batch index too, and is summed to the shape
-of ``sinks`` likewise.
+order, and each is rounded once to its input's dtype. So the extra memory is
+those per-index gradients (at most the broadcast factor times an input),
+never ``L x S`` but for a float mask's gradient, whose per-index buffer is
+bounded by running the batch in chunks (``MASK_GRAD_CHUNK_BYTES``); where
+nothing is summed and the kernel can (16-bit inputs on its matrix path,
+:func:`fastattn._core.backward_rounds`), it rounds the gradients once itself
+and writes them in the inputs' dtype directly. The sinks' gradient comes
+back per batch index too, and is summed to the shape of ``sinks`` likewise.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def attention_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayLike, va
     g_lse = None if grad_lse is None else grad_lse_operand(grad_lse, batch + (L,), adt)
     mask = _grad_mask(attn_mask, plan) if return_mask_grad else None
     grads = _run(no_empty_features((q, k, v, o, d_o), L, S), lse_a, g_lse, cdt, adt, batch,
-                 gqa, sc, plan, opts, nt, mask is not None)
+                 gqa, sc, plan, opts, nt, None if mask is None else mask.shape)
     result = tuple(grad_as(sum_to(drop_features(g, x), x.shape), x)
                    for g, x in zip(grads, (q, k, v)))
     if sinks is not None:
@@ -175,16 +176,25 @@ def _grad_mask(attn_mask: Any, plan: MaskPlan) -> np.ndarray:
     return attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
 
 
-def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask) -> tuple:
+# The most bytes of a float attn_mask's per-batch-index gradients held at once
+# where the mask is shared along a batch axis (T5's bias, one per head, over a
+# batch of sequences): the backward then runs over that axis in chunks, each
+# chunk's gradients added into the mask's, so the extra memory is about this
+# much, not the batch's size times the mask's.
+MASK_GRAD_CHUNK_BYTES = 16 << 20
+
+
+def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, mask_shape) -> tuple:
     """The kernel's per-batch-index gradients (arrays of adt, or of cdt when
     the kernel rounds them itself: 16-bit, nothing to sum): dq of batch +
     (L, E); dk, dv of batch + (S, .), or of batch[:-1] + (kv heads, S, .)
     when grouped-query (summed over each key head's query heads by the
-    kernel, in order); with sinks, the sink's of batch; with want_mask, the
-    logits' of batch + (L, S) (else None)."""
+    kernel, in order); with sinks, the sink's of batch; with mask_shape (a
+    float mask's, else None), the logits' of batch + (L, S), already summed
+    in order along the batch axis it chunked (of length 1 there; else None)."""
     q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-    causal, offset, wl, wr, bm, am, pad = plan
+    bm, am, pad = plan[4:]
     cap, al, sk = opts
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
     # nothing to compute (no rows, keys or batch index): zero gradients
@@ -196,9 +206,15 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask
     dq = empty(batch + (L, E), gdt)
     dk, dv = empty(kvb + (S, E), gdt), empty(kvb + (S, Ev), gdt)
     ds = None if sk is None else np.zeros(batch + (1, 1))
-    # the positions the pass does not compute are hidden: zero gradients
-    dm = np.zeros(batch + (L, S), adt) if want_mask else None
-    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds, dm]
+    chunks = None if mask_shape is None else _mask_chunks(batch, gqa, mask_shape, L * S, adt)
+    # the positions the pass does not compute are hidden: zero gradients;
+    # chunked along ax, dm is their sum along it (length 1 there)
+    ax, n = chunks or (0, 0)
+    dm = None if mask_shape is None else np.zeros((_set(batch, ax, 1) if chunks else batch)
+                                                  + (L, S), adt)
+    if no_batch:
+        return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
+    rows = [q, o, d_o, lse[..., None], None if g_lse is None else g_lse[..., None], dq, ds]
     if gqa is not None:
         hk, g = gqa
         full = batch + (L, S)
@@ -210,15 +226,73 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, want_mask
         pad = None if pad is None else group_heads(np.broadcast_to(pad, batch + (1, S)), hk, g)
         al, sk = (None if x is None else group_heads(np.broadcast_to(x, batch + (1, 1)), hk, g)
                   for x in (al, sk))
-    if no_batch:
-        return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
-    qb, ob, dob, lse3, glse3, dqb, dsb, dmb = rows
+    qb, ob, dob, lse3, glse3, dqb, dsb = rows
     # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it
     dkb, dvb = (dk, dv) if gqa is None else (dk[..., None, :, :], dv[..., None, :, :])
-    _core.attention_backward(qb, k, v, ob, lse3, dob, dqb, dkb, dvb, batch=kb, scale=sc,
-                             causal=causal, causal_offset=offset, win_left=wl, win_right=wr,
-                             bool_mask=bm, add_mask=am, pad=pad, num_threads=nt, softcap=cap,
-                             alibi=al, sinks=sk, glse=glse3, dsinks=dsb, dmask=dmb)
+    ops = (qb, k, v, ob, lse3, dob, dqb, dkb, dvb, bm, am, pad, al, sk, glse3, dsb)
+    if not chunks:
+        _backward(ops, kb, dm, gqa, sc, plan, cap, nt)
+        return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
+    dmc = np.zeros(_set(batch, ax, n) + (L, S), adt)  # one chunk's, zeroed before each
+    for a in range(0, kb[ax], n):
+        b = min(a + n, kb[ax])
+        part = dmc[(slice(None),) * ax + (slice(0, b - a),)]
+        if a:
+            part.fill(0)
+        _backward(tuple(_along(x, ax, len(kb), a, b) for x in ops), _set(kb, ax, b - a), part,
+                  gqa, sc, plan, cap, nt)
+        _add_along(dm, part, ax)
     return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
 
 
+def _backward(ops: tuple, kb: tuple, dm, gqa, sc, plan, cap, nt) -> None:
+    """One kernel call over ``ops`` (q, k, v, out, lse, dout, dq, dk, dv,
+    then the masks', ALiBi's, sinks', grad_lse's and dsinks' operands) for
+    kernel batch kb, the mask's gradient into dm (batch-shaped, or None)."""
+    causal, offset, wl, wr = plan[:4]
+    _core.attention_backward(*ops[:9], batch=kb, scale=sc, causal=causal, causal_offset=offset,
+                             win_left=wl, win_right=wr, bool_mask=ops[9], add_mask=ops[10],
+                             pad=ops[11], num_threads=nt, softcap=cap, alibi=ops[12],
+                             sinks=ops[13], glse=ops[14], dsinks=ops[15],
+                             dmask=dm if dm is None or gqa is None else group_heads(dm, *gqa))
+
+
+def _mask_chunks(batch: tuple, gqa, mask_shape: tuple, ls: int, adt) -> tuple[int, int] | None:
+    """(axis, n): the backward runs over batch axis ``axis`` n indices at a
+    time and sums the chunks' mask gradients along it, where the mask
+    broadcasts along that axis and the whole batch's gradients would exceed
+    MASK_GRAD_CHUNK_BYTES; else None (one call, the sum left to ``sum_to``).
+    The axis is the outermost the mask broadcasts along, never the query
+    heads of a grouped call (whose key heads' gradients the kernel sums)."""
+    nb = len(batch)
+    m = (1,) * (nb + 2 - len(mask_shape)) + tuple(mask_shape)
+    axes = [i for i in range(nb - (gqa is not None)) if m[i] == 1 and batch[i] > 1]
+    if not axes:
+        return None
+    one = math.prod(batch) // batch[axes[0]] * ls * np.dtype(adt).itemsize  # one index's
+    n = MASK_GRAD_CHUNK_BYTES // max(one, 1)
+    return (axes[0], max(1, n)) if n < batch[axes[0]] else None
+
+
+def _set(shape: tuple, axis: int, n: int) -> tuple:
+    """shape with shape[axis] = n (shape itself when it has no such axis)."""
+    return shape[:axis] + (n,) + shape[axis + 1:] if axis < len(shape) else shape
+
+
+def _along(x, axis: int, nb: int, a: int, b: int):
+    """x's indices a:b of batch axis ``axis`` of nb (its dims right-aligned
+    against nb + 2, as the kernel reads them): x itself where it has no such
+    dimension or broadcasts along it."""
+    if x is None:
+        return None
+    d = axis - (nb + 2 - x.ndim)
+    if d < 0 or x.shape[d] == 1:
+        return x
+    return x[(slice(None),) * d + (slice(a, b),)]
+
+
+def _add_along(total: np.ndarray, part: np.ndarray, axis: int) -> None:
+    """total (length 1 along ``axis``) += each of part's indices along it, in
+    order: as NumPy's sum over that axis adds them, from zero."""
+    for j in range(part.shape[axis]):
+        np.add(total, part[(slice(None),) * axis + (slice(j, j + 1),)], out=total)

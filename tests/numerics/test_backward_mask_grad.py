@@ -203,3 +203,54 @@ def test_driver_refuses_a_mask_gradient_broadcast_over_the_batch_nothing_written
         _core.attention_backward(q, k, v, out, lse[..., None], d_o, *grads, batch=(B, H),
                                  scale=E ** -0.5, add_mask=mask,
                                  dmask=np.zeros((B, H, L, S), np.float32))
+
+
+@pytest.mark.parametrize("shape,grouped", [("over_batch", False), ("over_heads", False),
+                                           ("over_batch", True), ("rows_and_keys", False),
+                                           ("keys_only", True)],
+                         ids=["over_batch", "over_heads", "over_batch_grouped",
+                              "rows_and_keys", "keys_only_grouped"])
+def test_mask_shared_over_a_batch_axis_runs_in_chunks_same_gradients(monkeypatch, shape,
+                                                                      grouped):
+    """With the buffer bound below the batch's mask gradients, the backward
+    runs over the outermost axis the mask broadcasts along in chunks of two
+    indices (the heads' axis only when not grouped), each call's mask
+    gradient within the bound: the same dQ, dK, dV bits; the mask's the same
+    bits where it broadcasts along that axis alone (summed in the same
+    order), within rounding where along two."""
+    from fastattn import backward
+    b = 3
+    opts = {"softcap": 2.0, "is_causal": "lower_right"}
+    if grouped:
+        opts["enable_gqa"] = True
+    rng = np.random.default_rng(9)
+    hk = HK if grouped else H
+    q = rng.standard_normal((b, H, L, E))
+    k, v = rng.standard_normal((b, hk, S, E)), rng.standard_normal((b, hk, S, EV))
+    mask = rng.standard_normal({"over_batch": (1, H, L, S), "over_heads": (b, 1, L, S),
+                                "rows_and_keys": (L, S), "keys_only": (S,)}[shape])
+    out, lse = fastattn.attention(q, k, v, mask, return_lse=True, **opts)
+    d_o = rng.standard_normal(out.shape)
+    whole = fastattn.attention_backward(d_o, q, k, v, out, lse, mask, return_mask_grad=True,
+                                        **opts)
+    axis_len = H if shape == "over_heads" else b
+    one_index = b * H // axis_len * L * S * 8
+    monkeypatch.setattr(backward, "MASK_GRAD_CHUNK_BYTES", 2 * one_index)
+    kernel, sizes = _core.attention_backward, []
+
+    def counted(*args, dmask=None, **kw):
+        sizes.append(dmask.nbytes)
+        return kernel(*args, dmask=dmask, **kw)
+
+    monkeypatch.setattr(_core, "attention_backward", counted)
+    got = fastattn.attention_backward(d_o, q, k, v, out, lse, mask, return_mask_grad=True,
+                                      **opts)
+    assert sizes == [2 * one_index] * (axis_len // 2) + [one_index] * (axis_len % 2)
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(got[:3], whole[:3]))
+    if shape in ("over_batch", "over_heads"):
+        assert got[3].tobytes() == whole[3].tobytes()
+    else:
+        np.testing.assert_allclose(got[3], whole[3], rtol=0, atol=1e-13 * np.abs(whole[3]).max())
+    want = reference.attention_backward(d_o, q, k, v, out, lse, mask, return_mask_grad=True,
+                                        **opts)
+    _check(got, want, np.float64, _names(opts))
