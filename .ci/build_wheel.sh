@@ -10,7 +10,9 @@
 #   * the repaired wheel runs the smoke test (tests/test_packaging.py run as a
 #     script: the walkthrough example, `python -m fastattn info`, every ISA
 #     path forced through FASTATTN_ISA giving the default path's results,
-#     and the baseline path chosen when detection reports no AVX2/AVX-512).
+#     and the baseline path chosen when detection reports no AVX2/AVX-512);
+#   * the repaired wheel, with the oldest numpy, scipy and ml_dtypes that
+#     pyproject.toml allows, passes the whole test suite.
 # Needs: python with pip, a C compiler with OpenMP, network access to the
 # package index (build dependencies, numpy, scipy).  Usage:
 #   bash .ci/build_wheel.sh            # KEEP_WHEELHOUSE=dir keeps the wheels
@@ -95,6 +97,21 @@ step "fresh venv + repaired wheel (runtime dependencies only)"
 "$WORK/venv-wheel/bin/python" "${PIPI[@]}" "$REPAIRED"
 "$WORK/venv-wheel/bin/python" -m pip list --format=freeze --disable-pip-version-check
 smoke "$WORK/venv-wheel"
+
+# The floor pyproject.toml declares (numpy, scipy, ml_dtypes at their lowest
+# allowed versions, binary wheels for this Python) is a promise to users who
+# cannot upgrade: the repaired wheel (built against NumPy 2) and the whole
+# test suite, run from a copy outside the checkout, with exactly those.
+step "fresh venv + repaired wheel + the oldest declared dependencies: the test suite"
+read -r -a FLOOR <<< "$("$PY" -c 'import re, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(" ".join(re.sub(r">=", "==", d) for d in p["dependencies"]))')"
+read -r -a TEST_REQS <<< "$("$PY" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]))')"
+"$PY" -m venv "$WORK/venv-oldest"
+"$WORK/venv-oldest/bin/python" "${PIPI[@]}" --only-binary=:all: "$REPAIRED" "${FLOOR[@]}" "${TEST_REQS[@]}"
+"$WORK/venv-oldest/bin/python" -m pip list --format=freeze --disable-pip-version-check \
+    | grep -iE '^(numpy|scipy|ml.dtypes|fastattn)=='
+mkdir "$WORK/oldest" && cp -r tests pyproject.toml "$WORK/oldest/"
+(cd "$WORK/oldest" && env -u PYTHONPATH -u FASTATTN_ISA -u FASTATTN_DISABLE_CPU_FEATURES \
+    "$WORK/venv-oldest/bin/python" -m pytest -n auto -q -p no:cacheprovider tests)
 
 if [ -n "${KEEP_WHEELHOUSE:-}" ]; then
     mkdir -p "$KEEP_WHEELHOUSE" && cp "$REPAIRED" "$SDIST" "$KEEP_WHEELHOUSE"/

@@ -83,7 +83,7 @@ def main(argv=None):
             kc, vc, kw = _pools(rng, dtype, (tot, Hkv, bs, D))
             nbytes = int(lens.sum()) * Hkv * D * 2 * kc.itemsize
 
-            def call(table):
+            def call(table, kc=kc, vc=vc, kw=kw):  # this iteration's pools, bound now
                 fastattn.attention_paged(q, kc, vc, table, lens, layout="HND", out=out,
                                          num_threads=args.threads, **kw)
             tm, th, tp = [], [], []
