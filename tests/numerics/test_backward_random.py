@@ -2,7 +2,8 @@
 property test.  Hypothesis draws shapes around the backward's blocks
 (FA_BW_MQ query rows, FA_KC keys), heads and grouped-query heads, the causal
 alignment, a window, a boolean or float mask (then its gradient too, from any
-shape it broadcasts from), the score options and grad_lse; float64, the bound
+shape it broadcasts from, the batch in one call or in chunks of one to three
+indices' mask gradients), the score options and grad_lse; float64, the bound
 of test_backward.py (1e-12 of the largest gradient entry), on every ISA
 path."""
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import fastattn
 from conftest import examples
-from fastattn import reference
+from fastattn import backward, reference
 
 
 @st.composite
@@ -44,13 +45,15 @@ def backward_cases(draw):
         bias[..., ::5] = np.where(bias[..., ::5] > 1.0, -np.inf, bias[..., ::5])
         opts["attn_mask"] = bias
         opts["return_mask_grad"] = draw(st.booleans())
-    return L, S, E, Ev, hkv, g, draw(st.booleans()), draw(st.integers(0, 2**16)), opts
+    # the bound on the mask gradients held at once (None: the default, one call here)
+    chunk = draw(st.sampled_from([None, 1, 3 * L * S * 8]))
+    return L, S, E, Ev, hkv, g, draw(st.booleans()), draw(st.integers(0, 2**16)), chunk, opts
 
 
 @settings(max_examples=examples(60))
 @given(case=backward_cases())
 def test_backward_matches_reference(isa, case):
-    L, S, E, Ev, hkv, g, with_glse, seed, opts = case
+    L, S, E, Ev, hkv, g, with_glse, seed, chunk, opts = case
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((2, hkv * g, L, E))
     k, v = rng.standard_normal((2, hkv, S, E)), rng.standard_normal((2, hkv, S, Ev))
@@ -58,8 +61,13 @@ def test_backward_matches_reference(isa, case):
     out, lse = fastattn.attention(q, k, v, enable_gqa=True, return_lse=True, **fwd)
     d_o = rng.standard_normal(out.shape)
     g_lse = rng.standard_normal(lse.shape) if with_glse else None
-    got = fastattn.attention_backward(d_o, q, k, v, out, lse, enable_gqa=True, grad_lse=g_lse,
-                                      **opts)
+    default = backward.MASK_GRAD_CHUNK_BYTES
+    backward.MASK_GRAD_CHUNK_BYTES = chunk or default
+    try:
+        got = fastattn.attention_backward(d_o, q, k, v, out, lse, enable_gqa=True,
+                                          grad_lse=g_lse, **opts)
+    finally:
+        backward.MASK_GRAD_CHUNK_BYTES = default
     want = reference.attention_backward(d_o, q, k, v, out, lse, enable_gqa=True,
                                         grad_lse=g_lse, **opts)
     assert len(got) == len(want)
