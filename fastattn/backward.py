@@ -194,7 +194,7 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, mask_shap
     in order along the batch axis it chunked (of length 1 there; else None)."""
     q, k, v, o, d_o = (kernel_operand(x, cdt) for x in arrays)
     L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-    bm, am, pad = plan[4:]
+    bm, am, pad = plan.bool_mask, plan.add_mask, plan.pad
     cap, al, sk = opts
     kb = batch if gqa is None else batch[:-1] + gqa  # (..., kv heads, group)
     # nothing to compute (no rows, keys or batch index): zero gradients
@@ -229,9 +229,11 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, mask_shap
     qb, ob, dob, lse3, glse3, dqb, dsb = rows
     # grouped: dk, dv of length 1 along the group (stride 0): the kernel sums it
     dkb, dvb = (dk, dv) if gqa is None else (dk[..., None, :, :], dv[..., None, :, :])
-    ops = (qb, k, v, ob, lse3, dob, dqb, dkb, dvb, bm, am, pad, al, sk, glse3, dsb)
+    ops = (qb, k, v, ob, lse3, dob, dqb, dkb, dvb)
+    kw = {"bool_mask": bm, "add_mask": am, "pad": pad, "alibi": al, "sinks": sk,
+          "glse": glse3, "dsinks": dsb}
     if not chunks:
-        _backward(ops, kb, dm, gqa, sc, plan, cap, nt)
+        _backward(ops, kw, kb, dm, gqa, sc, plan, cap, nt)
         return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
     dmc = np.zeros(_set(batch, ax, n) + (L, S), adt)  # one chunk's, zeroed before each
     for a in range(0, kb[ax], n):
@@ -239,22 +241,22 @@ def _run(arrays, lse, g_lse, cdt, adt, batch, gqa, sc, plan, opts, nt, mask_shap
         part = dmc[(slice(None),) * ax + (slice(0, b - a),)]
         if a:
             part.fill(0)
-        _backward(tuple(_along(x, ax, len(kb), a, b) for x in ops), _set(kb, ax, b - a), part,
-                  gqa, sc, plan, cap, nt)
+        _backward(tuple(_along(x, ax, len(kb), a, b) for x in ops),
+                  {name: _along(x, ax, len(kb), a, b) for name, x in kw.items()},
+                  _set(kb, ax, b - a), part, gqa, sc, plan, cap, nt)
         _add_along(dm, part, ax)
     return dq, dk, dv, None if ds is None else ds[..., 0, 0], dm
 
 
-def _backward(ops: tuple, kb: tuple, dm, gqa, sc, plan, cap, nt) -> None:
-    """One kernel call over ``ops`` (q, k, v, out, lse, dout, dq, dk, dv,
-    then the masks', ALiBi's, sinks', grad_lse's and dsinks' operands) for
+def _backward(ops: tuple, kw: dict, kb: tuple, dm, gqa, sc, plan: MaskPlan, cap, nt) -> None:
+    """One kernel call over ``ops`` (q, k, v, out, lse, dout, dq, dk, dv) and
+    ``kw`` (the masks', ALiBi's, sinks', grad_lse's and dsinks' operands) for
     kernel batch kb, the mask's gradient into dm (batch-shaped, or None)."""
-    causal, offset, wl, wr = plan[:4]
-    _core.attention_backward(*ops[:9], batch=kb, scale=sc, causal=causal, causal_offset=offset,
-                             win_left=wl, win_right=wr, bool_mask=ops[9], add_mask=ops[10],
-                             pad=ops[11], num_threads=nt, softcap=cap, alibi=ops[12],
-                             sinks=ops[13], glse=ops[14], dsinks=ops[15],
-                             dmask=dm if dm is None or gqa is None else group_heads(dm, *gqa))
+    _core.attention_backward(*ops, batch=kb, scale=sc, causal=plan.causal,
+                             causal_offset=plan.offset, win_left=plan.win_left,
+                             win_right=plan.win_right, num_threads=nt, softcap=cap,
+                             dmask=dm if dm is None or gqa is None else group_heads(dm, *gqa),
+                             **kw)
 
 
 def _mask_chunks(batch: tuple, gqa, mask_shape: tuple, ls: int, adt) -> tuple[int, int] | None:
