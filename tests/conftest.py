@@ -82,9 +82,13 @@ settings.load_profile(os.environ.get("FASTATTN_HYPOTHESIS_PROFILE", "fastattn"))
 def examples(n: int) -> int:
     """``n`` hypothesis examples for a test that sets its own count; an eighth
     of them (at least 5) under the sanitizer profile, where every call is
-    several times slower."""
-    if os.environ.get("FASTATTN_HYPOTHESIS_PROFILE") == "ci-sanitize":
+    several times slower; ten times as many under the soak profile
+    (``thorough``), whose own max_examples a test's count would override."""
+    profile = os.environ.get("FASTATTN_HYPOTHESIS_PROFILE")
+    if profile == "ci-sanitize":
         return max(5, n // 8)
+    if profile == "thorough":
+        return 10 * n
     return n
 
 # ---------------------------------------------------------------------------
