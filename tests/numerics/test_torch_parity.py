@@ -49,6 +49,12 @@ def _torch_sdpa(q, k, v, mask=None, *, is_causal=False, key_padding_mask=None, s
         tmask = torch.from_numpy(np.ascontiguousarray(m))
     elif extra_hidden is not None:
         tmask = torch.from_numpy(np.ascontiguousarray(~extra_hidden))
+    if is_causal_t and scale == 0.0 and tmask is None:
+        # torch's CPU flash kernel scales the hidden keys' -inf by a zero
+        # scale (NaN rows, where its math path gives the softmax of zeros):
+        # the causal mask as a bool mask instead
+        tmask = torch.from_numpy(np.ascontiguousarray(np.tril(np.ones((L, S), bool))))
+        is_causal_t = False
     if is_causal_t and tmask is not None:
         # torch forbids attn_mask together with is_causal: fold it in
         tri = np.tril(np.ones((L, S), bool))
