@@ -13,7 +13,12 @@ Two ways through the kernel:
   key/value head sliced to that range, with no bound left to apply: each key
   block is read once for the whole group instead of once per head (the
   decoding step of a model with 4 query heads per key/value head reads a
-  quarter of the cache traffic);
+  quarter of the cache traffic).  A target (``out=``) whose strides do not
+  join the g heads' rows is filled from a folded result, so its layout
+  never changes the choice, nor so the result's bits (which depend on a
+  problem's row count); queries or masks whose rows do not join (the packed
+  ``(L, H, E)`` layout viewed head-first) run per head, as each sequence of
+  :func:`fastattn.attention_varlen` does;
 * **per head**: otherwise the key/value head is broadcast over a ``g`` axis
   (stride 0) and every query head is its own batch item.
 
@@ -71,7 +76,7 @@ def _key_range(plan: MaskPlan, L: int, S: int) -> tuple[int, int] | None:
 def _run_folded(q, k, v, target, batch, hk, sc, plan, keys, nt, cap, lse) -> bool:
     """The folded call (module docstring) on the ungrouped operands, against
     the keys [lo, hi) = ``keys`` that every row sees; False (nothing written)
-    when their strides do not allow it."""
+    when the strides of the queries or masks do not allow it."""
     S = k.shape[-2]
     lo, hi = keys
     full = batch + (q.shape[-2], S)
@@ -81,17 +86,24 @@ def _run_folded(q, k, v, target, batch, hk, sc, plan, keys, nt, cap, lse) -> boo
         if pad.strides[-3] != 0:  # a padding that differs between the heads
             return False
         pad = pad[..., ::pad.shape[-3] // hk, :, lo:hi]  # one row per group
-    ops = (q, target, None if bm is None else np.broadcast_to(bm, full)[..., lo:hi],
+    ops = (q, None if bm is None else np.broadcast_to(bm, full)[..., lo:hi],
            None if am is None else np.broadcast_to(am, full)[..., lo:hi],
            None if lse is None else lse[..., None])
     merged = [None if x is None else _merge_rows(x, hk) for x in ops]
     if any(m is None and x is not None for m, x in zip(merged, ops)):
         return False
-    qf, tf, bmf, amf, lsef = merged
+    qf, bmf, amf, lsef = merged
+    # a target whose rows do not join: the result in a new array, then copied
+    tf = _merge_rows(target, hk)
+    dest = None if tf is not None else np.empty(target.shape, target.dtype)
+    if dest is not None:
+        tf = _merge_rows(dest, hk)
     # the key range [lo, hi) already holds every bound: no causal limit, no window
     _core.attention(qf, k[..., lo:hi, :], v[..., lo:hi, :], tf, batch=batch[:-1] + (hk,),
                     scale=sc, bool_mask=bmf, add_mask=amf, pad=pad, num_threads=nt,
                     softcap=cap, lse=lsef)
+    if dest is not None:
+        target[...] = dest
     return True
 
 

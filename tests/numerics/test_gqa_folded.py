@@ -4,7 +4,8 @@ When every query row sees the same range of keys (always so for one query
 row, a decoding step) the g query heads of a group run as g * L rows
 against their key/value head, sliced to that range.  These tests pin where that happens, where it
 must not (a causal or window bound that cuts a row, per-head ALiBi or sinks,
-returned weights, query layouts whose rows cannot be merged), and that the
+returned weights, query layouts whose rows cannot be merged), that the
+layout of ``out`` never changes the choice (nor so the bits), and that the
 result is the per-head result, on every ISA path.
 """
 
@@ -120,7 +121,8 @@ def test_grouped_decode_writes_into_out(folds):
 
 def test_grouped_rows_that_cannot_merge_run_per_head(folds):
     """Queries laid out (B, L, H, E) and viewed as (B, H, L, E): the g heads
-    and their L rows share no single row stride."""
+    and their L rows share no single row stride (as attention_varlen runs a
+    sequence's heads)."""
     rng = np.random.default_rng(4)
     q = rng.standard_normal((1, 5, 8, 16)).astype(np.float32).swapaxes(1, 2)
     k = rng.standard_normal((1, 2, 9, 16)).astype(np.float32)
@@ -128,6 +130,32 @@ def test_grouped_rows_that_cannot_merge_run_per_head(folds):
     got = fastattn.attention(q, k, v, enable_gqa=True)
     assert folds == [False]
     assert_close(got, _per_head(q, k, v), np.float32, magnitude=finite_absmax(v))
+
+
+OUT_LAYOUTS = {
+    # name: a view of the output shape (B, H, L, Ev) over a buffer
+    "rows_then_heads": lambda B, H, L, Ev: np.empty((B, L, H, Ev), np.float32).swapaxes(1, 2),
+    "every_other_column": lambda B, H, L, Ev: np.empty((B, H, L, 2 * Ev), np.float32)[..., ::2],
+    "fortran_order": lambda B, H, L, Ev: np.empty((B, H, L, Ev), np.float32, order="F"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(OUT_LAYOUTS))
+@pytest.mark.parametrize("L", [1, 3, 17], ids=["one_row", "three_rows", "seventeen_rows"])
+def test_grouped_result_bits_do_not_depend_on_the_out_layout(isa, folds, layout, L):
+    """out= is where the result goes, never how it is computed: an out whose
+    strides do not join a group's rows is filled from the folded result
+    (the kernel's bits depend on a problem's row count, so running per head
+    instead would change them)."""
+    rng = np.random.default_rng(L)
+    B, H, hk, Ev = 2, 6, 2, 24
+    q, k, v = _qkv(rng, B, H, hk, L, 29, 16, Ev, np.float32)
+    want = fastattn.attention(q, k, v, enable_gqa=True)
+    out = OUT_LAYOUTS[layout](B, H, L, Ev)
+    out[...] = np.nan
+    got = fastattn.attention(q, k, v, enable_gqa=True, out=out)
+    assert got is out and folds == [True, True]
+    assert np.ascontiguousarray(out).tobytes() == want.tobytes()
 
 
 def test_grouped_decode_broadcast_query_batch(folds):
