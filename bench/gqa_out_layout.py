@@ -17,7 +17,7 @@ and two prefills.  Each time is the best of
 per-round ratios (lowest-highest).
 """
 import argparse
-import time
+import timeit
 
 import numpy as np
 
@@ -31,14 +31,10 @@ CASES = [  # B, Hq, Hkv, L, S, E
 ]
 
 
-def _best(f, n=3):
+def _best(f):
+    """The best of 3 calls after one untimed."""
     f()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
+    return min(timeit.repeat(f, number=1, repeat=3))
 
 
 def main(argv=None):
