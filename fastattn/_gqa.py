@@ -93,10 +93,9 @@ def _run_folded(q, k, v, target, batch, hk, sc, plan, keys, nt, cap, lse) -> boo
     if any(m is None and x is not None for m, x in zip(merged, ops)):
         return False
     qf, bmf, amf, lsef = merged
-    # a target whose rows do not join: the result in a new array, then copied
-    tf = _merge_rows(target, hk)
-    dest = None if tf is not None else np.empty(target.shape, target.dtype)
-    if dest is not None:
+    tf, dest = _merge_rows(target, hk), None
+    if tf is None:  # a target whose rows do not join: the result in a new array, then copied
+        dest = np.empty(target.shape, target.dtype)
         tf = _merge_rows(dest, hk)
     # the key range [lo, hi) already holds every bound: no causal limit, no window
     _core.attention(qf, k[..., lo:hi, :], v[..., lo:hi, :], tf, batch=batch[:-1] + (hk,),
