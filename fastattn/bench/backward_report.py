@@ -1,6 +1,6 @@
 """The ``backward`` section's markdown: forward + backward against torch and
-the backward against the forward, the thread scaling, the score options
-against the eager formula (see :mod:`.backward_section`)."""
+the backward against the forward, the thread scaling, a learned bias's
+gradient against torch SDPA, the score options against the eager formula (see :mod:`.backward_section`)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,30 @@ def _scaling_table(recs: list) -> list[str]:
             *(_ratio(r.get(n)) for n in ("fastattn_fwd_bwd", "torch_fwd_bwd", "fastattn_fwd",
                                          "fastattn_bwd")),
             _target(r["target"])]) + " |")
+    return out
+
+
+def _torch_path(node: str | None) -> str:
+    """torch's backward node, named by the kernel behind it: a fused kernel's
+    node names it; otherwise torch composed the math path of plain
+    operators, whose last node is given."""
+    if not node:
+        return "—"
+    return node if "ScaledDotProduct" in node else f"math path (ends in {node})"
+
+
+def _bias_table(rows: list) -> list[str]:
+    out = ["| case | bias | dtype | thr | fastattn fwd+bwd | torch fwd+bwd | vs torch [q1, q3] "
+           "| bias gradient's cost [q1, q3] | grads vs torch | torch's backward | notes |",
+           "|---|---|---|--:|--:|--:|--:|--:|--:|---|---|"]
+    for r in rows:
+        grads = ("—" if "grad_rel_diff" not in r else
+                 f"{r['grad_rel_diff']:.1e} {'ok' if r['grad_ok'] else 'MISMATCH'}")
+        out.append("| " + " | ".join([
+            r["case"], "x".join(map(str, r["bias_shape"])), r["dtype"], str(r["threads"]),
+            fmt_time(r["fastattn_fwd_bwd_s"]), fmt_time(r.get("torch_fwd_bwd_s")),
+            _ratio(r["vs_torch"]), _ratio(r["bias_grad_cost"]), grads,
+            _torch_path(r["torch_kernel"]), "; ".join(r["notes"])]) + " |")
     return out
 
 
@@ -103,6 +127,15 @@ def format_backward(sec: dict) -> str:
     if sec["scaling"]:
         out += ["### Backward: thread scaling (median of the per-round ratios [q1, q3])", ""]
         out += _scaling_table(sec["scaling"]) + [""]
+    if sec.get("bias"):
+        out += ["### Backward: a learned bias (T5's relative position bias) vs torch SDPA", "",
+                "The bias (one per head, shared by the batch) requires grad: fastattn's "
+                "`attention(q, k, v, bias, return_lse=True)` then `attention_backward(..., "
+                "return_mask_grad=True)`, against torch SDPA with `attn_mask=bias` (torch's "
+                "choice of kernel: its backward node is named), in the same interleaved "
+                "rounds. `bias gradient's cost` = fastattn's time with the bias's gradient over "
+                "its time with the bias held constant. No target.", ""]
+        out += _bias_table(sec["bias"]) + [""]
     if sec["options"]:
         out += ["### Backward: score options vs the eager formula (in subprocesses)", "",
                 "Causal, float32, forward + backward, in a fresh subprocess per option (one "

@@ -3,7 +3,8 @@
 + backward) against torch SDPA's forward + ``out.backward(grad)`` on the same
 tensors (torch held to its CPU flash kernel where it has one), fastattn's
 backward alone against its own forward, and the thread scaling of both;
-then the score options at a long sequence against torch's eager formula
+then a learned bias's gradient against torch SDPA (:mod:`.backward_bias`),
+and the score options at a long sequence against torch's eager formula
 (:mod:`.backward_options`, in subprocesses: their memory is the point).
 
 Every implementation of a shape, at every thread count, takes part in the
@@ -21,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from .backward_bias import run_bias_rows
 from .backward_options import run_options
 from .cases import Case, causal_fraction, make_inputs
 from .peers import _to_torch
@@ -214,7 +216,7 @@ def _time_shape(b, shape, causal, dtype, targets) -> tuple[list, list]:
 
 def run_backward_section(b, *, quick: bool, eager_max_bytes: int) -> dict:
     """The section's measurements on the run's :class:`.runner.Bench` ``b``
-    -> ``{"rows", "scaling", "options"}`` (the JSON's ``backward``)."""
+    -> ``{"rows", "scaling", "bias", "options"}`` (the JSON's ``backward``)."""
     bf16 = any(i in b.fa.available_isas() for i in BF16_TIERS)
     targets = {k: v for k, v in TARGET_VS_TORCH.items() if k == "float32" or bf16}
     rows, scaling = [], []
@@ -222,9 +224,10 @@ def run_backward_section(b, *, quick: bool, eager_max_bytes: int) -> dict:
         r, s = _time_shape(b, shape, causal, dtype, targets)
         rows += r
         scaling += s
+    bias = run_bias_rows(b)
     options = run_options(b.profile.backward_options, max(b.threads), b.repeats or
                           (2 if quick else 3), torch=b.tools.torch is not None
                           and "torch" in b.peers, eager_max_bytes=eager_max_bytes,
                           progress=b.progress, one_process=quick)
-    return {"rows": rows, "scaling": scaling, "options": options}
+    return {"rows": rows, "scaling": scaling, "bias": bias, "options": options}
 

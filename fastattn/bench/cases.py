@@ -91,6 +91,9 @@ class Profile:
     # eager formula (() for none)
     backward: tuple = ()
     backward_options: tuple = ()
+    # its learned-bias rows: ((B, H, L, S, D), the bias's shape), float32 and
+    # bfloat16, the bias requiring grad, vs torch SDPA
+    backward_bias: tuple = ()
     # decoding steps of grouped-query attention: ((B, H, L, S, D), KV heads),
     # timed in the decode section's cache dtypes beside its plain steps
     decode_gqa: tuple = ()
@@ -115,6 +118,7 @@ DEFAULT = Profile(
     backward=(((1, 8, 1024, 1024, 64), False), ((1, 8, 2048, 2048, 64), True),
               ((1, 8, 1024, 1024, 128), False)),
     backward_options=(1, 8, 8192, 8192, 64),
+    backward_bias=(((4, 8, 512, 512, 64), (1, 8, 512, 512)),),
 )
 
 QUICK = Profile(
@@ -133,6 +137,7 @@ QUICK = Profile(
     half_prefill=(((1, 4, 256, 256, 64), (False, True)),),
     backward=(((1, 2, 256, 256, 64), False), ((1, 2, 256, 256, 32), True)),
     backward_options=(1, 2, 1024, 1024, 64),
+    backward_bias=(((2, 2, 128, 128, 32), (1, 2, 128, 128)),),
 )
 
 

@@ -10,6 +10,7 @@ import textwrap
 import time
 
 from .backward_report import format_backward
+from .backward_bias import bias_jobs
 from .backward_section import backward_jobs, run_backward_section
 from .cases import (DEFAULT, QUICK, SECTIONS, Profile, build_cases, parse_int_list,
                     parse_shapes, suite_names, suite_sections)
@@ -40,7 +41,9 @@ EPILOG = textwrap.dedent("""\
     attention_backward vs torch SDPA forward + backward on its CPU flash kernel,
     float32 and bfloat16, at (1, 8, 1024, 64), (1, 8, 2048, 64) causal and
     (1, 8, 1024, 128); the backward alone vs the forward alone; 1 vs 2
-    threads; softcap, a window of 512 and sinks at (1, 8, 8192, 64) causal vs
+    threads; a learned bias (1, 8, 512, 512) shared by a batch of 4, its
+    gradient asked for, vs torch SDPA with the bias requiring grad, float32
+    and bfloat16; softcap, a window of 512 and sinks at (1, 8, 8192, 64) causal vs
     torch's eager formula, time and extra peak memory, each in a subprocess,
     the eager one not run beyond --eager-max-gib), dask (only when
     asked for, --suite dask: fastattn.dask at (1, 8, 32768, 64) on a 2-worker
@@ -223,6 +226,10 @@ def _print_list(cases, mem_jobs, threads, profile: Profile, sections) -> int:
         for shape, causal, dt in backward_jobs(profile):
             print(f"backward {'x'.join(map(str, shape))} {dt} causal={'yes' if causal else 'no'}"
                   f" threads={','.join(map(str, threads))}: fwd+bwd, torch fwd+bwd, fwd, bwd")
+        for shape, bias_shape, dt in bias_jobs(profile):
+            print(f"backward bias {'x'.join(map(str, shape))} bias {'x'.join(map(str, bias_shape))}"
+                  f" {dt} threads={','.join(map(str, threads))}: fwd+bwd with and without the "
+                  "bias's gradient, torch fwd+bwd")
         if profile.backward_options:
             shape = "x".join(map(str, profile.backward_options))
             print(f"backward options {shape} softcap, window512, sinks causal "
@@ -234,7 +241,8 @@ def _backward_steps(sections, profile: Profile, threads) -> int:
     """The progress steps of the backward section."""
     if "backward" not in sections:
         return 0
-    return len(backward_jobs(profile)) * len(threads) + 3 * bool(profile.backward_options)
+    return ((len(backward_jobs(profile)) + len(bias_jobs(profile))) * len(threads)
+            + 3 * bool(profile.backward_options))
 
 
 def _load_fastattn(args, parser):

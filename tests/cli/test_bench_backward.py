@@ -24,7 +24,8 @@ from fastattn.bench.timing import ratio_stats
 
 TINY = dataclasses.replace(QUICK, budget_s=0.005, min_sample_s=0.001, max_repeats=3,
                            backward=(((1, 1, 32, 32, 16), False), ((1, 2, 48, 48, 8), True)),
-                           backward_options=(1, 1, 64, 64, 16))
+                           backward_options=(1, 1, 64, 64, 16),
+                           backward_bias=(((2, 1, 32, 32, 16), (1, 1, 32, 32)),))
 RATIO_KEYS = {"median", "q1", "q3", "rounds"}
 
 
@@ -111,6 +112,38 @@ def test_thread_scaling_records(section):
             _check_ratio(s[name])
 
 
+def test_learned_bias_rows_time_its_gradient(section):
+    sec, b = section
+    rows = sec["bias"]
+    assert [(r["case"], r["dtype"], r["threads"]) for r in rows] == [
+        ("2x1x32x16", dt, t) for dt in ("float32", "bfloat16") for t in (1, 2)]
+    for r in rows:
+        assert r["kind"] == "learned_bias" and r["bias_shape"] == [1, 1, 32, 32]
+        for name in ("fastattn_fwd_bwd", "fastattn_fwd_bwd_no_bias_grad"):
+            assert len(r["impls"][name]["times_s"]) == 3 and r["impls"][name]["median_s"] > 0
+        _check_ratio(r["bias_grad_cost"])
+        if "torch" in b.peers:
+            _check_ratio(r["vs_torch"])
+            assert r["grad_ok"] and r["torch_kernel"], r
+        else:
+            assert r["vs_torch"] is None and "grad_rel_diff" not in r
+
+
+def test_learned_bias_grad_check_sees_a_wrong_bias_gradient():
+    """The check compares all four gradients: a bias gradient off by 1% fails it."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from fastattn.bench import backward_bias
+    q, k, v, bias, d_o = backward_bias._inputs((2, 1, 32, 32, 16), (1, 1, 32, 32), "float32")
+    run, _ = backward_bias._torch_impl(torch, q, k, v, bias, d_o)
+    want = [g.clone() for g in run()]
+    got = list(backward_bias._fastattn_impls(fastattn, q, k, v, bias, d_o)
+               ["fastattn_fwd_bwd"](1)())
+    res = {"fastattn_fwd_bwd@1": {"output": got}, "torch_fwd_bwd@1": {"output": want}}
+    assert backward_bias._grad_check(res, "float32")["grad_ok"]
+    got[3] = got[3] * 1.01
+    assert not backward_bias._grad_check(res, "float32")["grad_ok"]
+
+
 def test_score_options_time_and_memory(section):
     sec, b = section
     opts = sec["options"]
@@ -136,6 +169,10 @@ def test_tables_show_every_row(section):
     lines = text.splitlines()
     assert sum(line.startswith("| 1x") for line in lines) == len(sec["rows"]) + len(
         sec["scaling"])
+    assert sum(line.startswith("| 2x1x32x16 | 1x1x32x32 |") for line in lines) == len(
+        sec["bias"]) and "learned bias" in text
+    if any(r["torch_kernel"] for r in sec["bias"]):    # torch's path named in words
+        assert "math path (ends in " in text or "ScaledDotProduct" in text
     for option in ("softcap", "window512", "sinks"):
         assert any(line.startswith(f"| {option} |") for line in lines)
     assert "≤ 2.5" in text and "≥ 1.8" in text
@@ -145,9 +182,11 @@ def test_without_torch_fastattn_rows_remain():
     b = _bench((), dataclasses.replace(TINY, backward=TINY.backward[:1], backward_options=()))
     sec = run_backward_section(b, quick=True, eager_max_bytes=2 ** 30)
     _no_error(sec)
-    assert sec["options"] == [] and len(sec["rows"]) == 4
+    assert sec["options"] == [] and len(sec["rows"]) == 4 and len(sec["bias"]) == 4
     for r in sec["rows"]:
         assert r["vs_torch"] is None and r["bwd_over_fwd"]["median"] > 0
+    for r in sec["bias"]:
+        assert r["vs_torch"] is None and r["bias_grad_cost"]["median"] > 0
     assert "| — |" in format_backward(sec)
 
 
@@ -195,7 +234,8 @@ def test_ratio_stats_median_and_quartiles_of_the_rounds():
 def test_list_and_options(capsys):
     assert cli.main(["--list", "--suite", "backward", "--quick"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 * len(QUICK.backward) + 1
+    assert len(out) == 2 * len(QUICK.backward) + 2 * len(QUICK.backward_bias) + 1
+    assert out[-2].startswith("backward bias 2x2x128x128x32 bias 1x2x128x128 bfloat16")
     assert out[-1].startswith("backward options 1x2x1024x1024x64")
     with pytest.raises(SystemExit) as exc:
         cli.main(["--eager-max-gib", "0"])

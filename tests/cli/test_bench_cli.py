@@ -155,7 +155,9 @@ def test_quick_runs_the_backward_section(quick_run):
                for r in sec["rows"])
     assert sec["scaling"] and [o["option"] for o in sec["options"]] == [
         "softcap", "window512", "sinks"]
-    assert "## Backward" in p.stdout
+    assert [(r["dtype"], r["threads"]) for r in sec["bias"]] == [
+        (dt, t) for dt in ("float32", "bfloat16") for t in (1, 2)]
+    assert "## Backward" in p.stdout and "learned bias" in p.stdout
     assert p.stdout.index("## Backward") < p.stdout.index("total benchmark time")
 
 
