@@ -22,16 +22,12 @@ import dataclasses
 import numpy as np
 
 from .cases import Case, make_inputs, storage_dtype
-from .peers import _to_torch
+from .peers import _to_torch, grads_vs_torch
 from .report import fmt_time
 from .timing import SETTLE_S, ratio_stats, run_interleaved
 
 DTYPES = ("float32", "bfloat16")
 IMPLS = ("fastattn_fwd_bwd", "fastattn_fwd_bwd_no_bias_grad", "torch_fwd_bwd")
-# the gradients' tolerance against torch's (largest |difference| over the
-# largest |gradient|): float32 rounding; bfloat16 inputs, whose gradients
-# both round to bfloat16
-GRAD_TOL = {"float32": 1e-3, "bfloat16": 3e-2}
 
 
 def _inputs(shape, bias_shape, dtype):
@@ -83,13 +79,7 @@ def _grad_check(res: dict, dtype: str) -> dict:
         return {}
     fa = next(r["output"] for n, r in res.items() if n.startswith("fastattn_fwd_bwd@"))
     th = next(r["output"] for n, r in res.items() if n.startswith("torch_fwd_bwd@"))
-    worst = 0.0
-    for a, b in zip(fa, th):
-        ref = b.detach().float().numpy().astype(np.float64)
-        got = np.asarray(a, dtype=np.float64)
-        worst = max(worst, float(np.max(np.abs(got - ref))) / max(float(np.abs(ref).max()),
-                                                                      1e-30))
-    return {"grad_rel_diff": worst, "grad_ok": worst <= GRAD_TOL[dtype]}
+    return grads_vs_torch(fa, th, dtype)
 
 
 def _plan(b, shape, bias_shape, dtype):

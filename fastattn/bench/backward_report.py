@@ -1,6 +1,7 @@
 """The ``backward`` section's markdown: forward + backward against torch and
 the backward against the forward, the thread scaling, a learned bias's
-gradient against torch SDPA, the score options against the eager formula (see :mod:`.backward_section`)."""
+gradient against torch SDPA, the score options against the eager formula
+(see :mod:`.backward_section`)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import numpy as np
 from .backward_bias import run_bias_rows
 from .backward_options import run_options
 from .cases import Case, causal_fraction, make_inputs
-from .peers import _to_torch
+from .peers import _to_torch, grads_vs_torch
 from .report import fmt_time
 from .timing import SETTLE_S, ratio_stats, run_interleaved
 
@@ -98,21 +98,13 @@ def _torch_impl(torch, kernel, q, k, v, d_o, causal):
 
 
 def _grad_check(res: dict, dtype: str) -> dict:
-    """fastattn's gradients against torch's (first calls): the largest
-    |difference| over the largest |torch gradient|, and whether it is within
-    the dtype's tolerance."""
+    """fastattn's gradients against torch's (first calls): see
+    :func:`.peers.grads_vs_torch`."""
     if not any(n.startswith("torch") for n in res):
         return {}
-    fa_name = next(n for n in res if n.startswith("fastattn_fwd_bwd"))
-    th_name = next(n for n in res if n.startswith("torch_fwd_bwd"))
-    worst = 0.0
-    for a, b in zip(res[fa_name]["output"], res[th_name]["output"]):
-        ref = b.detach().float().numpy().astype(np.float64)
-        got = np.asarray(a, dtype=np.float64)
-        worst = max(worst, float(np.max(np.abs(got - ref))) / max(float(np.abs(ref).max()),
-                                                                      1e-30))
-    tol = 1e-3 if dtype == "float32" else 3e-2
-    return {"grad_rel_diff": worst, "grad_ok": worst <= tol}
+    fa_name = next(n for n in res if n.startswith("fastattn_fwd_bwd@"))
+    th_name = next(n for n in res if n.startswith("torch_fwd_bwd@"))
+    return grads_vs_torch(res[fa_name]["output"], res[th_name]["output"], dtype)
 
 
 def _plan_shape(b, shape, causal, dtype):

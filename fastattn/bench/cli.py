@@ -9,8 +9,8 @@ import sys
 import textwrap
 import time
 
-from .backward_report import format_backward
 from .backward_bias import bias_jobs
+from .backward_report import format_backward
 from .backward_section import backward_jobs, run_backward_section
 from .cases import (DEFAULT, QUICK, SECTIONS, Profile, build_cases, parse_int_list,
                     parse_shapes, suite_names, suite_sections)
@@ -227,8 +227,8 @@ def _print_list(cases, mem_jobs, threads, profile: Profile, sections) -> int:
             print(f"backward {'x'.join(map(str, shape))} {dt} causal={'yes' if causal else 'no'}"
                   f" threads={','.join(map(str, threads))}: fwd+bwd, torch fwd+bwd, fwd, bwd")
         for shape, bias_shape, dt in bias_jobs(profile):
-            print(f"backward bias {'x'.join(map(str, shape))} bias {'x'.join(map(str, bias_shape))}"
-                  f" {dt} threads={','.join(map(str, threads))}: fwd+bwd with and without the "
+            print(f"backward bias {'x'.join(map(str, shape))} bias "
+                  f"{'x'.join(map(str, bias_shape))} {dt} threads={','.join(map(str, threads))}: fwd+bwd with and without the "
                   "bias's gradient, torch fwd+bwd")
         if profile.backward_options:
             shape = "x".join(map(str, profile.backward_options))

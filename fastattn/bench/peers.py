@@ -210,6 +210,24 @@ def _to_torch(torch, a: np.ndarray):
     return torch.from_numpy(a)
 
 
+# gradients against torch's: the largest |difference| over the largest
+# |gradient| allowed, float32 rounding, and bfloat16 inputs whose gradients
+# both round to bfloat16
+GRAD_TOL = {"float32": 1e-3, "bfloat16": 3e-2}
+
+
+def grads_vs_torch(got, want, dtype: str) -> dict:
+    """fastattn's gradients ``got`` against torch's ``want`` (tensors, in
+    the same order): the worst of each one's largest |difference| over its
+    largest |torch gradient|, and whether it is within GRAD_TOL[dtype]."""
+    worst = 0.0
+    for a, b in zip(got, want, strict=True):
+        ref = b.detach().float().numpy().astype(np.float64)
+        diff = np.abs(np.asarray(a, dtype=np.float64) - ref)
+        worst = max(worst, float(np.max(diff)) / max(float(np.abs(ref).max()), 1e-30))
+    return {"grad_rel_diff": worst, "grad_ok": worst <= GRAD_TOL[dtype]}
+
+
 def build_impls(case: Case, threads: list, fa, tools: Tools, peers, numpy_max_bytes,
                 machine=None):
     """-> (impls: "name@t" -> callable, thread_of: "name@t" -> t,
