@@ -4,7 +4,7 @@
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T, dS,
  * and the pair's products dQ += dS K, dV += P^T dO, dK += dS^T Q.  Part of
  * backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) -> bw_scores_f32,
- * bw_scores_f64; likewise bw_band_keys, bw_ds_row, bw_tile, bw_transpose,
+ * bw_scores_f64; likewise bw_band_keys, bw_ds_row, bw_grad_row, bw_tile, bw_transpose,
  * bw_pv, bw_pvt, bw_pair_dq, bw_pair_kv.
  *
  * A pair that the causal diagonal or the window's right edge crosses (a
@@ -62,13 +62,13 @@ static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
-/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is.
- * Without a soft cap, the plain product (which the compiler vectorises) in
- * one pass that also notes a NaN or Inf result; only then can a hidden P of
- * 0 have met a NaN or Inf (a hidden value's, an overflow, a non-finite d),
- * and those positions are set back to 0: the plain product is the careful
- * one wherever P is not 0.  With a soft cap, f is -inf where the score is
- * hidden, so the select is made throughout. */
+/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is,
+ * with a soft cap: f is -inf where the score is hidden, so the select is
+ * made throughout; without one, the plain product in one pass that notes a
+ * NaN or Inf result; only then can a hidden P of 0 have met a NaN or Inf (a
+ * hidden value's, an overflow, a non-finite d), and those positions are set
+ * back to 0: the plain product is the careful one wherever P is not 0
+ * (grad_row's dS, in the table, likewise). */
 static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
                           int64_t n, FA_T d)
 {
@@ -89,22 +89,37 @@ static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T 
         for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
 }
 
-/* Row i's dS of n keys with the mask's gradient (the logits', before the
- * soft cap's factor f) written to dm (stride cs) on the way: bw_ds_row's
- * bits, its product taken in two steps. */
-static void FN(bw_ds_dmask)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
-                            int64_t n, FA_T d, FA_T *dm, int64_t cs)
+/* Row s's P (in s, which holds its final scores) and dS (in ds, which holds
+ * dP) over n keys, l its lse (finite), d its D; dm (stride cs) where not
+ * NULL: the mask's gradient, the logits' (dS before the soft cap's factor
+ * f).  P = exp(s - l) of the scores clamped to l: s <= l but for rounding,
+ * which at scores of ~1e9 exceeds 1 and would overflow P; so P is never
+ * above 1 (NaN kept).  Without a soft cap the table's grad_row does it all
+ * in one pass (the same bits: bw_ds_row's, expsum's values); with one,
+ * expsum and bw_ds_row, the logits' dS in two steps where dm asks for it. */
+static void FN(bw_grad_row)(const KT *K, FA_T *restrict s, FA_T *restrict ds,
+                            const FA_T *restrict f, int64_t n, FA_T l, FA_T d, FA_T *dm,
+                            int64_t cs)
 {
-    FN(bw_ds_row)(ds, p, NULL, n, d);
-    for (int64_t j = 0; j < n; j++) dm[j * cs] = ds[j];
-    if (f)
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] * f[j] : 0;
+    if (!f) {
+        if (K->grad_row(s, ds, n, l, d))
+            for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
+    } else {
+        for (int64_t j = 0; j < n; j++) s[j] = l < s[j] ? l : s[j];
+        (void)K->expsum(s, s, n, l);
+        FN(bw_ds_row)(ds, s, dm ? NULL : f, n, d);
+    }
+    if (dm) {
+        for (int64_t j = 0; j < n; j++) dm[j * cs] = ds[j];
+        if (f)
+            for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] * f[j] : 0;
+    }
 }
 
 /* The pair's P (in s) and dS (in dp) on its rows < nq, band by band (a
  * diagonal pair's bands of mr rows, else one), zero from each band's keys
  * (bw_band_keys) to ncols: P = exp(s - lse) where visible, exactly 0 where
- * hidden or the row's lse is -inf; dS by bw_ds_row.  With emit, the mask's
+ * hidden or the row's lse is -inf; dS by bw_grad_row.  With emit, the mask's
  * gradient where asked for (fa_backward_args.dmask) at the keys computed:
  * one of the passes that meet a pair emits it. */
 static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_bw_offsets *go,
@@ -128,18 +143,10 @@ static void FN(bw_tile)(const FN(bw_plan) *pl, const fa_offsets *off, const fa_b
             FA_T *p = t->s + i * FA_KC, *ds = t->dp + i * FA_KC;
             const FA_T l = lse[(t->i0 + i) * a->lse.rs];
             const int64_t n = l == (FA_T)-INFINITY ? 0 : nk;
-            if (n > 0) {
-                /* s <= lse but for rounding, which at scores of ~1e9 exceeds
-                 * 1 and would overflow P: P is never above 1 (NaN kept) */
-                for (int64_t j = 0; j < n; j++) p[j] = l < p[j] ? l : p[j];
-                (void)K->expsum(p, p, n, l);
-                const FA_T *f = a->softcap > 0 ? t->f + i * FA_KC : NULL;
-                if (dm)
-                    FN(bw_ds_dmask)(ds, p, f, n, delta[t->i0 + i], dm + (t->i0 + i) * dmo->rs,
-                                    dmo->cs);
-                else
-                    FN(bw_ds_row)(ds, p, f, n, delta[t->i0 + i]);
-            }
+            if (n > 0)
+                FN(bw_grad_row)(K, p, ds, a->softcap > 0 ? t->f + i * FA_KC : NULL, n, l,
+                                delta[t->i0 + i], dm ? dm + (t->i0 + i) * dmo->rs : NULL,
+                                dmo->cs);
             for (int64_t j = n; j < t->ncols; j++) p[j] = ds[j] = 0;
         }
     }

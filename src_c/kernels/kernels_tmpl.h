@@ -158,6 +158,42 @@ static FA_ALWAYS_INLINE FA_T FN(expsum2)(const FA_T *x, FA_T *y, int64_t n, FA_T
     return FN(expsum_any)(x, y, n, m, 1);
 }
 
+/* P and dS of VW keys of a backward row (grad_row): p = exp(min(0, s - l)),
+ * ds = p (ds - d); bad accumulates NaN where some dS is NaN or Inf. */
+static FA_ALWAYS_INLINE VT FN(grad_lanes)(FA_T *s, FA_T *ds, VT l, VT d, VT bad)
+{
+    const VT p = V(exp)(V(min)(V(zero)(), V(sub)(V(load)(s), l))); /* NaN kept: min's 2nd */
+    const VT r = V(mul)(p, V(sub)(V(load)(ds), d));
+    V(store)(s, p);
+    V(store)(ds, r);
+    return V(add)(bad, V(mul)(r, V(zero)()));
+}
+
+/* One row of a backward pair without a soft cap, in one pass: s[j] = P =
+ * exp(min(0, s[j] - l)), which is expsum's exp(s[j] - l) where s[j] <= l and
+ * exactly 1 above (P never above 1; NaN kept), ds[j] = P (ds[j] - d) (ds
+ * holding dP), j < n; 1 if some dS is NaN or Inf.  The tail runs through a
+ * padded vector (s -inf, ds 0: P = 0 there, and dS NaN only where d is not
+ * finite, which a real key's dS is then too). */
+static int FN(grad_row)(FA_T *s, FA_T *ds, int64_t n, FA_T l, FA_T d)
+{
+    const VT vl = V(set1)(l), vdel = V(set1)(d);
+    VT bad = V(zero)();
+    int64_t j = 0;
+    for (; j + VW <= n; j += VW) bad = FN(grad_lanes)(s + j, ds + j, vl, vdel, bad);
+    if (j < n) {
+        FA_T bs[VW], bd[VW];
+        const int64_t t = n - j;
+        for (int64_t i = 0; i < VW; i++) {
+            bs[i] = i < t ? s[j + i] : (FA_T)-INFINITY;
+            bd[i] = i < t ? ds[j + i] : 0;
+        }
+        bad = FN(grad_lanes)(bs, bd, vl, vdel, bad);
+        for (int64_t i = 0; i < t; i++) s[j + i] = bs[i], ds[j + i] = bd[i];
+    }
+    return V(hsum)(bad) != 0;
+}
+
 static void FN(scal)(FA_T *x, int64_t n, FA_T a)
 {
     VT va = V(set1)(a);
@@ -329,7 +365,7 @@ const FA_CAT(fa_kernels, FA_SFX) FA_CAT3(fa_kernels, FA_SFX, FA_ISA_NAME) = {
 #if !FA_IS_F64(FA_SFX)
     FA_F32_ONLY_ENTRIES, /* (kernels_isa.c) */
 #endif
-    FN(pvt),
+    FN(pvt), FN(grad_row),
 };
 #undef FA_HALF_ENTRIES
 #undef FA_ROWS_ENTRIES

@@ -8,6 +8,7 @@
  *   vectors of Q.K^T and the rows VF_PV_MR of P.V, the transpose block VF_TB;
  *   vf_load, vf_store (unaligned), vf_set1, vf_zero, vf_fma (a*b + c),
  *   vf_add, vf_sub, vf_mul, vf_max_acc (max, keeping acc where x is NaN),
+ *   vf_min (min, the 2nd operand where either is NaN),
  *   vf_nan_acc (sticky NaN detector), vf_hmax, vf_hsum, vf_transpose_block,
  *   vf_all_below (1 if every lane is < lo, NaN is not: the online softmax);
  *   and, for the vector exp of vmath_tmpl.h: vf_fnma (c - a*b), vf_max

@@ -37,6 +37,7 @@ static inline VT V(mul)(VT a, VT b) { return a * b; }
 static inline VT V(fnma)(VT a, VT b, VT c) { return c - a * b; }
 static inline VT V(abs)(VT a) { return a < 0 ? -a : a; }
 static inline VT V(max_acc)(VT acc, VT x) { return x > acc ? x : acc; }
+static inline VT V(min)(VT a, VT b) { return a < b ? a : b; } /* b where either is NaN */
 static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
 /* 1 if x < lo (NaN is not) */

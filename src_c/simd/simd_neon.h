@@ -123,6 +123,8 @@ static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo)
 }
 /* max(a, b): b where either is NaN (as x86's max; FMAX would give the NaN) */
 static inline VT V(max)(VT a, VT b) { return NQ(vbsl)(NQ(vcgt)(a, b), a, b); }
+/* min(a, b): b where either is NaN (as x86's min) */
+static inline VT V(min)(VT a, VT b) { return NQ(vbsl)(NQ(vclt)(a, b), a, b); }
 /* max ignoring a NaN in x: acc where x is NaN (FMAXNM; acc is never NaN) */
 static inline VT V(max_acc)(VT acc, VT x) { return NQ(vmaxnm)(acc, x); }
 /* the magnitude of m with the sign of s, by the sign bit */

@@ -2,7 +2,7 @@
  * the width of their intrinsics: included by simd_avx2.h and simd_avx512.h
  * in their per-type pass (FA_SFX f32, f64; MM(op) the intrinsic, e.g.
  * MM(add) -> _mm256_add_ps: see x86.h), defining V(load), V(store),
- * V(set1), V(zero), V(fma), V(fnma), V(add), V(sub), V(mul), V(max),
+ * V(set1), V(zero), V(fma), V(fnma), V(add), V(sub), V(mul), V(max), V(min),
  * V(max_acc), V(exp_bits), V(div), V(abs), V(copysign): vf_load ...
  * vd_copysign. */
 static inline VT V(load)(const FA_T *p) { return MM(loadu)(p); }
@@ -14,8 +14,9 @@ static inline VT V(fnma)(VT a, VT b, VT c) { return MM(fnmadd)(a, b, c); }
 static inline VT V(add)(VT a, VT b) { return MM(add)(a, b); }
 static inline VT V(sub)(VT a, VT b) { return MM(sub)(a, b); }
 static inline VT V(mul)(VT a, VT b) { return MM(mul)(a, b); }
-/* max(a, b): b where either is NaN */
+/* max(a, b), min(a, b): b where either is NaN */
 static inline VT V(max)(VT a, VT b) { return MM(max)(a, b); }
+static inline VT V(min)(VT a, VT b) { return MM(min)(a, b); }
 /* max ignoring a NaN in x: acc where x is NaN */
 static inline VT V(max_acc)(VT acc, VT x) { return MM(max)(x, acc); }
 /* the integer image of x shifted into the exponent field */
