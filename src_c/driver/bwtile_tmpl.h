@@ -4,8 +4,8 @@
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T, dS,
  * and the pair's products dQ += dS K, dV += P^T dO, dK += dS^T Q.  Part of
  * backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) -> bw_scores_f32,
- * bw_scores_f64; likewise bw_band_keys, bw_ds_row, bw_grad_row, bw_tile, bw_transpose,
- * bw_pv, bw_pvt, bw_pair_dq, bw_pair_kv.
+ * bw_scores_f64; likewise bw_band_keys, bw_ds_row, bw_grad_row, bw_tile,
+ * bw_transpose, bw_pv, bw_pvt, bw_pair_dq, bw_pair_kv.
  *
  * A pair that the causal diagonal or the window's right edge crosses (a
  * diagonal pair) is taken in bands of mr query rows, as the forward's
@@ -89,7 +89,7 @@ static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T 
         for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
 }
 
-/* Row s's P (in s, which holds its final scores) and dS (in ds, which holds
+/* A row's P (in s, which holds its final scores) and dS (in ds, which holds
  * dP) over n keys, l its lse (finite), d its D; dm (stride cs) where not
  * NULL: the mask's gradient, the logits' (dS before the soft cap's factor
  * f).  P = exp(s - l) of the scores clamped to l: s <= l but for rounding,
