@@ -14,7 +14,7 @@ sees nothing, a float mask whose gradient is asked for, shared by the batch,
 with and without a soft cap, `grad_lse`, grouped-query heads), NaN and Inf
 in hidden keys and values, scores large enough that rounding puts them
 above their row's lse; and `attention_varlen_backward`.  Each gradient is
-stored under `<isa>/<case>/<i>`; `compare` is bitwise_corpus.py's (exit 1 on
+stored under `<isa>/<case>/<i>`; `save` and `compare` are bitwise_corpus.py's (exit 1 on
 any difference or missing case).
 
 Only the public API is used: run it from another checkout (cwd) by this
@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bitwise_corpus import compare, flatten  # noqa: E402
+from bitwise_corpus import compare, save  # noqa: E402
 
 OPTION_SHAPE = (2, 4, 150, 170, 32)   # B, H, L, S, E (= Ev)
 
@@ -130,35 +130,22 @@ def _odd_cases(fa, dt, dn):
             for f in (gqa, hidden_nonfinite, large_scores, varlen) for nt in (1, 2)]
 
 
-def backward_cases(fa):
+def backward_cases(fa, dtypes=()):
+    """(name, thunk) pairs in the four dtypes (those named in dtypes, if any)."""
     import ml_dtypes
     cases = []
     for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
         dn = np.dtype(dt).name
+        if dtypes and dn not in dtypes:
+            continue
         for family in (_shape_cases, _option_cases, _odd_cases):
             cases += family(fa, dt, dn)
     return cases
 
 
-def save(path, only=()):
-    import fastattn as fa
-    res = {}
-    old = fa.get_isa()
-    isas = tuple(only) or fa.available_isas()
-    try:
-        for isa in isas:
-            fa.set_isa(isa)
-            for name, thunk in backward_cases(fa):
-                flatten(f"{isa}/{name}", thunk(), res)
-    finally:
-        fa.set_isa(old)
-    np.savez_compressed(path, **res)
-    print(f"saved {len(res)} arrays ({', '.join(isas)}; fastattn from {fa.__file__}) to {path}")
-
-
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "save":
-        save(sys.argv[2], sys.argv[3:])
+        save(sys.argv[2], sys.argv[3:], cases=backward_cases)
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     else:

@@ -218,7 +218,9 @@ def flatten(name, r, out):
         out[name] = np.asarray(r)
 
 
-def save(path, only=(), dtypes=()):
+def save(path, only=(), dtypes=(), cases=attention_cases):
+    """Run ``cases(fa, dtypes)``'s (name, thunk) pairs on the ISA paths
+    ``only`` (every available one when empty) and store their results."""
     import fastattn as fa
     res = {}
     old = fa.get_isa()
@@ -226,7 +228,7 @@ def save(path, only=(), dtypes=()):
     try:
         for isa in isas:
             fa.set_isa(isa)
-            for name, thunk in attention_cases(fa, dtypes):
+            for name, thunk in cases(fa, dtypes):
                 flatten(f"{isa}/{name}", thunk(), res)
     finally:
         fa.set_isa(old)
