@@ -14,8 +14,8 @@ sees nothing, a float mask whose gradient is asked for, shared by the batch,
 with and without a soft cap, `grad_lse`, grouped-query heads), NaN and Inf
 in hidden keys and values, scores large enough that rounding puts them
 above their row's lse; and `attention_varlen_backward`.  Each gradient is
-stored under `<isa>/<case>/<i>`; `save` and `compare` are bitwise_corpus.py's (exit 1 on
-any difference or missing case).
+stored under `<isa>/<case>/<i>`; `save` and `compare` are bitwise_corpus.py's
+(`compare` exits 1 on any difference or missing case).
 
 Only the public API is used: run it from another checkout (cwd) by this
 file's absolute path to save that build's gradients.
