@@ -68,8 +68,7 @@ def main(argv=None):
     batch = paged_batch(cfg, context_lengths(cfg), a.block)
     env = Env(fastattn, None, None, [t], {t: ThreadLimit(t, None, None)})
     caches = Caches(cfg, fastattn, batch, a.dtype, dense=True)
-    impls, _ = decode_impls(env, caches)
-    caches.padded = None                     # torch's padded batch: not timed here
+    impls, _ = decode_impls(env, caches)     # no torch: no padded batch
     impls = {"attention_paged": impls[f"fastattn@{t}"], "loop": impls[f"fastattn loop@{t}"]}
     for fn in impls.values():
         fn()

@@ -73,15 +73,6 @@ def _torch_impl(torch, q, k, v, bias, d_o):
     return run, node
 
 
-def _grad_check(res: dict, dtype: str) -> dict:
-    """fastattn's four gradients against torch's (first calls)."""
-    if not any(n.startswith("torch_fwd_bwd@") for n in res):
-        return {}
-    fa = next(r["output"] for n, r in res.items() if n.startswith("fastattn_fwd_bwd@"))
-    th = next(r["output"] for n, r in res.items() if n.startswith("torch_fwd_bwd@"))
-    return grads_vs_torch(fa, th, dtype)
-
-
 def _plan(b, shape, bias_shape, dtype):
     """-> (impls "name@t" -> callable, thread_of, torch's node list)."""
     q, k, v, bias, d_o = _inputs(shape, bias_shape, dtype)
@@ -138,7 +129,7 @@ def run_bias_rows(b) -> list[dict]:
                               settle_s=SETTLE_S if max(b.threads) > 1 else 0.0,
                               context=lambda name: b.limits[thread_of[name]],
                               spinning={n for n in impls if thread_of[n] > 1})
-        check = _grad_check(res, dtype)
+        check = grads_vs_torch(res, dtype)
         for t in b.threads:
             row = _row(shape, bias_shape, dtype, t, res)
             row.update(check, path=b.fa.get_isa(), torch_kernel=node[0] if node else None)

@@ -97,16 +97,6 @@ def _torch_impl(torch, kernel, q, k, v, d_o, causal):
     return run, node
 
 
-def _grad_check(res: dict, dtype: str) -> dict:
-    """fastattn's gradients against torch's (first calls): see
-    :func:`.peers.grads_vs_torch`."""
-    if not any(n.startswith("torch") for n in res):
-        return {}
-    fa_name = next(n for n in res if n.startswith("fastattn_fwd_bwd@"))
-    th_name = next(n for n in res if n.startswith("torch_fwd_bwd@"))
-    return grads_vs_torch(res[fa_name]["output"], res[th_name]["output"], dtype)
-
-
 def _plan_shape(b, shape, causal, dtype):
     """The impls ("name@t" -> callable) of one shape and dtype, their thread
     counts, and the torch kernel's note and node."""
@@ -189,7 +179,7 @@ def _time_shape(b, shape, causal, dtype, targets) -> tuple[list, list]:
                           settle_s=SETTLE_S if max(b.threads) > 1 else 0.0,
                           context=lambda name: b.limits[thread_of[name]],
                           spinning={n for n in impls if thread_of[n] > 1})
-    check = _grad_check(res, dtype)
+    check = grads_vs_torch(res, dtype)
     rows = []
     for t in b.threads:
         row = _row(shape, causal, dtype, t, res, targets)

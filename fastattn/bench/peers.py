@@ -216,10 +216,16 @@ def _to_torch(torch, a: np.ndarray):
 GRAD_TOL = {"float32": 1e-3, "bfloat16": 3e-2}
 
 
-def grads_vs_torch(got, want, dtype: str) -> dict:
-    """fastattn's gradients ``got`` against torch's ``want`` (tensors, in
-    the same order): the worst of each one's largest |difference| over its
-    largest |torch gradient|, and whether it is within GRAD_TOL[dtype]."""
+def grads_vs_torch(res: dict, dtype: str) -> dict:
+    """In a timing run's results ``res`` (name@threads -> record with the
+    first call's ``output``), fastattn's gradients (``fastattn_fwd_bwd@``)
+    against torch's (``torch_fwd_bwd@``, tensors in the same order): the
+    worst of each one's largest |difference| over its largest |torch
+    gradient|, and whether it is within GRAD_TOL[dtype]; {} without torch."""
+    if not any(n.startswith("torch_fwd_bwd@") for n in res):
+        return {}
+    got = next(r["output"] for n, r in res.items() if n.startswith("fastattn_fwd_bwd@"))
+    want = next(r["output"] for n, r in res.items() if n.startswith("torch_fwd_bwd@"))
     worst = 0.0
     for a, b in zip(got, want, strict=True):
         ref = b.detach().float().numpy().astype(np.float64)

@@ -117,7 +117,8 @@ def _np_dtype(name: str) -> np.dtype:
 
 class Caches:
     """Every implementation's copy of the batch's rows, for one cache dtype
-    and block size (the padded and per-sequence ones only when asked)."""
+    and block size (with ``dense``, the per-sequence ones, and the padded
+    batch where torch is given to time SDPA over it)."""
 
     def __init__(self, cfg, fa, batch: Batch, dtype: str, *, int8=False, vllm=None,
                  torch=None, dense=False):
@@ -135,7 +136,8 @@ class Caches:
             self.vllm = VllmCache(vllm, torch, batch.num_blocks, batch.block_size, cfg.hkv,
                                   cfg.d, getattr(torch, dtype))
         smax = int(batch.lens.max())
-        self.padded = np.zeros((2, len(batch.lens), cfg.hkv, smax, cfg.d), dt) if dense else None
+        self.padded = (np.zeros((2, len(batch.lens), cfg.hkv, smax, cfg.d), dt)
+                       if dense and torch is not None else None)
         self.contiguous = [] if dense else None
         self._fill(fa)
 
@@ -149,11 +151,12 @@ class Caches:
                                 key_scales=self.ks, value_scales=self.vs)
             if self.vllm is not None:
                 self.vllm.append(slots, k, v)
-            if self.padded is not None:
+            if self.contiguous is not None:
                 kt, vt = (np.ascontiguousarray(x.swapaxes(0, 1)[None]).astype(self.k.dtype)
                           for x in (k, v))
-                self.padded[0, b, :, :n], self.padded[1, b, :, :n] = kt[0], vt[0]
                 self.contiguous.append((kt, vt))
+                if self.padded is not None:
+                    self.padded[0, b, :, :n], self.padded[1, b, :, :n] = kt[0], vt[0]
 
     def kv_bytes(self, int8: bool = False) -> int:
         """Bytes of K and V rows a call over the whole batch reads."""
@@ -239,7 +242,7 @@ def decode_impls(env: Env, c: Caches) -> tuple[dict, np.ndarray]:
     B = len(c.batch.lens)
     q = queries(c.cfg, B, c.dtype)
     impls = _paged_calls(env, c, q, c.batch.table, c.batch.lens, None)
-    if c.padded is not None:
+    if c.contiguous is not None:
         impls.update(_dense_calls(env, c, q))
     return impls, q
 

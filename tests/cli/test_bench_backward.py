@@ -132,16 +132,16 @@ def test_learned_bias_rows_time_its_gradient(section):
 def test_learned_bias_grad_check_sees_a_wrong_bias_gradient():
     """The check compares all four gradients: a bias gradient off by 1% fails it."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
-    from fastattn.bench import backward_bias
+    from fastattn.bench import backward_bias, peers
     q, k, v, bias, d_o = backward_bias._inputs((2, 1, 32, 32, 16), (1, 1, 32, 32), "float32")
     run, _ = backward_bias._torch_impl(torch, q, k, v, bias, d_o)
     want = [g.clone() for g in run()]
     got = list(backward_bias._fastattn_impls(fastattn, q, k, v, bias, d_o)
                ["fastattn_fwd_bwd"](1)())
     res = {"fastattn_fwd_bwd@1": {"output": got}, "torch_fwd_bwd@1": {"output": want}}
-    assert backward_bias._grad_check(res, "float32")["grad_ok"]
+    assert peers.grads_vs_torch(res, "float32")["grad_ok"]
     got[3] = got[3] * 1.01
-    assert not backward_bias._grad_check(res, "float32")["grad_ok"]
+    assert not peers.grads_vs_torch(res, "float32")["grad_ok"]
 
 
 def test_score_options_time_and_memory(section):
