@@ -9,10 +9,11 @@ backward bitwise neutral (bitwise_corpus.py's sibling for the forward).
 on those named after OUT): `attention_backward` in float32, float64, float16
 and bfloat16 on shapes on and off the tile sizes, not causal, causal
 upper-left and lower-right, on 1 and 2 threads; at one shape each option (a
-window, a soft cap, ALiBi, sinks, key padding, a bool mask with a row that
-sees nothing, a float mask whose gradient is asked for, shared by the batch,
-with and without a soft cap, `grad_lse`, grouped-query heads), NaN and Inf
-in hidden keys and values, scores large enough that rounding puts them
+window, a soft cap (alone, with a window, with ALiBi), ALiBi, sinks, key
+padding, a bool mask with a row that sees nothing, a float mask whose
+gradient is asked for, shared by the batch, with and without a soft cap,
+`grad_lse`, grouped-query heads), NaN and Inf in hidden keys and values
+(with and without a soft cap), scores large enough that rounding puts them
 above their row's lse; and `attention_varlen_backward`.  Each gradient is
 stored under `<isa>/<case>/<i>`; `save` and `compare` are bitwise_corpus.py's
 (`compare` exits 1 on any difference or missing case).
@@ -74,6 +75,9 @@ def _option_kwargs(dt, rng):
     return {
         "window": ({"is_causal": True, "window": (31, 0)}, None),
         "softcap": ({"softcap": 5.0}, None),
+        "softcap_window": ({"is_causal": True, "window": (31, 0), "softcap": 5.0}, None),
+        "softcap_alibi": ({"is_causal": "lower_right", "softcap": 5.0,
+                           "alibi_slopes": np.linspace(0.1, 1, H)}, None),
         "alibi": ({"is_causal": True, "alibi_slopes": np.linspace(0.1, 1, H)}, None),
         "sinks": ({"sinks": np.linspace(-1, 1, H).astype(np.float32)}, None),
         "key_padding": ({"key_padding_mask": pad}, None),
@@ -103,13 +107,16 @@ def _odd_cases(fa, dt, dn):
         q, k, v, do = _inputs(rng, dt, 2, 8, 70, 90, 64, 64, Hkv=2)
         return _fwd_bwd(fa, q, k, v, do, nt, is_causal=True, enable_gqa=True)
 
-    def hidden_nonfinite(nt):
+    def hidden_nonfinite(nt, **kw):
         rng = np.random.default_rng(33)
         q, k, v, do = _inputs(rng, dt, 1, 2, 40, 60, 32, 32)
         k[0, 0, 50], v[0, 1, 55] = np.nan, np.inf      # keys 50.. hidden below
         pad = np.zeros((1, 60), bool)
         pad[0, 50:] = True
-        return _fwd_bwd(fa, q, k, v, do, nt, key_padding_mask=pad)
+        return _fwd_bwd(fa, q, k, v, do, nt, key_padding_mask=pad, **kw)
+
+    def hidden_nonfinite_softcap(nt):
+        return hidden_nonfinite(nt, softcap=5.0)
 
     def large_scores(nt):
         rng = np.random.default_rng(35)
@@ -127,7 +134,8 @@ def _odd_cases(fa, dt, dn):
                                             num_threads=nt)
 
     return [(f"odd/{dn}/{f.__name__}/nt={nt}", (lambda f=f, nt=nt: f(nt)))
-            for f in (gqa, hidden_nonfinite, large_scores, varlen) for nt in (1, 2)]
+            for f in (gqa, hidden_nonfinite, hidden_nonfinite_softcap, large_scores, varlen)
+            for nt in (1, 2)]
 
 
 def backward_cases(fa, dtypes=()):

@@ -4,7 +4,7 @@
  * scoreopts_tmpl.h), the weights P from the forward's lse, dP = dO.V^T, dS,
  * and the pair's products dQ += dS K, dV += P^T dO, dK += dS^T Q.  Part of
  * backward_tmpl.h (FA_SFX; FA_T, KT): FN(bw_scores) -> bw_scores_f32,
- * bw_scores_f64; likewise bw_band_keys, bw_ds_row, bw_grad_row, bw_tile,
+ * bw_scores_f64; likewise bw_band_keys, bw_grad_row, bw_tile,
  * bw_transpose, bw_pv, bw_pvt, bw_pair_dq, bw_pair_kv.
  *
  * A pair that the causal diagonal or the window's right edge crosses (a
@@ -62,53 +62,24 @@ static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN
                     a->pad.data != NULL, a->bool_mask.data != NULL);
 }
 
-/* dS = P (dP - d) (times f) over a row's n keys, exactly 0 where P is,
- * with a soft cap: f is -inf where the score is hidden, so the select is
- * made throughout; without one, the plain product in one pass that notes a
- * NaN or Inf result; only then can a hidden P of 0 have met a NaN or Inf (a
- * hidden value's, an overflow, a non-finite d), and those positions are set
- * back to 0: the plain product is the careful one wherever P is not 0
- * (grad_row's dS, in the table, likewise). */
-static void FN(bw_ds_row)(FA_T *restrict ds, const FA_T *restrict p, const FA_T *restrict f,
-                          int64_t n, FA_T d)
-{
-    if (f) {
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? p[j] * (ds[j] - d) * f[j] : 0;
-        return;
-    }
-    const FA_UINT(FA_SFX) expo = FA_EXP_MASK(FA_SFX);
-    FA_UINT(FA_SFX) bad = 0;
-    for (int64_t j = 0; j < n; j++) {
-        const FA_T r = p[j] * (ds[j] - d);
-        FA_UINT(FA_SFX) u;
-        memcpy(&u, &r, sizeof u);
-        bad |= (FA_UINT(FA_SFX))((u & expo) == expo);
-        ds[j] = r;
-    }
-    if (bad)
-        for (int64_t j = 0; j < n; j++) ds[j] = p[j] != 0 ? ds[j] : 0;
-}
-
 /* A row's P (in s, which holds its final scores) and dS (in ds, which holds
- * dP) over n keys, l its lse (finite), d its D; dm (stride cs) where not
- * NULL: the mask's gradient, the logits' (dS before the soft cap's factor
- * f).  P = exp(s - l) of the scores clamped to l: s <= l but for rounding,
- * which at scores of ~1e9 exceeds 1 and would overflow P; so P is never
- * above 1 (NaN kept).  Without a soft cap the table's grad_row does it all
- * in one pass (the same bits: bw_ds_row's, expsum's values); with one,
- * expsum and bw_ds_row, the logits' dS in two steps where dm asks for it. */
+ * dP) over n keys, l its lse (finite), d its D, f the soft cap's factor or
+ * NULL; dm (stride cs) where not NULL: the mask's gradient, the logits'
+ * (dS before f).  P = exp(s - l) of the scores clamped to l: s <= l but for
+ * rounding, which at scores of ~1e9 exceeds 1 and would overflow P; so P is
+ * never above 1 (NaN kept).  dS is 0 wherever P is, so that a NaN or Inf
+ * of a hidden position (a hidden value's, an overflow, a non-finite d)
+ * reaches no gradient: with f the table's grad_row selects throughout;
+ * without, it forms the plain product and says whether some result is NaN
+ * or Inf, and only then are the positions where P is 0 set back to 0 (the
+ * plain product is the careful one wherever P is not 0).  Where dm asks for
+ * the logits' dS, f is applied after it is written. */
 static void FN(bw_grad_row)(const KT *K, FA_T *restrict s, FA_T *restrict ds,
                             const FA_T *restrict f, int64_t n, FA_T l, FA_T d, FA_T *dm,
                             int64_t cs)
 {
-    if (!f) {
-        if (K->grad_row(s, ds, n, l, d))
-            for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
-    } else {
-        for (int64_t j = 0; j < n; j++) s[j] = l < s[j] ? l : s[j];
-        (void)K->expsum(s, s, n, l);
-        FN(bw_ds_row)(ds, s, dm ? NULL : f, n, d);
-    }
+    if (K->grad_row(s, ds, dm ? NULL : f, n, l, d))
+        for (int64_t j = 0; j < n; j++) ds[j] = s[j] != 0 ? ds[j] : 0;
     if (dm) {
         for (int64_t j = 0; j < n; j++) dm[j * cs] = ds[j];
         if (f)

@@ -307,11 +307,13 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* lays them out, queries on rows) */
     void (*pvt)(int64_t rows, int64_t nkeys, int64_t ncols, const FA_T *pt, int64_t ldp,
                 const FA_T *vp, int64_t pstride, FA_T *o, int64_t ldo);
-    /* one row of a backward pair without a soft cap: s[j] = P = */
-    /* exp(min(s[j], l) - l) (expsum's values of the scores clamped to the */
-    /* row's lse l, finite: P never above 1, NaN kept), ds[j] = P (ds[j] - d) */
-    /* (ds holding dP), for j < n; returns 1 if some dS is NaN or +-Inf */
-    int (*grad_row)(FA_T *s, FA_T *ds, int64_t n, FA_T l, FA_T d);
+    /* one row of a backward pair: s[j] = P = exp(min(s[j], l) - l) */
+    /* (expsum's values of the scores clamped to the row's lse l, finite: */
+    /* P never above 1, NaN kept), ds[j] = P (ds[j] - d) (ds holding dP), */
+    /* for j < n; without f returns 1 if some dS is NaN or +-Inf; with f */
+    /* (a soft cap's factor) ds[j] = P (ds[j] - d) f[j] where P is not 0, */
+    /* else exactly 0, and returns 0 */
+    int (*grad_row)(FA_T *s, FA_T *ds, const FA_T *f, int64_t n, FA_T l, FA_T d);
 } FA_CAT(fa_kernels, FA_SFX);
 #undef FA_T
 #endif

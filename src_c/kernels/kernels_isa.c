@@ -12,6 +12,7 @@
  * on the x86 bfloat16 tiers the
  * bfloat16 decoding kernels (kernels/decode_dp16.h) and the
  * 16-bit backward's products (kernels/bw16.h, amx and avx512_bf16). */
+#include <float.h>
 #include <string.h>
 
 #include "kernels/blocking.h"

@@ -159,39 +159,55 @@ static FA_ALWAYS_INLINE FA_T FN(expsum2)(const FA_T *x, FA_T *y, int64_t n, FA_T
 }
 
 /* P and dS of VW keys of a backward row (grad_row): p = exp(min(0, s - l)),
- * ds = p (ds - d); bad accumulates NaN where some dS is NaN or Inf. */
-static FA_ALWAYS_INLINE VT FN(grad_lanes)(FA_T *s, FA_T *ds, VT l, VT d, VT bad)
+ * ds = p (ds - d), times f and 0 where p is 0 if f; bad accumulates NaN
+ * where some dS is NaN or Inf.  exp gives 0 or a normal number, so p < the
+ * least normal is p = 0 (whatever the denormals mode). */
+static FA_ALWAYS_INLINE VT FN(grad_lanes)(FA_T *s, FA_T *ds, const FA_T *f, VT l, VT d, VT bad)
 {
     const VT p = V(exp)(V(min)(V(zero)(), V(sub)(V(load)(s), l))); /* NaN kept: min's 2nd */
-    const VT r = V(mul)(p, V(sub)(V(load)(ds), d));
+    VT r = V(mul)(p, V(sub)(V(load)(ds), d));
+    if (f) r = V(where_below)(V(zero)(), V(mul)(r, V(load)(f)), p, FA_TYPE_MIN(FA_SFX));
     V(store)(s, p);
     V(store)(ds, r);
     return V(add)(bad, V(mul)(r, V(zero)()));
 }
 
-/* One row of a backward pair without a soft cap, in one pass: s[j] = P =
- * exp(min(0, s[j] - l)), which is expsum's exp(s[j] - l) where s[j] <= l and
- * exactly 1 above (P never above 1; NaN kept), ds[j] = P (ds[j] - d) (ds
- * holding dP), j < n; 1 if some dS is NaN or Inf.  The tail runs through a
- * padded vector (s -inf, ds 0: P = 0 there, and dS NaN only where d is not
+/* grad_row over whole vectors j < n - n % VW, with f or without (fv: the
+ * compiler's copy of the loop for each). */
+static FA_ALWAYS_INLINE VT FN(grad_vectors)(FA_T *s, FA_T *ds, const FA_T *f, int fv, int64_t n,
+                                            VT vl, VT vdel)
+{
+    VT bad = V(zero)();
+    for (int64_t j = 0; j + VW <= n; j += VW)
+        bad = FN(grad_lanes)(s + j, ds + j, fv ? f + j : NULL, vl, vdel, bad);
+    return bad;
+}
+
+/* One row of a backward pair in one pass: s[j] = P = exp(min(0, s[j] - l)),
+ * which is expsum's exp(s[j] - l) where s[j] <= l and exactly 1 above (P
+ * never above 1; NaN kept), ds[j] = P (ds[j] - d) (ds holding dP), with f
+ * (a soft cap's factor) P (ds[j] - d) f[j] where P is not 0, else 0, j < n;
+ * without f, 1 if some dS is NaN or Inf.  The tail runs through a padded
+ * vector (s -inf, ds 0, f 0: P = 0 there, and dS NaN only where d is not
  * finite, which a real key's dS is then too). */
-static int FN(grad_row)(FA_T *s, FA_T *ds, int64_t n, FA_T l, FA_T d)
+static int FN(grad_row)(FA_T *s, FA_T *ds, const FA_T *f, int64_t n, FA_T l, FA_T d)
 {
     const VT vl = V(set1)(l), vdel = V(set1)(d);
-    VT bad = V(zero)();
-    int64_t j = 0;
-    for (; j + VW <= n; j += VW) bad = FN(grad_lanes)(s + j, ds + j, vl, vdel, bad);
+    VT bad = f ? FN(grad_vectors)(s, ds, f, 1, n, vl, vdel)
+               : FN(grad_vectors)(s, ds, NULL, 0, n, vl, vdel);
+    const int64_t j = n - n % VW;
     if (j < n) {
-        FA_T bs[VW], bd[VW];
+        FA_T bs[VW], bd[VW], bf[VW];
         const int64_t t = n - j;
         for (int64_t i = 0; i < VW; i++) {
             bs[i] = i < t ? s[j + i] : (FA_T)-INFINITY;
             bd[i] = i < t ? ds[j + i] : 0;
+            bf[i] = f && i < t ? f[j + i] : 0;
         }
-        bad = FN(grad_lanes)(bs, bd, vl, vdel, bad);
+        bad = FN(grad_lanes)(bs, bd, f ? bf : NULL, vl, vdel, bad);
         for (int64_t i = 0; i < t; i++) s[j + i] = bs[i], ds[j + i] = bd[i];
     }
-    return V(hsum)(bad) != 0;
+    return !f && V(hsum)(bad) != 0;
 }
 
 static void FN(scal)(FA_T *x, int64_t n, FA_T a)

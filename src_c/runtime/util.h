@@ -27,6 +27,7 @@
  * (kernels_half_tmpl.h). */
 #define FA_TYPE(sfx) FA_PASTE(FA_TYPE_, sfx)       /* float, double */
 #define FA_TYPE_MAX(sfx) FA_PASTE(FA_TYPE_MAX_, sfx) /* FLT_MAX, DBL_MAX (<float.h>) */
+#define FA_TYPE_MIN(sfx) FA_PASTE(FA_TYPE_MIN_, sfx) /* FLT_MIN, DBL_MIN: least normal */
 #define FA_UINT(sfx) FA_PASTE(FA_UINT_, sfx)       /* unsigned of the same size */
 #define FA_EXP_MASK(sfx) FA_PASTE(FA_EXP_MASK_, sfx) /* its exponent bits */
 #define FA_VEC(sfx) FA_PASTE(FA_VEC_, sfx)         /* vf, vd: simd/ operations, types */
@@ -36,6 +37,8 @@
 #define FA_TYPE_f64 double
 #define FA_TYPE_MAX_f32 FLT_MAX
 #define FA_TYPE_MAX_f64 DBL_MAX
+#define FA_TYPE_MIN_f32 FLT_MIN
+#define FA_TYPE_MIN_f64 DBL_MIN
 #define FA_UINT_f32 uint32_t
 #define FA_UINT_f64 uint64_t
 #define FA_EXP_MASK_f32 0x7f800000u

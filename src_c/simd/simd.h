@@ -10,14 +10,15 @@
  *   vf_add, vf_sub, vf_mul, vf_max_acc (max, keeping acc where x is NaN),
  *   vf_min (min, the 2nd operand where either is NaN),
  *   vf_nan_acc (sticky NaN detector), vf_hmax, vf_hsum, vf_transpose_block,
- *   vf_all_below (1 if every lane is < lo, NaN is not: the online softmax);
+ *   vf_all_below (1 if every lane is < lo, NaN is not: the online softmax),
+ *   vf_where_below (a where x < lo, else b; NaN x: b);
  *   and, for the vector exp of vmath_tmpl.h: vf_fnma (c - a*b), vf_max
  *   (max, the 2nd operand where either is NaN), vf_round (to nearest),
  *   vf_ldexp (p * 2^n, n integral, n >= exp's range), vf_zero_below (p, or 0
  *   where x < lo), vf_ldexp_from (ldexp, then zero_below), vf_exp_bits (the
  *   integer image shifted into the exponent field; FA_SIMD_SCALEF: a mapping
- *   whose ldexp is exact for any n, see vmath.h); for the vector tanh: vf_div, vf_abs, vf_copysign (m's magnitude,
- *   s's sign), vf_where_below (a where x < lo, else b) -- or its own
+ *   whose ldexp is exact for any n, see vmath.h); for the vector tanh:
+ *   vf_div, vf_abs, vf_copysign (m's magnitude, s's sign) -- or its own
  *   vf_exp, vf_exp2, vf_tanh with FA_SIMD_LIBM_EXP (generic); and, float
  *   only, vf_load_f16, vf_load_bf16: VF_W 16-bit elements widened, exactly,
  *   and vf_store_f16, vf_store_bf16: rounded to nearest even (runtime/half.h);

@@ -42,6 +42,8 @@ static inline VT V(nan_acc)(VT acc, VT x) { return x != x ? x : acc; }
 static inline FA_T V(hmax)(VT a) { return a; }
 /* 1 if x < lo (NaN is not) */
 static inline int V(all_below)(VT x, FA_T lo) { return x < lo; }
+/* a where x < lo, else b (NaN x: b) */
+static inline VT V(where_below)(VT a, VT b, VT x, FA_T lo) { return x < lo ? a : b; }
 static inline FA_T V(hsum)(VT a) { return a; }
 #if !FA_IS_F64(FA_SFX)
 static inline vf vf_load_i8(const int8_t *p) { return (float)*p; } /* the int8 KV cache */
