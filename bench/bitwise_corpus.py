@@ -10,9 +10,10 @@
 attention in float32/float64 (and float16 and bfloat16 input: on the
 bfloat16 tiers the 16-bit matrix driver) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
-(L = 1..8 against long S: the key-split path), L and S off the tile sizes, the
-weights path, out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden positions;
-softmax; multi_head_attention and KVCache decoding.  Each result is stored
+(L = 1..8 against long S: the key-split path), paged decoding and mixed
+batches (attention_paged), L and S off the tile sizes, the weights path,
+out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden
+positions; softmax; multi_head_attention and KVCache decoding.  Each result is stored
 under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
 any difference (same dtype and shape; np.array_equal with equal_nan=True for floats,
 the bytes for the rest, bfloat16 included) or
@@ -62,6 +63,42 @@ def _decode_cases(fa, dt, dn):
                     q, k, v = _qkv(rng, dt, (1, 4, L, 64), (1, 4, S, 64))
                     return fa.attention(q, k, v, is_causal="lower_right", num_threads=nt)
                 cases.append((f"decode/{dn}/L={L}/S={S}/nt={nt}", run))
+    return cases
+
+
+def _paged_cases(fa, dt, dn):
+    """attention_paged over shuffled blocks of a pool in the input's dtype
+    (no float64 pools): decoding steps and a batch mixing a prefill chunk
+    with decodes, grouped heads, both layouts, pages of 16 and 128 keys,
+    head sizes of whole and odd vectors; the output and the lse."""
+    if dn == "float64":
+        return []
+    cases = []
+    lens = np.array([1, 17, 130, 300, 513])
+    for E in (128, 72):
+        for bs in (16, 128):
+            for layout in ("NHD", "HND"):
+                for mixed in (False, True):
+                    for nt in (1, 2):
+                        def run(E=E, bs=bs, layout=layout, mixed=mixed, nt=nt, dt=dt):
+                            rng = np.random.default_rng(2000 + E + bs)
+                            nblk = (lens + bs - 1) // bs
+                            table = np.zeros((len(lens), nblk.max()), np.int32)
+                            perm = rng.permutation(int(nblk.sum())).astype(np.int32)
+                            for b, o in enumerate(np.cumsum(nblk) - nblk):
+                                table[b, :nblk[b]] = perm[o:o + nblk[b]]
+                            shape = ((len(perm), bs, 2, E) if layout == "NHD"
+                                     else (len(perm), 2, bs, E))
+                            kc = rng.standard_normal(shape).astype(dt)
+                            vc = rng.standard_normal(shape).astype(dt)
+                            nq = np.array([1, 1, 20, 1, 1]) if mixed else np.ones(5, np.int64)
+                            cu = np.concatenate([[0], np.cumsum(nq)]) if mixed else None
+                            q = rng.standard_normal((int(nq.sum()), 8, E)).astype(dt)
+                            return fa.attention_paged(q, kc, vc, table, lens, cu_seqlens_q=cu,
+                                                      layout=layout, return_lse=True,
+                                                      num_threads=nt)
+                        cases.append((f"paged/{dn}/E={E}/bs={bs}/{layout}/mixed={mixed}/nt={nt}",
+                                      run))
     return cases
 
 
@@ -202,7 +239,8 @@ def attention_cases(fa, dtypes=()):
         dn = np.dtype(dt).name
         if dtypes and dn not in dtypes:
             continue
-        for family in (_attn_cases, _decode_cases, _masks_case, _block_sparse_case, _gqa_case, _softmax_case, _mha_case):
+        for family in (_attn_cases, _decode_cases, _paged_cases, _masks_case, _block_sparse_case,
+                       _gqa_case, _softmax_case, _mha_case):
             cases += family(fa, dt, dn)
     return cases
 
