@@ -153,14 +153,9 @@ static void bw16_scores(const bw16_plan *pl, const fa_offsets *off, const bw16_p
                 o->s, BW16_KB);
     for (int64_t i = 0; i < t->nq && !pl->fold; i++)
         K->scal(o->s + i * BW16_KB, t->nk, (float)a->scale);
-    if (a->softcap > 0) {
-        const float cap = (float)a->softcap, inv = 1 / cap;
-        for (int64_t i = 0; i < t->nq; i++) {
-            float *row = o->s + i * BW16_KB, *fr = o->f + i * BW16_KB;
-            K->softcap(row, t->nk, cap);
-            for (int64_t j = 0; j < t->nk; j++) fr[j] = 1 - (row[j] * inv) * (row[j] * inv);
-        }
-    }
+    if (a->softcap > 0)
+        for (int64_t i = 0; i < t->nq; i++)
+            K->softcap(o->s + i * BW16_KB, o->f + i * BW16_KB, t->nk, (float)a->softcap);
     if (a->alibi.data) /* ALiBi alone: the cap is applied above */
         (void)score_opts_f32(&pl->nocap, K, off, o->s, BW16_KB, t->i0, t->nq, t->kb, t->nk, 0,
                              NULL);

@@ -47,14 +47,9 @@ static void FN(bw_scores)(const FN(bw_plan) *pl, const fa_offsets *off, const FN
     FA_T *s = t->s + g * FA_KC;
     K->qk(fa_round_up(nb, K->mr), fa_round_up(nk, K->nr), a->E, t->qp + g * a->E, t->kp, s, FA_KC,
           NULL);
-    if (a->softcap > 0) {
-        const FA_T cap = (FA_T)a->softcap, inv = (FA_T)1 / cap;
-        for (int64_t i = 0; i < nb; i++) {
-            FA_T *row = s + i * FA_KC, *fr = t->f + (g + i) * FA_KC;
-            K->softcap(row, nk, cap);
-            for (int64_t j = 0; j < nk; j++) fr[j] = 1 - (row[j] * inv) * (row[j] * inv);
-        }
-    }
+    if (a->softcap > 0)
+        for (int64_t i = 0; i < nb; i++)
+            K->softcap(s + i * FA_KC, t->f + (g + i) * FA_KC, nk, (FA_T)a->softcap);
     if (a->alibi.data) /* ALiBi alone: the cap is applied above */
         (void)FN(score_opts)(&pl->nocap, K, off, s, FA_KC, t->i0 + g, nb, t->kb, nk, 0, NULL);
     const int cut = fa_limits_cut(&pl->lim, t->i0 + g, nb, t->kb, nk);

@@ -58,8 +58,8 @@ int fa_tanh(int dtype, int64_t n, const void *x, void *y)
     if (dtype != FA_FLOAT32 && dtype != FA_FLOAT64) return FA_EINVAL;
     if (x != y && n > 0) memmove(y, x, (size_t)n * size);
     if (dtype == FA_FLOAT32)
-        fa_kernels_f32_current()->softcap((float *)y, n, 1.0f);
+        fa_kernels_f32_current()->softcap((float *)y, NULL, n, 1.0f);
     else
-        fa_kernels_f64_current()->softcap((double *)y, n, 1.0);
+        fa_kernels_f64_current()->softcap((double *)y, NULL, n, 1.0);
     return FA_OK;
 }

@@ -239,8 +239,10 @@ typedef struct FA_CAT(fa_kernels, FA_SFX) {
     /* value that depends on every chain */
     FA_T (*fma_probe)(int64_t n);
     /* x[i] = cap * tanh(x[i] / cap) for i < n, cap > 0 (the soft cap of the */
-    /* scores; tanh by simd/vmath_tmpl.h: +-inf -> +-cap, NaN stays NaN) */
-    void (*softcap)(FA_T *x, int64_t n, FA_T cap);
+    /* scores; tanh by simd/vmath_tmpl.h: +-inf -> +-cap, NaN stays NaN); */
+    /* f, where not NULL: the cap's derivative f[i] = 1 - t * t, t = x[i] * */
+    /* (1 / cap) of the capped x[i] (the backward's) */
+    void (*softcap)(FA_T *x, FA_T *f, int64_t n, FA_T cap);
     /* the score options of one row, in one pass: x[j] = cap * tanh(x[j] / */
     /* cap) if cap > 0, then x[j] -= slope * |p - j| if slope != 0 (ALiBi, p */
     /* the row's position relative to the first key; p integral, |p| + n < */

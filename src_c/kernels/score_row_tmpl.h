@@ -7,19 +7,39 @@
  * FN(score_vec) -> score_vec_f32_avx512, ...; FN(score_row_any) ->
  * score_row_any_f32_neon, ...; FN(score_row) -> score_row_f64_avx2, ... */
 
+/* One vector of softcap: x = vc tanh(x vi), and where f, its derivative
+ * 1 - t t, t = x vi of the capped x (a product, then a difference: no
+ * fused step, the bits of the C expression). */
+static FA_ALWAYS_INLINE void FN(softcap_vec)(FA_T *x, FA_T *f, VT vc, VT vi)
+{
+    const VT y = V(mul)(vc, V(tanh)(V(mul)(V(load)(x), vi)));
+    V(store)(x, y);
+    if (f) {
+        const VT t = V(mul)(y, vi);
+        V(store)(f, V(sub)(V(set1)((FA_T)1), V(mul)(t, t)));
+    }
+}
+
 /* x[i] = cap tanh(x[i] / cap) for i < n: the soft cap of the scores (cap
- * > 0; x[i] / cap as x[i] * (1 / cap); cap = 1 is plain tanh, exactly).
- * The tail through a padded vector, so every element sees the same tanh. */
-static void FN(softcap)(FA_T *x, int64_t n, FA_T cap)
+ * > 0; x[i] / cap as x[i] * (1 / cap); cap = 1 is plain tanh, exactly);
+ * f: see kernels.h.  The tail through a padded vector, so every element
+ * sees the same tanh. */
+static void FN(softcap)(FA_T *x, FA_T *f, int64_t n, FA_T cap)
 {
     const VT vc = V(set1)(cap), vi = V(set1)((FA_T)1 / cap);
     int64_t i = 0;
-    for (; i + VW <= n; i += VW) V(store)(x + i, V(mul)(vc, V(tanh)(V(mul)(V(load)(x + i), vi))));
+    if (f)
+        for (; i + VW <= n; i += VW) FN(softcap_vec)(x + i, f + i, vc, vi);
+    else
+        for (; i + VW <= n; i += VW) FN(softcap_vec)(x + i, NULL, vc, vi);
     if (i < n) {
-        FA_T buf[VW];
+        FA_T buf[VW], fb[VW];
         for (int64_t j = 0; j < VW; j++) buf[j] = i + j < n ? x[i + j] : (FA_T)0;
-        V(store)(buf, V(mul)(vc, V(tanh)(V(mul)(V(load)(buf), vi))));
-        for (int64_t j = 0; i + j < n; j++) x[i + j] = buf[j];
+        FN(softcap_vec)(buf, f ? fb : NULL, vc, vi);
+        for (int64_t j = 0; i + j < n; j++) {
+            x[i + j] = buf[j];
+            if (f) f[i + j] = fb[j];
+        }
     }
 }
 
