@@ -23,6 +23,8 @@ Only the public API is used, so the script runs against any build: to compare
 against another checkout's build, run it from that checkout (cwd) calling this
 file by its absolute path.
 """
+import functools
+import itertools
 import sys
 
 import numpy as np
@@ -73,33 +75,28 @@ def _paged_cases(fa, dt, dn):
     head sizes of whole and odd vectors; the output and the lse."""
     if dn == "float64":
         return []
-    cases = []
     lens = np.array([1, 17, 130, 300, 513])
-    for E in (128, 72):
-        for bs in (16, 128):
-            for layout in ("NHD", "HND"):
-                for mixed in (False, True):
-                    for nt in (1, 2):
-                        def run(E=E, bs=bs, layout=layout, mixed=mixed, nt=nt, dt=dt):
-                            rng = np.random.default_rng(2000 + E + bs)
-                            nblk = (lens + bs - 1) // bs
-                            table = np.zeros((len(lens), nblk.max()), np.int32)
-                            perm = rng.permutation(int(nblk.sum())).astype(np.int32)
-                            for b, o in enumerate(np.cumsum(nblk) - nblk):
-                                table[b, :nblk[b]] = perm[o:o + nblk[b]]
-                            shape = ((len(perm), bs, 2, E) if layout == "NHD"
-                                     else (len(perm), 2, bs, E))
-                            kc = rng.standard_normal(shape).astype(dt)
-                            vc = rng.standard_normal(shape).astype(dt)
-                            nq = np.array([1, 1, 20, 1, 1]) if mixed else np.ones(5, np.int64)
-                            cu = np.concatenate([[0], np.cumsum(nq)]) if mixed else None
-                            q = rng.standard_normal((int(nq.sum()), 8, E)).astype(dt)
-                            return fa.attention_paged(q, kc, vc, table, lens, cu_seqlens_q=cu,
-                                                      layout=layout, return_lse=True,
-                                                      num_threads=nt)
-                        cases.append((f"paged/{dn}/E={E}/bs={bs}/{layout}/mixed={mixed}/nt={nt}",
-                                      run))
-    return cases
+
+    def run(E, bs, layout, mixed, nt):
+        rng = np.random.default_rng(2000 + E + bs)
+        nblk = (lens + bs - 1) // bs
+        table = np.zeros((len(lens), nblk.max()), np.int32)
+        perm = rng.permutation(int(nblk.sum())).astype(np.int32)
+        for b, o in enumerate(np.cumsum(nblk) - nblk):
+            table[b, :nblk[b]] = perm[o:o + nblk[b]]
+        shape = (len(perm), bs, 2, E) if layout == "NHD" else (len(perm), 2, bs, E)
+        kc = rng.standard_normal(shape).astype(dt)
+        vc = rng.standard_normal(shape).astype(dt)
+        nq = np.array([1, 1, 20, 1, 1]) if mixed else np.ones(5, np.int64)
+        cu = np.concatenate([[0], np.cumsum(nq)]) if mixed else None
+        q = rng.standard_normal((int(nq.sum()), 8, E)).astype(dt)
+        return fa.attention_paged(q, kc, vc, table, lens, cu_seqlens_q=cu, layout=layout,
+                                  return_lse=True, num_threads=nt)
+
+    return [(f"paged/{dn}/E={E}/bs={bs}/{layout}/mixed={mixed}/nt={nt}",
+             functools.partial(run, E, bs, layout, mixed, nt))
+            for E, bs, layout, mixed, nt in itertools.product(
+                (128, 72), (16, 128), ("NHD", "HND"), (False, True), (1, 2))]
 
 
 def _masks_case(fa, dt, dn):
