@@ -11,7 +11,7 @@ attention in float32/float64 (and float16 and bfloat16 input: on the
 bfloat16 tiers the 16-bit matrix driver) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
 (L = 1..8 against long S: the key-split path), paged decoding and mixed
-batches (attention_paged), L and S off the tile sizes, the weights path,
+batches (attention_paged; int8 pools too), L and S off the tile sizes, the weights path,
 out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden
 positions; softmax; multi_head_attention and KVCache decoding.  Each result is stored
 under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
@@ -97,6 +97,47 @@ def _paged_cases(fa, dt, dn):
              functools.partial(run, E, bs, layout, mixed, nt))
             for E, bs, layout, mixed, nt in itertools.product(
                 (128, 72), (16, 128), ("NHD", "HND"), (False, True), (1, 2))]
+
+
+def _int8_cases(fa, dt, dn):
+    """int8 paged pools with per-row scales under float32 queries: grouped
+    heads of 1 to 8 query rows per KV head (the kernel's row counts),
+    head sizes of whole 16-byte chunks and not (72), decoding steps and a
+    prefill chunk, soft cap, a query row with a NaN; 1 and 2 threads."""
+    if dn != "float32":
+        return []
+    lens = np.array([1, 17, 130, 300, 513])
+
+    def run(E, G, mixed, variant, nt):
+        rng = np.random.default_rng(3000 + E * 10 + G)
+        bs, hkv = 16, 2
+        nblk = (lens + bs - 1) // bs
+        table = np.zeros((len(lens), nblk.max()), np.int32)
+        perm = rng.permutation(int(nblk.sum())).astype(np.int32)
+        for b, o in enumerate(np.cumsum(nblk) - nblk):
+            table[b, :nblk[b]] = perm[o:o + nblk[b]]
+        shape = (len(perm), bs, hkv, E)
+        kc = rng.integers(-127, 128, shape, dtype=np.int8)
+        vc = rng.integers(-127, 128, shape, dtype=np.int8)
+        ks = rng.uniform(0.001, 0.05, shape[:3]).astype(np.float32)
+        vs = rng.uniform(0.001, 0.05, shape[:3]).astype(np.float32)
+        nq = np.array([1, 1, 6, 1, 1]) if mixed else np.ones(5, np.int64)
+        cu = np.concatenate([[0], np.cumsum(nq)]) if mixed else None
+        q = rng.standard_normal((int(nq.sum()), G * hkv, E)).astype(np.float32)
+        kw = {}
+        if variant == "softcap":
+            kw["softcap"] = 3.0
+        elif variant == "nan_row":
+            q[1, 0, E // 2] = np.nan
+        return fa.attention_paged(q, kc, vc, table, lens, cu_seqlens_q=cu, layout="NHD",
+                                  key_scales=ks, value_scales=vs, return_lse=True,
+                                  num_threads=nt, **kw)
+
+    return [(f"paged_int8/E={E}/G={G}/mixed={mixed}/{variant}/nt={nt}",
+             functools.partial(run, E, G, mixed, variant, nt))
+            for E, G, mixed, variant, nt in itertools.product(
+                (128, 72, 256, 64), (1, 2, 3, 4, 5, 8), (False, True),
+                ("plain", "softcap", "nan_row"), (1, 2))]
 
 
 def _masks_case(fa, dt, dn):
@@ -236,8 +277,8 @@ def attention_cases(fa, dtypes=()):
         dn = np.dtype(dt).name
         if dtypes and dn not in dtypes:
             continue
-        for family in (_attn_cases, _decode_cases, _paged_cases, _masks_case, _block_sparse_case,
-                       _gqa_case, _softmax_case, _mha_case):
+        for family in (_attn_cases, _decode_cases, _paged_cases, _int8_cases, _masks_case,
+                       _block_sparse_case, _gqa_case, _softmax_case, _mha_case):
             cases += family(fa, dt, dn)
     return cases
 
