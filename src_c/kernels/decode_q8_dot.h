@@ -15,6 +15,9 @@
  * pair < 2^23, E/2 <= 128 pairs < 2^30 for E <= FA_Q8_DOT_MAX_E), the QD_W
  * keys' partial vectors reduced by one transpose-add; score j =
  * ((scale (a / 32767)) k_scale[j]) dot, in float32.
+ * Where the mapping also has VPDPBUSD (QD_BYTE_ROWS: the x86 bfloat16
+ * tiers), Q.K^T takes the same q16 as two byte planes against the int8
+ * levels themselves, the same integers (Q8(qk_bytes) below).
  * P.V: per (row, key block) w_j = p_j v_scale[j] quantised to int16 with
  * scale b = max_j |w_j|: rint(w_j fl(32767 / b)) (error <= 2^-16 b per
  * weight, plus float32 roundings of 2^-8 levels; a zero weight, so every
@@ -94,6 +97,151 @@ static void Q8(qk_dot)(int R, const fa_q8_item *it, const int16_t *q16, const fl
             vf_store(s + r * NB + j0, vf_mul(c, qd_to_f(qd_hsum_lanes(acc))));
         }
     }
+}
+
+#if defined(QD_BYTE_ROWS)
+/* Q.K^T on bytes (the mappings with QD_BYTE_ROWS: VPDPBUSD).  A group of
+ * RG = 4, 2 or 1 query rows shares each vector: row g takes its W = 64 / RG
+ * bytes g W .. (g + 1) W, W consecutive dimensions (so E must be a
+ * multiple of W); a key's W bytes of those dimensions, repeated RG times,
+ * serve all the group's rows in one product.  No key is widened to int16,
+ * and the dword partial sums are added by one 4 x 4 transpose-add per four
+ * keys and, for RG < 4, one or two lane folds (where Q8(qk_dot) reduces
+ * QD_W lanes per row per key).  Each q16 is split as 256 qh + ql,
+ * ql = q16 & 255 (unsigned, VPDPBUSD's first operand, against the signed
+ * levels k) and qh in [-128, 127] (signed, against the unsigned k + 128):
+ *   q16 . k = 256 (qh . (k + 128)) - 32768 sum(qh) + ql . k,
+ * each term an int32 (|256 qh . (k + 128)| <= 256 * 128 * 255 * 256 < 2^31)
+ * and the result the same exact integer as Q8(qk_dot)'s, scaled by the same
+ * float32 steps: the same scores, bit for bit. */
+typedef struct Q8(planes) {
+    int rows, n;                               /* RG; the rows it holds (zero lanes after) */
+    uint8_t lo[FA_Q8_DOT_MAX_E / 16][64];      /* vector c: row g's ql[c W + 0 .. W) at g W */
+    int8_t hi[FA_Q8_DOT_MAX_E / 16][64];       /* its qh */
+    int32_t bias[4 * QD_BYTE_ROWS];            /* each lane: 32768 sum(qh) of its row */
+    float rs[4 * QD_BYTE_ROWS];                /* each lane: scale sq[its row] */
+} Q8(planes);
+
+/* The planes of a group of RG lanes for the n (<= RG) rows r0 .. r0+n of
+ * q16 (Q8(quant_q)'s rows), sq; zeros in the lanes past n. */
+static void Q8(byte_planes)(const fa_q8_item *it, int r0, int RG, int n, const int16_t *q16,
+                            const float *sq, Q8(planes) *pl)
+{
+    const int64_t E = it->E, Ep = Q8_EP(E), W = 64 / RG;
+    if (n < RG) memset(pl, 0, sizeof *pl);
+    pl->rows = RG, pl->n = n;
+    for (int g = 0; g < n; g++) {
+        int32_t sum = 0;
+        for (int64_t d = 0; d < E; d++) {
+            const int32_t q = q16[(r0 + g) * Ep + d], l = q & 255, h = (q - l) / 256;
+            pl->lo[d / W][g * W + d % W] = (uint8_t)l;
+            pl->hi[d / W][g * W + d % W] = (int8_t)h;
+            sum += h;
+        }
+        for (int64_t i = g * W / 4; i < (g + 1) * W / 4; i++) {
+            pl->bias[i] = 32768 * sum;
+            pl->rs[i] = it->scale * sq[r0 + g];
+        }
+    }
+}
+
+/* s[(RG gi + g)*NB + jj] = ((scale sq[g]) ks[jj]) (q16_g . k8[jj]) for the
+ * rows g < RG of the NG (1 or 2) groups pl[gi] and the keys of block t, four
+ * keys at a time (a last key repeated past t->n: ks is zero there); two
+ * groups share each key's broadcast.  pf: ask for each key's value row and
+ * the next block's key row (the pass that reads the keys first), one key's
+ * lines per chunk: the four keys' asked for at once wait behind the
+ * line-fill buffers (pages of 128 keys from memory took 1.19x longer). */
+static FA_ALWAYS_INLINE void Q8(qk_bytes)(int RG, int NG, const fa_q8_item *it,
+                                          const Q8(planes) *pl, int pf, const Q8(blk) *t,
+                                          float *restrict s)
+{
+    const int64_t W = 64 / RG, C = it->E / W, n = t->n;
+    for (int64_t j0 = 0; j0 < n; j0 += 4) {
+        const int8_t *kr[4];
+        qd_vi h[2][4], l[2][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            kr[i] = t->k[j0 + i < n ? j0 + i : n - 1];
+#pragma GCC unroll 2
+            for (int gi = 0; gi < NG; gi++) h[gi][i] = l[gi][i] = qd_zero();
+        }
+        for (int64_t c = 0; c < C; c++) {
+            if (pf && c < 4 && j0 + c < n) Q8(prefetch)(it, t, j0 + c);
+            qd_vi ql[2], qh[2];
+#pragma GCC unroll 2
+            for (int gi = 0; gi < NG; gi++)
+                ql[gi] = qd_load_b(pl[gi].lo[c]), qh[gi] = qd_load_b(pl[gi].hi[c]);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const qd_vi kb = qd_bytes_bcast(RG, kr[i] + W * c), ku = qd_flip(kb);
+#pragma GCC unroll 2
+                for (int gi = 0; gi < NG; gi++) {
+                    l[gi][i] = qd_dpbu(l[gi][i], ql[gi], kb);
+                    h[gi][i] = qd_dpbu(h[gi][i], ku, qh[gi]);
+                }
+            }
+        }
+        for (int64_t i = C; i < 4; i++)
+            if (pf && j0 + i < n) Q8(prefetch)(it, t, j0 + i);
+#pragma GCC unroll 2
+        for (int gi = 0; gi < NG; gi++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) l[gi][i] = qd_shl8_add(h[gi][i], l[gi][i]);
+            const qd_vi dot = qd_sub(qd_fold_lanes(RG, qd_hsum4(l[gi])), qd_load_d(pl[gi].bias));
+            const vf c = vf_mul(vf_load(pl[gi].rs), vf_bcast4(t->ks + j0));
+            qd_scatter_rows(RG, s + gi * RG * NB + j0, NB, vf_mul(c, qd_to_f(dot)));
+        }
+    }
+}
+#endif
+
+/* Q.K^T of the R rows: the first nb by the ng byte planes' groups (two of
+ * 4 lanes in one pass), the rest by Q8(qk_dot). */
+static void Q8(qk)(int R, const fa_q8_item *it, const int16_t *q16, const float *sq,
+                   const void *planes, int ng, int nb, const Q8(blk) *t, float *restrict s)
+{
+#if defined(QD_BYTE_ROWS)
+    const Q8(planes) *pl = planes;
+    for (int g = 0, r = 0; g < ng;) {
+        const int two = pl[g].rows == 4 && g + 1 < ng && pl[g + 1].rows == 4;
+        float *sr = s + r * NB;
+        switch (two ? 8 : pl[g].rows) {
+        case 8: Q8(qk_bytes)(4, 2, it, &pl[g], g == 0, t, sr); break;
+        case 4: Q8(qk_bytes)(4, 1, it, &pl[g], g == 0, t, sr); break;
+        case 2: Q8(qk_bytes)(2, 1, it, &pl[g], g == 0, t, sr); break;
+        default: Q8(qk_bytes)(1, 1, it, &pl[g], g == 0, t, sr); break;
+        }
+        r += pl[g].n + (two ? pl[g + 1].n : 0);
+        g += 1 + two;
+    }
+#else
+    (void)planes, (void)ng;
+#endif
+    if (nb < R) Q8(qk_dot)(R - nb, it, q16 + nb * Q8_EP(it->E), sq + nb, t, s + nb * NB);
+}
+
+/* The byte planes of rows 0 .. R into pl: groups of 4 (three rows too: one
+ * pass over the keys costs less than two), then 2, then 1, while E is a
+ * multiple of the group's W; *nb: the rows they cover; returns their
+ * count, 0 without QD_BYTE_ROWS. */
+static int Q8(plan_bytes)(int R, const fa_q8_item *it, const int16_t *q16, const float *sq,
+                          void *planes, int *nb)
+{
+    int ng = 0;
+    *nb = 0;
+#if defined(QD_BYTE_ROWS)
+    Q8(planes) *pl = planes;
+    while (*nb < R) {
+        const int left = R - *nb, rg = left >= 3 ? 4 : left, n = left < rg ? left : rg;
+        if (it->E % (64 / rg)) break;
+        Q8(byte_planes)(it, *nb, rg, n, q16, sq, &pl[ng++]);
+        *nb += n;
+    }
+#else
+    (void)R, (void)it, (void)q16, (void)sq, (void)planes;
+#endif
+    return ng;
 }
 
 /* The R rows' weights p[r*NB + jj] vs[jj], jj < t->n, as int16 at

@@ -394,6 +394,13 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
     int16_t q16[RB * FA_Q8_DOT_MAX_E];
     float sq[RB];
     const int dot = it->E <= FA_Q8_DOT_MAX_E && Q8(quant_q)(R, it->E, qr, q16, sq);
+#if defined(QD_BYTE_ROWS)
+    Q8(planes) planes[RB / QD_BYTE_ROWS + 2]; /* groups of 4, then 2, then 1 */
+#else
+    char planes[1];
+#endif
+    int nb = 0;
+    const int ng = dot ? Q8(plan_bytes)(R, it, q16, sq, planes, &nb) : 0;
 #endif
     Q8(blk) tab[2]; /* this key block's rows and the next's */
     /* (jhi - NB, not jlo + NB: jlo is INT64_MAX when no row sees a key) */
@@ -406,7 +413,7 @@ static void Q8(rows)(const fa_q8_item *it, int64_t r0, int R)
         if (j1 + NB <= jhi) Q8(prefetch_scales)(it, j1 + NB, Q8(keys)(j1 + NB, jhi));
 #if FA_Q8_DOT
         if (dot)
-            Q8(qk_dot)(R, it, q16, sq, &tab[c], s);
+            Q8(qk)(R, it, q16, sq, planes, ng, nb, &tab[c], s);
         else
 #endif
             Q8(scores)(R, it, qr, &tab[c], s);

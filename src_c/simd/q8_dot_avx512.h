@@ -30,6 +30,26 @@
  *                        ties to even; |x s| < 32767.5 (the caller's s =
  *                        32767 / a for |x| <= a keeps |x s| within 32767
  *                        (1 + 2^-23))
+ * and for Q.K^T on bytes, with up to 4 query rows a vector (the byte
+ * products' layout in kernels/decode_q8_dot.h):
+ *   QD_BYTE_ROWS         4: the most query rows of a vector, a 128-bit
+ *                        lane each
+ *   qd_load_b(p)         64 bytes at p (unaligned)
+ *   qd_load_d(p)         QD_W int32 at p (unaligned)
+ *   qd_bytes_bcast(rg, p)  the 64 / rg bytes at p, rg (4, 2 or 1) times
+ *   qd_flip(x)           x ^ 0x80 in every byte: an int8 k read as the
+ *                        unsigned k + 128
+ *   qd_dpbu(acc, u, s)   acc[i] += the 4 products u.u8[4i + m] s.s8[4i + m]
+ *                        in int32 (VPDPBUSD; wraps)
+ *   qd_shl8_add(h, l)    256 h + l in int32 (wraps)
+ *   qd_sub(a, b)         a - b in int32 (wraps)
+ *   qd_hsum4(x)          x[0..4) -> dword i of lane L = the sum of x[i]'s
+ *                        four dwords in lane L, exact
+ *   qd_fold_lanes(rg, x) lane 4g / rg += the other lanes of row g's
+ *                        4 / rg (rg 4: x itself)
+ *   vf_bcast4(p)         the 4 floats at p in every 128-bit lane
+ *   qd_scatter_rows(rg, p, ld, x)  lane 4g / rg's 4 floats to p + g ld,
+ *                        g < rg
  * The SIMDe build has no 512-bit int32 <-> float conversions or VPMOVDW:
  * element by element there, the same float32 operations in the same order. */
 #ifndef FASTATTN_Q8_DOT_H
@@ -105,6 +125,59 @@ static inline qd_vi qd_hsum_lanes(const qd_vi *x)
                                                        _mm512_unpackhi_epi32(z[2], z[3])));
     return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(t0, t1, 0x44)),
                             _mm512_castps_si512(_mm512_shuffle_ps(t0, t1, 0xee)));
+}
+
+#define QD_BYTE_ROWS 4
+static inline qd_vi qd_load_b(const void *p) { return _mm512_loadu_si512(p); }
+static inline qd_vi qd_load_d(const int32_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline qd_vi qd_bytes_bcast(int rg, const int8_t *p)
+{
+    if (rg == 4) return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+    if (rg == 2) return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_si512((const void *)p);
+}
+static inline qd_vi qd_flip(qd_vi x) { return _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80)); }
+/* "+v" for the reason given at qd_dp */
+#if defined(__GNUC__) && !defined(FA_AVX512_SIMDE)
+static inline qd_vi qd_dpbu(qd_vi acc, qd_vi u, qd_vi s)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+#else
+static inline qd_vi qd_dpbu(qd_vi acc, qd_vi u, qd_vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#endif
+static inline qd_vi qd_shl8_add(qd_vi h, qd_vi l)
+{
+    return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+}
+static inline qd_vi qd_sub(qd_vi a, qd_vi b) { return _mm512_sub_epi32(a, b); }
+/* the 4 x 4 transpose-add of each 128-bit lane */
+static inline qd_vi qd_hsum4(const qd_vi *x)
+{
+    const qd_vi a = _mm512_add_epi32(_mm512_unpacklo_epi32(x[0], x[1]),
+                                     _mm512_unpackhi_epi32(x[0], x[1]));
+    const qd_vi b = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2], x[3]),
+                                     _mm512_unpackhi_epi32(x[2], x[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+static inline qd_vi qd_fold_lanes(int rg, qd_vi x)
+{
+    if (rg <= 2) x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+    if (rg == 1) x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+    return x;
+}
+static inline vf vf_bcast4(const float *p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+static inline void qd_scatter_rows(int rg, float *p, int64_t ld, vf x)
+{
+    _mm_storeu_ps(p, _mm512_castps512_ps128(x));
+    if (rg == 4) {
+        _mm_storeu_ps(p + ld, _mm512_extractf32x4_ps(x, 1));
+        _mm_storeu_ps(p + 2 * ld, _mm512_extractf32x4_ps(x, 2));
+        _mm_storeu_ps(p + 3 * ld, _mm512_extractf32x4_ps(x, 3));
+    } else if (rg == 2) {
+        _mm_storeu_ps(p + ld, _mm512_extractf32x4_ps(x, 2));
+    }
 }
 
 #if !defined(FA_AVX512_SIMDE)
