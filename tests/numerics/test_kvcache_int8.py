@@ -226,6 +226,25 @@ def test_int8_attend_matches_reference_on_dequantised_cache(rng, isa, B, Hq, Hkv
         assert (out[:, :, :L - S] == 0).all() and (lse[:, :, :L - S] == -np.inf).all()
 
 
+@pytest.mark.parametrize("E", [64, 96, 48, 40])
+@pytest.mark.parametrize("G", range(1, 9))
+def test_int8_attend_every_query_rows_per_kv_head_and_head_size_matches_reference(rng, isa, G, E):
+    """1 to 8 query rows per KV head (the kernel's row counts) with head sizes
+    that the byte products take in groups of 4, 2 and 1 rows (64), of 4 and 2
+    but not 1 (96), of 4 only (48), or not at all (40)."""
+    S, Hkv = 150, 2
+    cache, _, _ = _filled_cache(rng, 1, Hkv, S, E, E)
+    q = rng.standard_normal((1, Hkv * G, 1, E)).astype(np.float32)
+    out, lse = cache.attend(q, return_lse=True)
+    ref, ref_lse = reference.attention(q8_query(isa, q), *_dequantised(cache, G),
+                                       is_causal="lower_right", return_lse=True)
+    _, _, wo, wt = _dot_bound(isa, cache, q, 1 / math.sqrt(E))
+    bound = _float32_bound(cache, q, G, 1 / math.sqrt(E), S) + wo
+    assert (np.abs(out - ref) <= bound[..., None]).all(), np.abs(out - ref).max()
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 + wt)
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("opts", [
     dict(window=(17, None)),
     dict(window=(3, 0), softcap=2.5),
