@@ -78,18 +78,25 @@ static inline qd_vi qd_widen_part(const int8_t *p, int64_t n)
     memcpy(t, p, (size_t)n);
     return qd_widen(t);
 }
-/* GCC 12 copies the intrinsic's accumulator into a new register and back
- * around each step of an unrolled loop (two moves per dot product); the
- * "+v" operand of the same instruction keeps it in place. */
+/* A dot-product step acc += a . b: QD_DOT_STEP(qd_dp, vpdpwssd,
+ * _mm512_dpwssd_epi32) defines qd_dp.  GCC 12 copies the intrinsic's
+ * accumulator into a new register and back around each step of an unrolled
+ * loop (two moves per dot product); the "+v" operand of the same
+ * instruction keeps it in place. */
 #if defined(__GNUC__) && !defined(FA_AVX512_SIMDE)
-static inline qd_vi qd_dp(qd_vi acc, qd_vi a, qd_vi b)
-{
-    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
-    return acc;
-}
+#define QD_DOT_STEP(name, insn, intrinsic)                                  \
+    static inline qd_vi name(qd_vi acc, qd_vi a, qd_vi b)                   \
+    {                                                                       \
+        __asm__(#insn " %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));         \
+        return acc;                                                         \
+    }
 #else
-static inline qd_vi qd_dp(qd_vi acc, qd_vi a, qd_vi b) { return _mm512_dpwssd_epi32(acc, a, b); }
+#define QD_DOT_STEP(name, insn, intrinsic) \
+    static inline qd_vi name(qd_vi acc, qd_vi a, qd_vi b) { return intrinsic(acc, a, b); }
 #endif
+QD_DOT_STEP(qd_dp, vpdpwssd, _mm512_dpwssd_epi32)
+QD_DOT_STEP(qd_dpbu, vpdpbusd, _mm512_dpbusd_epi32) /* a: unsigned bytes, b: signed */
+#undef QD_DOT_STEP
 static inline qd_vi qd_bcast(const int16_t *p)
 {
     int32_t w;
@@ -137,16 +144,6 @@ static inline qd_vi qd_bytes_bcast(int rg, const int8_t *p)
     return _mm512_loadu_si512((const void *)p);
 }
 static inline qd_vi qd_flip(qd_vi x) { return _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80)); }
-/* "+v" for the reason given at qd_dp */
-#if defined(__GNUC__) && !defined(FA_AVX512_SIMDE)
-static inline qd_vi qd_dpbu(qd_vi acc, qd_vi u, qd_vi s)
-{
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-    return acc;
-}
-#else
-static inline qd_vi qd_dpbu(qd_vi acc, qd_vi u, qd_vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
-#endif
 static inline qd_vi qd_shl8_add(qd_vi h, qd_vi l)
 {
     return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
