@@ -11,8 +11,8 @@ attention in float32/float64 (and float16 and bfloat16 input: on the
 bfloat16 tiers the 16-bit matrix driver) with upper-left/lower-right
 causal, bool/additive/key-padding masks, grouped-query heads, decoding
 (L = 1..8 against long S: the key-split path), paged decoding and mixed
-batches (attention_paged; int8 pools too), L and S off the tile sizes, the weights path,
-out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden
+batches (attention_paged; int8 pools too), L and S off the tile sizes, the weights
+path, out=, 1 and 2 threads, block-sparse bool masks, non-finite values in hidden
 positions; softmax; multi_head_attention and KVCache decoding.  Each result is stored
 under a name `<isa>/<case>`.  `compare` prints the case counts and exits 1 on
 any difference (same dtype and shape; np.array_equal with equal_nan=True for floats,
@@ -100,10 +100,11 @@ def _paged_cases(fa, dt, dn):
 
 
 def _int8_cases(fa, dt, dn):
-    """int8 paged pools with per-row scales under float32 queries: grouped
-    heads of 1 to 8 query rows per KV head (the kernel's row counts),
-    head sizes of whole 16-byte chunks and not (72), decoding steps and a
-    prefill chunk, soft cap, a query row with a NaN; 1 and 2 threads."""
+    """int8 paged pools with per-row scales under float32 queries: 1, 2, 3,
+    4, 5 and 8 query rows per KV head (with the 6-query chunk, 1 to 6 and 8
+    rows per kernel call), head sizes of whole 16-byte chunks and not (72),
+    decoding steps and a prefill chunk, soft cap, a query row with a NaN;
+    1 and 2 threads."""
     if dn != "float32":
         return []
     lens = np.array([1, 17, 130, 300, 513])
