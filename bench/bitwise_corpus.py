@@ -68,6 +68,17 @@ def _decode_cases(fa, dt, dn):
     return cases
 
 
+def _shuffled_table(rng, lens, bs):
+    """A block table giving the sequences of lengths lens the pool's blocks
+    in a shuffled order (pages of bs keys); and the pool's block count."""
+    nblk = (lens + bs - 1) // bs
+    table = np.zeros((len(lens), nblk.max()), np.int32)
+    perm = rng.permutation(int(nblk.sum())).astype(np.int32)
+    for b, o in enumerate(np.cumsum(nblk) - nblk):
+        table[b, :nblk[b]] = perm[o:o + nblk[b]]
+    return table, len(perm)
+
+
 def _paged_cases(fa, dt, dn):
     """attention_paged over shuffled blocks of a pool in the input's dtype
     (no float64 pools): decoding steps and a batch mixing a prefill chunk
@@ -79,12 +90,8 @@ def _paged_cases(fa, dt, dn):
 
     def run(E, bs, layout, mixed, nt):
         rng = np.random.default_rng(2000 + E + bs)
-        nblk = (lens + bs - 1) // bs
-        table = np.zeros((len(lens), nblk.max()), np.int32)
-        perm = rng.permutation(int(nblk.sum())).astype(np.int32)
-        for b, o in enumerate(np.cumsum(nblk) - nblk):
-            table[b, :nblk[b]] = perm[o:o + nblk[b]]
-        shape = (len(perm), bs, 2, E) if layout == "NHD" else (len(perm), 2, bs, E)
+        table, nb = _shuffled_table(rng, lens, bs)
+        shape = (nb, bs, 2, E) if layout == "NHD" else (nb, 2, bs, E)
         kc = rng.standard_normal(shape).astype(dt)
         vc = rng.standard_normal(shape).astype(dt)
         nq = np.array([1, 1, 20, 1, 1]) if mixed else np.ones(5, np.int64)
@@ -112,12 +119,8 @@ def _int8_cases(fa, dt, dn):
     def run(E, G, mixed, variant, nt):
         rng = np.random.default_rng(3000 + E * 10 + G)
         bs, hkv = 16, 2
-        nblk = (lens + bs - 1) // bs
-        table = np.zeros((len(lens), nblk.max()), np.int32)
-        perm = rng.permutation(int(nblk.sum())).astype(np.int32)
-        for b, o in enumerate(np.cumsum(nblk) - nblk):
-            table[b, :nblk[b]] = perm[o:o + nblk[b]]
-        shape = (len(perm), bs, hkv, E)
+        table, nb = _shuffled_table(rng, lens, bs)
+        shape = (nb, bs, hkv, E)
         kc = rng.integers(-127, 128, shape, dtype=np.int8)
         vc = rng.integers(-127, 128, shape, dtype=np.int8)
         ks = rng.uniform(0.001, 0.05, shape[:3]).astype(np.float32)

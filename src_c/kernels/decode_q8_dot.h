@@ -131,13 +131,15 @@ static void Q8(byte_planes)(const fa_q8_item *it, int r0, int RG, int n, const i
     if (n < RG) memset(pl, 0, sizeof *pl);
     pl->rows = RG, pl->n = n;
     for (int g = 0; g < n; g++) {
+        const int16_t *qg = q16 + (r0 + g) * Ep;
         int32_t sum = 0;
-        for (int64_t d = 0; d < E; d++) {
-            const int32_t q = q16[(r0 + g) * Ep + d], l = q & 255, h = (q - l) / 256;
-            pl->lo[d / W][g * W + d % W] = (uint8_t)l;
-            pl->hi[d / W][g * W + d % W] = (int8_t)h;
-            sum += h;
-        }
+        for (int64_t c = 0; c < E / W; c++)
+            for (int64_t o = 0; o < W; o++) {
+                const int32_t q = qg[c * W + o], l = q & 255, h = (q - l) / 256;
+                pl->lo[c][g * W + o] = (uint8_t)l;
+                pl->hi[c][g * W + o] = (int8_t)h;
+                sum += h;
+            }
         for (int64_t i = g * W / 4; i < (g + 1) * W / 4; i++) {
             pl->bias[i] = 32768 * sum;
             pl->rs[i] = it->scale * sq[r0 + g];
