@@ -32,20 +32,42 @@
 #define FA_Q8_DOT_MAX_E 256 /* the int32 sums of Q.K^T are exact up to here */
 #define Q8_EP(E) (((E) + 31) / 32 * 32) /* a quantised row's length, zeros after E */
 
+/* max |q[d]|, d < E; -1 if one is a NaN or infinity */
+static float Q8(absmax)(const float *q, int64_t E)
+{
+    const int64_t Evec = E / VW * VW;
+    vf mx = vf_zero(), bad = vf_zero();
+    for (int64_t d = 0; d < Evec; d += VW) {
+        const vf x = vf_load(q + d);
+        mx = vf_max(vf_abs(x), mx);
+        bad = vf_add(bad, vf_mul(x, vf_zero())); /* NaN once an element is NaN or inf */
+    }
+    float a = vf_hmax(mx);
+    if (vf_hsum(bad) != 0) return -1;
+    for (int64_t d = Evec; d < E; d++) {
+        const float m = fabsf(q[d]);
+        if (!(m <= FLT_MAX)) return -1;
+        a = m > a ? m : a;
+    }
+    return a;
+}
+
 /* q16[r*Ep + 0..Ep) and sq[r] = a_r / 32767 for the R rows at qr; 0 if a
- * row has a NaN or infinity. */
+ * row has a NaN or infinity.  Each level is rint((q / a) 32767) in float32,
+ * ties to even, by vectors as by the scalars of the last E % VW. */
 static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, float *sq)
 {
-    const int64_t Ep = Q8_EP(E);
+    const int64_t Ep = Q8_EP(E), Evec = E / VW * VW;
     for (int r = 0; r < R; r++) {
-        float a = 0;
-        for (int64_t d = 0; d < E; d++) {
-            const float m = fabsf(qr[r][d]);
-            if (!(m <= FLT_MAX)) return 0;
-            a = m > a ? m : a;
+        const float a = Q8(absmax)(qr[r], E);
+        int16_t *o = q16 + r * Ep;
+        if (a < 0) return 0;
+        memset(o, 0, (size_t)Ep * sizeof(int16_t));
+        if (a > 0) {
+            const vf va = vf_set1(a), top = vf_set1(32767.0f);
+            for (int64_t d = 0; d < Evec; d += VW) qd_quant(o + d, vf_div(vf_load(qr[r] + d), va), top);
+            for (int64_t d = Evec; d < E; d++) o[d] = (int16_t)rintf((qr[r][d] / a) * 32767.0f);
         }
-        for (int64_t d = 0; d < Ep; d++)
-            q16[r * Ep + d] = d < E && a > 0 ? (int16_t)rintf((qr[r][d] / a) * 32767.0f) : 0;
         sq[r] = a / 32767.0f;
     }
     return 1;
@@ -133,13 +155,18 @@ static void Q8(byte_planes)(const fa_q8_item *it, int r0, int RG, int n, const i
     for (int g = 0; g < n; g++) {
         const int16_t *qg = q16 + (r0 + g) * Ep;
         int32_t sum = 0;
-        for (int64_t c = 0; c < E / W; c++)
+        for (int64_t c = 0; c < E / W; c++) {
+            uint8_t *lo = pl->lo[c] + g * W;
+            int8_t *hi = pl->hi[c] + g * W;
             for (int64_t o = 0; o < W; o++) {
-                const int32_t q = qg[c * W + o], l = q & 255, h = (q - l) / 256;
-                pl->lo[c][g * W + o] = (uint8_t)l;
-                pl->hi[c][g * W + o] = (int8_t)h;
+                /* u = q + 32768 > 0 (|q| <= 32767): its bytes are ql and qh + 128 */
+                const uint32_t u = (uint32_t)(qg[c * W + o] + 32768);
+                const int32_t h = (int32_t)(u >> 8) - 128;
+                lo[o] = (uint8_t)(u & 255);
+                hi[o] = (int8_t)h;
                 sum += h;
             }
+        }
         for (int64_t i = g * W / 4; i < (g + 1) * W / 4; i++) {
             pl->bias[i] = 32768 * sum;
             pl->rs[i] = it->scale * sq[r0 + g];
