@@ -13,6 +13,7 @@ import numpy as np
 from . import _core
 from . import _half
 from ._api import kernel_operand
+from ._validate import as_array
 
 __all__ = ["nonfinite_lse", "check_lse", "grad_lse_operand", "no_empty_features", "drop_features",
            "sum_to", "grad_as", "sinks_grad"]
@@ -34,7 +35,7 @@ def check_lse(lse: np.ndarray) -> None:
 
 def grad_lse_operand(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
     """``grad_lse`` checked against lse's shape, in the arithmetic dtype."""
-    g = np.asarray(grad_lse)
+    g = as_array(grad_lse, "grad_lse")
     if g.shape != shape:
         raise ValueError(f"grad_lse must have lse's shape {shape}, got {g.shape}")
     if g.dtype.kind != "f" and not _half.is_half(g.dtype):
@@ -86,6 +87,6 @@ def drop_features(grad: np.ndarray, like: np.ndarray) -> np.ndarray:
 def sinks_grad(grad: np.ndarray, sinks: Any) -> np.ndarray:
     """The sinks' gradient (float64, per batch index) summed to their shape,
     in their dtype when it is a float one (bfloat16 included), else float64."""
-    s = np.asarray(sinks)
+    s = as_array(sinks, "sinks")
     dt = s.dtype if s.dtype.kind == "f" or _half.is_bfloat16(s.dtype) else np.dtype(np.float64)
     return sum_to(grad, s.shape).astype(dt)

@@ -12,7 +12,7 @@ import numpy as np
 from . import _core
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
-from ._validate import check_scale, thread_count
+from ._validate import as_array, check_scale, thread_count
 
 __all__ = ["attend", "check_finite_rows", "quantize_rows"]
 
@@ -44,7 +44,7 @@ def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _query(query, batch_size: int, num_kv_heads: int, head_dim: int) -> np.ndarray:
     """``query`` as a float32 (B, Hq, L, E) array with unit column stride."""
-    q = np.asarray(query)
+    q = as_array(query, "query")
     if q.dtype.kind not in "f" or q.dtype == np.float64:
         raise TypeError(f"query must be float32 or float16 for an int8 cache (it serves "
                         f"float32 work), got dtype {q.dtype}")
@@ -64,7 +64,7 @@ def _padding(key_padding_mask, B: int, S: int) -> np.ndarray | None:
     C-ordered uint8 (B, S), or None."""
     if key_padding_mask is None:
         return None
-    m = np.asarray(key_padding_mask)
+    m = as_array(key_padding_mask, "key_padding_mask")
     if m.dtype != bool:
         raise TypeError(f"key_padding_mask must be boolean (True = padding), got dtype "
                         f"{m.dtype}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 import numpy as np
 
 from . import _core
-from ._validate import check_out, kernel_dtypes
+from ._validate import as_array, check_out, kernel_dtypes
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -107,12 +107,12 @@ def softmax(x: ArrayLike, axis: SupportsIndex | tuple[SupportsIndex, ...] | None
     >>> fastattn.softmax(np.array([1.0, 2.0, 3.0]), mask=np.array([True, False, True])).round(3)
     array([0.119, 0.   , 0.881])
     """
-    xa = x if type(x) is np.ndarray else np.asarray(x)
+    xa = x if type(x) is np.ndarray else as_array(x, "x")
     cdt, odt = kernel_dtypes((("x", xa.dtype),))
     axes = _normalize_axes(axis, xa.ndim)
     keep = None
     if mask is not None:
-        m = mask if isinstance(mask, np.ndarray) else np.asarray(mask)
+        m = mask if isinstance(mask, np.ndarray) else as_array(mask, "mask")
         if m.dtype != np.bool_:
             raise TypeError(f"mask must be bool (True = keep), got dtype {m.dtype}")
         try:

@@ -155,7 +155,7 @@ def positive_int(value, name: str, *, minimum: int = 1) -> int:
 
 def real_array(a: Any, name: str) -> np.ndarray:
     """``a`` as an array of real numbers: bool, integer, floating or bfloat16."""
-    arr = np.asarray(a)
+    arr = as_array(a, name)
     if arr.dtype.kind in "biu":
         return arr
     if arr.dtype.kind != "f" and not _half.is_bfloat16(arr.dtype):
@@ -166,7 +166,7 @@ def real_array(a: Any, name: str) -> np.ndarray:
 def forward_array(name: str, a: Any, shape: tuple, dtype: np.dtype) -> np.ndarray:
     """``a`` as an array of exactly the forward call's ``shape`` and ``dtype``
     (a backward's ``grad_out``, ``out``, ``lse``), else a ValueError naming it."""
-    x = np.asarray(a)
+    x = as_array(a, name)
     if x.shape != shape or x.dtype != dtype:
         raise ValueError(f"{name} must have the forward's shape {shape} and dtype {dtype}, "
                          f"got shape {x.shape} and dtype {x.dtype}")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validate import as_array
+
 __all__ = ["check_cu_seqlens", "check_packed"]
 
 
 def check_cu_seqlens(name: str, cu_seqlens, total: int, what: str) -> np.ndarray:
     """``cu_seqlens`` as int64, after checking flash-attn's conventions."""
-    a = np.asarray(cu_seqlens)
+    a = as_array(cu_seqlens, name)
     if a.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise ValueError(f"{name} must be int32 or int64, got dtype {a.dtype}")
     if a.ndim != 1 or a.size == 0:

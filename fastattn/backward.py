@@ -34,7 +34,7 @@ from ._gqa import group_heads
 from ._grads import (check_lse, drop_features, grad_as, grad_lse_operand,
                      no_empty_features, sinks_grad, sum_to)
 from ._masks import MaskPlan, resolve
-from ._validate import check_scale, forward_array, thread_count
+from ._validate import as_array, check_scale, forward_array, thread_count
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -170,10 +170,10 @@ def _grad_mask(attn_mask: Any, plan: MaskPlan) -> np.ndarray:
     """The floating-point ``attn_mask`` as an array (its shape and dtype
     are its gradient's); a ValueError if there is none."""
     if plan.add_mask is None:
-        what = "none" if attn_mask is None else f"dtype {np.asarray(attn_mask).dtype}"
+        what = "none" if attn_mask is None else f"dtype {as_array(attn_mask, 'attn_mask').dtype}"
         raise ValueError(f"return_mask_grad=True needs a floating-point attn_mask (a bool "
                          f"mask has no gradient), got {what}")
-    return attn_mask if isinstance(attn_mask, np.ndarray) else np.asarray(attn_mask)
+    return attn_mask if isinstance(attn_mask, np.ndarray) else as_array(attn_mask, "attn_mask")
 
 
 # The most bytes of a float attn_mask's per-batch-index gradients held at once

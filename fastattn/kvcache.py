@@ -14,7 +14,7 @@ import numpy as np
 from . import _api
 from . import _half
 from . import _kvcache_q8
-from ._validate import positive_int
+from ._validate import as_array, positive_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
@@ -298,8 +298,8 @@ class KVCache:
             exceeds :attr:`max_len`, or (int8 cache) if an entry is NaN or
             infinite.  The cache is unchanged then.
         """
-        k = np.asarray(keys)
-        v = np.asarray(values)
+        k = as_array(keys, "keys")
+        v = as_array(values, "values")
         b, h = self.batch_size, self.num_kv_heads
         if k.ndim != 4 or k.shape[:2] != (b, h) or k.shape[3] != self.head_dim:
             raise ValueError(
@@ -375,7 +375,7 @@ class KVCache:
             return _kvcache_q8.attend(k, self._k_scale[:, :, :self._len], v,
                                       self._v_scale[:, :, :self._len], self.num_kv_heads,
                                       self.head_dim, query, **opts)
-        q = np.asarray(query)
+        q = as_array(query, "query")
         return _api.attention(q, k, v, is_causal="lower_right",
                               enable_gqa=q.ndim == 4 and q.shape[1] != self.num_kv_heads,
                               **opts)

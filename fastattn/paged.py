@@ -24,7 +24,7 @@ from . import _core, _half
 from ._kvcache_q8 import check_finite_rows, quantize_rows
 from ._masks import UNBOUNDED, check_window
 from ._scores import check_softcap, per_head
-from ._validate import (addressable, check_out, check_scale, overlapping, thread_count,
+from ._validate import (addressable, as_array, check_out, check_scale, overlapping, thread_count,
                         whole_elements)
 from ._varlen_checks import check_cu_seqlens
 
@@ -81,7 +81,7 @@ def _scales(name: str, scales: Any, k: np.ndarray) -> np.ndarray | None:
     if scales is None:
         raise ValueError(f"{name} is required with int8 caches: one float32 scale per "
                          f"(block, position, kv head), shape {k.shape[:3]}")
-    s = np.asarray(scales)
+    s = as_array(scales, name)
     if s.shape != k.shape[:3] or s.dtype != _F32:
         raise ValueError(f"{name} must be float32 of shape (num_blocks, block_size, Hkv) = "
                          f"{k.shape[:3]}, got {s.dtype} {s.shape}")
@@ -90,7 +90,7 @@ def _scales(name: str, scales: Any, k: np.ndarray) -> np.ndarray | None:
 
 def _index_array(name: str, a: Any, ndim: int) -> np.ndarray:
     """An int32 / int64 array of rank ndim, as int64 C-ordered."""
-    x = np.asarray(a)
+    x = as_array(a, name)
     if x.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise TypeError(f"{name} must be int32 or int64, got dtype {x.dtype}")
     if x.ndim != ndim:
@@ -151,7 +151,7 @@ def _query(query: Any, k: np.ndarray, v: np.ndarray, layout: str
     caches in ``layout``, named in the errors: a pool passed in the other
     layout shows as wrong head counts); its dtype is the result's."""
     if not isinstance(query, np.ndarray):
-        query = np.asarray(query)
+        query = as_array(query, "query")
     if query.ndim != 3 or query.shape[2] != k.shape[3]:
         raise ValueError(f"query must have shape (total_q, Hq, E) with E = {k.shape[3]} (the "
                          f"key cache's), got {query.shape}")
@@ -354,9 +354,29 @@ def _distinct_slots(name: str, a: np.ndarray) -> None:
                          f"write several slots to one place")
 
 
+def _distinct_targets(named: tuple[tuple[str, np.ndarray | None], ...]) -> None:
+    """No two of the arrays paged_append writes share an element: the
+    second write would replace the first (a key pool passed as the value
+    pool too, overlapping views of one buffer, one array for both scales).
+    Views that interleave without touching (K and V halves of one
+    ``(num_blocks, 2, ...)`` buffer) are accepted."""
+    for i, (na, a) in enumerate(named):
+        for nb, b in named[i + 1:]:
+            if a is None or b is None:
+                continue
+            try:
+                shared = np.shares_memory(a, b, max_work=1 << 20)
+            except np.exceptions.TooHardError:  # strides too tangled to tell: assume they do
+                shared = True
+            if shared:
+                raise ValueError(f"{na} {a.dtype} {a.shape} and {nb} {b.dtype} {b.shape} share "
+                                 f"memory: paged_append writes both, and the second write "
+                                 f"would replace the first")
+
+
 def _rows(name: str, x: Any, hkv: int, width: int) -> np.ndarray:
     """key or value rows (T, Hkv, width) of real numbers."""
-    a = np.asarray(x)
+    a = as_array(x, name)
     if a.ndim != 3 or a.shape[1:] != (hkv, width):
         raise ValueError(f"{name} must have shape (tokens, {hkv}, {width}), got {a.shape}")
     if a.dtype.kind not in "fiu" and not _half.is_bfloat16(a.dtype):
@@ -453,6 +473,8 @@ def paged_append(key_cache: np.ndarray, value_cache: np.ndarray, slot_mapping: A
                              f"written there")
         if ks is not None:
             _distinct_slots(name, given)
+    _distinct_targets((("key_cache", key_cache), ("value_cache", value_cache),
+                       ("key_scales", ks), ("value_scales", vs)))
     kx = _rows("key", key, k.shape[2], k.shape[3])
     vx = _rows("value", value, v.shape[2], v.shape[3])
     if kx.shape[0] != vx.shape[0]:

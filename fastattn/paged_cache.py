@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _half
 from .paged import attention_paged, paged_append
-from ._validate import positive_int
+from ._validate import as_array, positive_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
@@ -95,11 +95,18 @@ class PagedKVCache:
             raise TypeError(f"dtype must be float32, float64, float16, bfloat16 or int8, got {dt}")
         kshape, vshape = ((n, bs, h, e), (n, bs, h, ev)) if layout == "NHD" else \
             ((n, h, bs, e), (n, h, bs, ev))
-        self._k = [np.zeros(kshape, dt) for _ in range(nl)]
-        self._v = [np.zeros(vshape, dt) for _ in range(nl)]
         q8 = dt == np.int8
-        self._ks = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
-        self._vs = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
+        try:
+            self._k = [np.zeros(kshape, dt) for _ in range(nl)]
+            self._v = [np.zeros(vshape, dt) for _ in range(nl)]
+            self._ks = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
+            self._vs = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
+        except (MemoryError, ValueError) as err:  # NumPy's ValueError: more bytes than an index holds
+            need = nl * n * bs * h * ((e + ev) * dt.itemsize + (8 if q8 else 0))
+            raise MemoryError(f"PagedKVCache(num_blocks={n}, block_size={bs}, num_kv_heads={h}, "
+                              f"head_dim={e}, value_dim={ev}, num_layers={nl}, dtype={dt}) "
+                              f"needs {need} bytes of pools ({kshape} and {vshape} a layer): "
+                              f"{err}") from None
         self._layout, self._bs, self._nl, self._dims = layout, bs, nl, (h, e, ev)
         self._free = list(range(n))          # a heap: the lowest free id first
         self._refs = np.zeros(n, np.int64)
@@ -173,7 +180,7 @@ class PagedKVCache:
         taking new blocks as needed (MemoryError, nothing changed, if too few
         are free; ValueError first for rows of another shape)."""
         s, i = self._seq(seq_id), self._layer(layer)
-        k, v = np.asarray(key), np.asarray(value)
+        k, v = as_array(key, "key"), as_array(value, "value")
         # Before any block is taken: rows of the wrong shape are a ValueError
         # whatever the free list holds, never an out-of-blocks MemoryError.
         h, e, ev = self._dims

@@ -23,7 +23,7 @@ import numpy as np
 from . import _core
 from ._api import kernel_inputs
 from ._half import arith
-from ._validate import check_out, kernel_dtypes
+from ._validate import as_array, check_out, kernel_dtypes
 from ._varlen_call import packed_call
 from ._varlen_checks import check_packed
 
@@ -160,7 +160,7 @@ def attention_varlen(query: ArrayLike, key: ArrayLike, value: ArrayLike,
            [0.  , 1.  ],
            [0.67, 1.  ]])
     """
-    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
+    q, k, v = (as_array(x, n) for x, n in ((query, "query"), (key, "key"), (value, "value")))
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     kdt, odt = kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     adt = arith(kdt)  # float32 for 16-bit inputs (read in place)

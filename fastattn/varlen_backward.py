@@ -22,7 +22,7 @@ from ._api import kernel_operand
 from ._grads import (check_lse, drop_features, grad_as, grad_lse_operand,
                      no_empty_features, sinks_grad)
 from ._half import arith, is_half
-from ._validate import forward_array, kernel_dtypes
+from ._validate import as_array, forward_array, kernel_dtypes
 from ._varlen_call import packed_call
 from ._varlen_checks import check_packed
 
@@ -88,7 +88,7 @@ def attention_varlen_backward(grad_out: ArrayLike, query: ArrayLike, key: ArrayL
     >>> dq.shape, bool(np.allclose(dv.sum(axis=0), 5.0))
     ((5, 2, 4), True)
     """
-    q, k, v = np.asarray(query), np.asarray(key), np.asarray(value)
+    q, k, v = (as_array(x, n) for x, n in ((query, "query"), (key, "key"), (value, "value")))
     H, H_kv, cq, ck = check_packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     kdt, odt = kernel_dtypes((("query", q.dtype), ("key", k.dtype), ("value", v.dtype)))
     adt = arith(kdt)

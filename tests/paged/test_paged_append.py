@@ -164,3 +164,51 @@ def test_a_pool_or_scales_whose_elements_overlap_are_refused_unwritten(which):
     with pytest.raises(ValueError, match=f"{which}'s strides .* same memory"):
         fastattn.paged_append(kc, vc, np.array([1, 5]), rows, rows, **scales)
     assert not kbase.any() and not vc.any()
+
+
+@pytest.mark.parametrize("case", ["same_pool", "overlapping_views", "same_scales", "scales_in_pool"])
+def test_key_and_value_targets_sharing_memory_are_refused_unwritten(case):
+    # the second write would replace the first: keys lost to values
+    f32, i8 = np.float32, np.int8
+    rows = np.ones((1, 1, 4), f32)
+    scales = {}
+    if case == "same_pool":
+        kc = vc = np.zeros((2, 4, 1, 4), f32)
+        names, watched = ("key_cache", "value_cache"), kc
+    elif case == "overlapping_views":
+        buf = np.zeros((3, 4, 1, 4), f32)
+        kc, vc = buf[:2], buf[1:]
+        names, watched = ("key_cache", "value_cache"), buf
+    else:
+        kc, vc = np.zeros((2, 4, 1, 4), i8), np.zeros((2, 4, 1, 4), i8)
+        if case == "same_scales":
+            s = np.zeros((2, 4, 1), f32)
+            scales = dict(key_scales=s, value_scales=s)
+            names, watched = ("key_scales", "value_scales"), s
+        else:  # value_scales a float32 view of the value pool's bytes
+            scales = dict(key_scales=np.zeros((2, 4, 1), f32),
+                          value_scales=vc.reshape(-1)[:32].view(f32).reshape(2, 4, 1))
+            names, watched = ("value_cache", "value_scales"), vc
+    with pytest.raises(ValueError, match=f"{names[0]} .* and {names[1]} .* share memory"):
+        fastattn.paged_append(kc, vc, np.array([0]), rows, 2 * rows, **scales)
+    assert not watched.any() and not kc.any()
+
+
+def test_key_and_value_halves_of_one_buffer_are_accepted():
+    # (num_blocks, 2, block_size, Hkv, E): interleaved, no element shared
+    buf = np.zeros((2, 2, 4, 1, 4), np.float32)
+    rows = np.ones((1, 1, 4), np.float32)
+    fastattn.paged_append(buf[:, 0], buf[:, 1], np.array([5]), rows, 2 * rows)
+    assert buf[1, 0, 1, 0].tolist() == [1.0] * 4 and buf[1, 1, 1, 0].tolist() == [2.0] * 4
+    assert buf.sum() == 12.0
+
+
+@pytest.mark.parametrize("name", ["key", "value", "slot_mapping"])
+def test_ragged_nested_list_raises_value_error_naming_the_argument(name):
+    kc, vc = np.zeros((2, 4, 1, 2), np.float32), np.zeros((2, 4, 1, 2), np.float32)
+    args = dict(key=np.ones((1, 1, 2), np.float32), value=np.ones((1, 1, 2), np.float32),
+                slot_mapping=np.array([0]))
+    args[name] = [[1, 2], [3]] if name == "slot_mapping" else [[[1.0, 2.0]], [[1.0]]]
+    with pytest.raises(ValueError, match=f"^{name} cannot be made an array"):
+        fastattn.paged_append(kc, vc, args["slot_mapping"], args["key"], args["value"])
+    assert not kc.any() and not vc.any()

@@ -134,3 +134,10 @@ def test_unknown_sequence_and_layer():
         cache.key_cache(1)
     with pytest.raises(TypeError, match="dtype must be"):
         fastattn.PagedKVCache(2, 4, 1, 4, dtype=np.int32)
+
+
+@pytest.mark.parametrize("num_blocks", [2**62, 2**40])
+def test_pools_too_large_to_allocate_are_a_memory_error_naming_the_arguments(num_blocks):
+    # 2**62 blocks: more bytes than NumPy can index; 2**40: more than any machine holds
+    with pytest.raises(MemoryError, match=f"num_blocks={num_blocks}, block_size=16, .* needs "):
+        fastattn.PagedKVCache(num_blocks, 16, 8, 128, num_layers=2)
