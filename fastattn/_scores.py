@@ -30,9 +30,10 @@ class ScoreOptions(NamedTuple):
 
 
 def check_softcap(softcap: Any, cdt: Any = None) -> float | None:
-    """``softcap`` as a float: None, or a finite real ``> 0``; with the
-    arithmetic's dtype ``cdt``, also finite and ``> 0`` once rounded to it
-    (the kernels read a cap of 0 as none)."""
+    """``softcap`` as a float: None, or a finite real ``> 0`` whose
+    reciprocal is finite (the kernels scale the scores by it: an infinite
+    one would make a score of 0 NaN); with the arithmetic's dtype ``cdt``,
+    all of that once rounded to it (the kernels read a cap of 0 as none)."""
     if softcap is None:
         return None
     if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
@@ -44,11 +45,19 @@ def check_softcap(softcap: Any, cdt: Any = None) -> float | None:
         c = math.inf
     if not (math.isfinite(c) and c > 0):
         raise ValueError(f"softcap must be finite and > 0, got {softcap!r}")
+    if c < 1 / float(np.finfo(np.float64).max):
+        raise ValueError(f"softcap must be >= 1/DBL_MAX (5.6e-309): its reciprocal scales the "
+                         f"scores, got {softcap!r}")
     if cdt is not None and np.dtype(cdt) == np.float32:
         c32 = np.float32(c) if c <= float(np.finfo(np.float32).max) else np.float32(np.inf)
         if not (math.isfinite(c32) and c32 > 0):
             raise ValueError(f"softcap must be finite and > 0 in float32, the arithmetic's "
                              f"dtype, got {softcap!r}")
+        with np.errstate(over="ignore"):
+            if not math.isfinite(np.float32(1) / c32):
+                raise ValueError(f"softcap must be >= 1/FLT_MAX (2.9e-39) in float32, the "
+                                 f"arithmetic's dtype: its reciprocal scales the scores, "
+                                 f"got {softcap!r}")
     return c
 
 

@@ -22,6 +22,8 @@ BAD = [
     (dict(softcap=1e300), ValueError, "softcap must be finite and > 0 in float32"),
     (dict(softcap=1e-46), ValueError, "softcap must be finite and > 0 in float32"),
     (dict(softcap=10**400), ValueError, "softcap must be finite and > 0"),
+    (dict(softcap=1e-40), ValueError, r"softcap must be >= 1/FLT_MAX \(2.9e-39\) in float32"),
+    (dict(softcap=1e-310), ValueError, r"softcap must be >= 1/DBL_MAX"),
     (dict(softcap=True), TypeError, "softcap must be a positive float"),
     (dict(softcap="2"), TypeError, "softcap must be a positive float"),
     (dict(softcap=[2.0]), TypeError, "softcap must be a positive float"),
@@ -95,3 +97,14 @@ def test_merge_attention_is_public():
     assert "merge_attention" in fastattn.__all__
     from fastattn.merge import merge_attention
     assert fastattn.merge_attention is merge_attention
+
+
+@pytest.mark.parametrize("cap", [1e-300, 1e-308])
+def test_tiny_softcap_with_a_finite_reciprocal_matches_the_reference_in_float64(cap):
+    # a score of exactly 0 times an infinite 1/softcap was NaN: the cap's
+    # reciprocal must be finite, and where it is the result is the reference's
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    out, lse = fastattn.attention(x, x, x, softcap=cap, return_lse=True)
+    ref_out, ref_lse = reference.attention(x, x, x, softcap=cap, return_lse=True)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-13)
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-13)
