@@ -14,7 +14,7 @@ from ._torch_views import (Tensor as _Tensor, array_view as _array, checked_opti
                            cpu_tensors, fill_out, option_tensor as _slopes, optional_float,
                            require_tensors, subclassed as _subclassed, tensor_out,
                            tensor_view as _tensor, transformed, window_of as _window_of,
-                           window_pair as _window_pair)
+                           window_pair as _window_pair, no_grad_target, written)
 from ._validate import as_array
 from .paged import attention_paged as _attention_paged
 from .paged import paged_append as _paged_append
@@ -97,6 +97,7 @@ def _paged_eager(named: dict, options: dict) -> Any:
     opts = {name: _array(t, name) for name, t in options.items()}  # alibi_slopes, sinks
     res = _attention_paged(a.pop("query"), a.pop("key_cache"), a.pop("value_cache"),
                            a.pop("block_table"), a.pop("seq_lens"), **a, **opts)
+    written(out)
     if isinstance(res, tuple):
         return (out if out is not None else _tensor(res[0])), _tensor(res[1])
     return out if out is not None else _tensor(res)
@@ -186,6 +187,8 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
     """
     named = {"key_cache": key_cache, "value_cache": value_cache, "slot_mapping": slot_mapping,
              "key": key, "value": value, "key_scales": key_scales, "value_scales": value_scales}
+    for name in ("key_cache", "value_cache", "key_scales", "value_scales"):
+        no_grad_target(named[name], name)
     if _is_compiling() or _subclassed(named.values()):
         require_tensors({name: named[name] for name in ("key_cache", "value_cache",
                                                         "slot_mapping", "key", "value")},
@@ -202,6 +205,7 @@ def _append_eager(named: dict, layout: str) -> None:
     a = {name: (None if t is None else _array(t, name)) for name, t in named.items()}
     _paged_append(a.pop("key_cache"), a.pop("value_cache"), a.pop("slot_mapping"),
                   a.pop("key"), a.pop("value"), layout=layout, **a)
+    written(*(named[n] for n in ("key_cache", "value_cache", "key_scales", "value_scales")))
 
 
 @torch.library.custom_op("fastattn::paged_append",

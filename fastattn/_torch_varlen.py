@@ -14,7 +14,7 @@ from ._torch_views import (FLOATS, Tensor, array_view, causal_code, causal_of, c
                            constants, cpu_tensors, fake_grads, fill_out, float_tensors,
                            from_numpy, grad_tensors, nan_grads, option_tensor, optional_float,
                            require_tensors, second_order, subclassed, tensor_out, tensor_view,
-                           transformed, window_of, window_pair)
+                           transformed, window_of, window_pair, written)
 from ._grads import nonfinite_lse
 from .varlen import attention_varlen as _attention_varlen
 from .varlen_backward import attention_varlen_backward as _attention_varlen_backward
@@ -134,6 +134,7 @@ def _eager(query, key, value, cu_seqlens_q, cu_seqlens_k, is_causal, scale, wind
         alibi_slopes=a(alibi_slopes, "alibi_slopes"), softcap=softcap,
         sinks=a(sinks, "sinks"), return_lse=return_lse,
         out=None if out is None else a(out, "out"), num_threads=num_threads)
+    written(out)
     if return_lse:
         return (out if out is not None else tensor_view(res[0])), from_numpy(res[1])
     return out if out is not None else tensor_view(res)

@@ -248,9 +248,29 @@ def second_order(ctx, *grads) -> None:
 
 def tensor_out(out) -> None:
     """The TypeError for an ``out=`` that is not a tensor (a NumPy array, a
-    list): the torch functions write and return tensors, on every path."""
+    list): the torch functions write and return tensors, on every path; the
+    ValueError for one that requires grad in grad mode (writing into it is
+    not differentiable: torch's own ``out=`` functions refuse it too)."""
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    no_grad_target(out, "out")
+
+
+def no_grad_target(t, name: str) -> None:
+    """The ValueError for a tensor the call writes that requires grad, in
+    grad mode: autograd cannot follow the write."""
+    if t is not None and getattr(t, "requires_grad", False) and torch.is_grad_enabled():
+        raise ValueError(f"{name} requires grad, and writing into it is not differentiable: "
+                         f"pass a tensor that does not, or call under torch.no_grad()")
+
+
+def written(*tensors) -> None:
+    """Tell autograd that ``tensors`` (None skipped) changed: written through
+    NumPy views, their version counters would not move, and a backward that
+    saved one of them would silently use the new values."""
+    for t in tensors:
+        if t is not None:
+            torch.autograd.graph.increment_version(t)
 
 
 def fill_out(out, res: Tensor, inputs: dict[str, Any]) -> Tensor:
@@ -265,7 +285,9 @@ def fill_out(out, res: Tensor, inputs: dict[str, Any]) -> Tensor:
                          f"{tuple(res.shape)}")
     if out.dtype != res.dtype:
         raise TypeError(f"out has dtype {out.dtype}, the result has dtype {res.dtype}")
-    if overlapping(tuple(out.shape), tuple(out.stride()), 1):
+    # (symbolic strides while compiling cannot be sorted: out.copy_ below
+    # refuses an out with overlapping elements there)
+    if not torch.compiler.is_compiling() and overlapping(tuple(out.shape), tuple(out.stride()), 1):
         raise ValueError(f"out's strides {tuple(out.stride())} (shape {tuple(out.shape)}) give "
                          f"two elements the same memory: give an array whose elements are "
                          f"distinct")

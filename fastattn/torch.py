@@ -45,7 +45,7 @@ from ._torch_views import (FLOATS as _FLOATS, Tensor as _Tensor, array_view as _
                            option_tensor as _slopes, optional_float, require_tensors,
                            second_order as _second_order, tensor_out as _tensor_out,
                            tensor_view as _tensor, transformed, window_of as _window_of,
-                           window_pair as _window_pair)
+                           window_pair as _window_pair, written as _written)
 from ._grads import nonfinite_lse
 from .backward import attention_backward as _attention_backward
 
@@ -211,6 +211,7 @@ def _sdpa_eager(query, key, value, attn_mask, is_causal, scale, enable_gqa, key_
     else:
         res = _attention(q, k, v, m, is_causal, scale, enable_gqa, key_padding_mask=pad,
                          window=window, num_threads=num_threads, out=o)
+    _written(out)
     if return_lse:
         return (out if o is not None else _tensor(res[0])), _from_numpy(res[1])
     return out if o is not None else _tensor(res)

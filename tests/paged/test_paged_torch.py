@@ -217,3 +217,33 @@ def test_append_into_an_expanded_cache_tensor_is_refused_unwritten():
     with pytest.raises(ValueError, match="key_cache's strides .* same memory"):
         fat.paged_append(kc, vc, torch.tensor([1, 5]), torch.ones(2, 1, 2), torch.ones(2, 1, 2))
     assert not base.any() and not vc.any()
+
+
+@pytest.mark.parametrize("name", ["key_cache", "key_scales"])
+def test_append_into_a_cache_that_requires_grad_is_refused_in_grad_mode(name):
+    kc, vc = torch.zeros(2, 4, 1, 2, dtype=torch.int8), torch.zeros(2, 4, 1, 2, dtype=torch.int8)
+    ks, vs = torch.zeros(2, 4, 1), torch.zeros(2, 4, 1)
+    if name == "key_cache":  # (only float caches can require grad)
+        kc, vc = torch.zeros(2, 4, 1, 2, requires_grad=True), torch.zeros(2, 4, 1, 2)
+        scales = {}
+    else:
+        ks.requires_grad_(True)
+        scales = dict(key_scales=ks, value_scales=vs)
+    rows = torch.ones(1, 1, 2)
+    with pytest.raises(ValueError, match=f"{name} requires grad, and writing into it is not "
+                                         f"differentiable"):
+        fat.paged_append(kc, vc, torch.tensor([1]), rows, rows, **scales)
+    assert not kc.detach().any() and not ks.detach().any()
+    with torch.no_grad():
+        fat.paged_append(kc, vc, torch.tensor([1]), rows, 2 * rows, **scales)
+    assert float(vc[0, 1, 0, 0]) != 0
+
+
+def test_append_moves_the_caches_versions_so_a_saved_copy_cannot_go_stale():
+    kc, vc = torch.zeros(2, 4, 1, 2), torch.zeros(2, 4, 1, 2)
+    w = torch.randn(2, 4, 1, 2, requires_grad=True)
+    y = (kc * w).sum()                        # saves kc
+    fat.paged_append(kc, vc, torch.tensor([1]), torch.ones(1, 1, 2), torch.ones(1, 1, 2))
+    assert kc._version > 0 and vc._version > 0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()

@@ -60,3 +60,20 @@ def test_compiled_out_argument_is_filled():
     out = torch.empty(2, 4, 7, 8)
     f(q, k, v, out)
     torch.testing.assert_close(out, F(q, k, v, enable_gqa=True))
+
+
+def test_compiled_out_argument_with_shapes_that_change_is_filled():
+    # dynamic shapes: out's strides are symbolic while tracing (the element
+    # overlap check cannot sort them there)
+    _, k, v = _qkv()
+
+    def fn(q, k, v, out):
+        return sdpa(q, k, v, enable_gqa=True, out=out)
+
+    torch._dynamo.reset()
+    f = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
+    for L in (3, 5, 6):
+        q = torch.randn(2, 4, L, 8)
+        out = torch.empty(2, 4, L, 8)
+        f(q, k, v, out)
+        torch.testing.assert_close(out, F(q, k, v, enable_gqa=True))

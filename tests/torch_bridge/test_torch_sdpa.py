@@ -291,3 +291,29 @@ def test_out_overlapping_key_when_training_is_refused_naming_it():
     with pytest.raises(ValueError, match="out overlaps key"):
         fat.scaled_dot_product_attention(q, key, key, out=out)
     assert torch.equal(mem, before)
+
+
+def test_out_written_eagerly_moves_its_version_so_a_saved_copy_cannot_go_stale():
+    # out is written through its NumPy view: without the version's move a
+    # backward that saved out would use its new values silently
+    q, k, v = (torch.randn(2, 3, 4) for _ in range(3))
+    w = torch.randn(2, 3, 4, requires_grad=True)
+    out = torch.zeros(2, 3, 4)
+    y = (out * w).sum()                       # saves out
+    before = out._version
+    sdpa(q, k, v, out=out)
+    assert out._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_out_that_requires_grad_is_refused_in_grad_mode_and_written_without():
+    q, k, v = (torch.randn(2, 3, 4) for _ in range(3))
+    out = torch.full((2, 3, 4), 7.0, requires_grad=True)
+    with pytest.raises(ValueError, match="out requires grad, and writing into it is not "
+                                         "differentiable"):
+        sdpa(q, k, v, out=out)
+    assert bool((out == 7.0).all())
+    with torch.no_grad():
+        sdpa(q, k, v, out=out)
+        torch.testing.assert_close(out, F(q, k, v))

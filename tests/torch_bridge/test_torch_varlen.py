@@ -185,6 +185,15 @@ def test_inputs_are_read_in_place_and_out_is_filled():
     torch.testing.assert_close(out, attention_varlen(q, k, v, CU_Q, CU_K), rtol=0, atol=0)
 
 
+def test_out_written_eagerly_moves_its_version_and_one_requiring_grad_is_refused():
+    q, k, v = (x.detach() for x in _leaves(2, 2, torch.float32, seed=16))
+    out = torch.empty(int(CU_Q[-1]), 2, 4)
+    attention_varlen(q, k, v, CU_Q, CU_K, out=out)
+    assert out._version > 0
+    with pytest.raises(ValueError, match="out requires grad"):
+        attention_varlen(q, k, v, CU_Q, CU_K, out=out.clone().requires_grad_(True))
+
+
 def test_out_argument_is_differentiable():
     q, k, v = _leaves(dtype=torch.float32, seed=15)
     out = torch.empty(int(CU_Q[-1]), 2, 4)
