@@ -70,6 +70,9 @@ def _parse_number(text, option):
         raise _UsageError(f"argument {option}: not a number: {text!r}") from None
 
 
+_WINDOW_MAX = 2**62  # a side this long reaches past any trace's tokens
+
+
 def _parse_window(text):
     parts = text.split(",")
     if len(parts) > 2:
@@ -81,10 +84,11 @@ def _parse_window(text):
             sides.append(None)
             continue
         try:
-            sides.append(int(part))
+            side = int(part)
         except ValueError:
             raise _UsageError(f"argument --window: expected W or LEFT,RIGHT (integers >= 0 "
                               f"or 'none'), got {text!r}") from None
+        sides.append(min(side, _WINDOW_MAX))  # past every token either way
     return sides[0] if len(sides) == 1 else tuple(sides)
 
 
@@ -203,10 +207,12 @@ def _check_scores(t):
     if not np.isfinite(t["scores"]).all():
         raise _UsageError("arguments --x/--wq/--wk: the scores Q.K^T overflow float64; "
                           "give smaller values")
-    last = t.get("biased", t.get("capped", t["scaled"]))  # a soft cap bounds them
-    if not np.isfinite(last).all():
+    if not np.isfinite(t["scaled"]).all():
         raise _UsageError(f"argument --scale: the scaled scores overflow float64 (scale "
                           f"{float(t['scale']):g}); give a smaller scale")
+    if "biased" in t and not np.isfinite(t["biased"]).all():  # (a soft cap bounds the rest)
+        raise _UsageError("argument --alibi: the scores plus the ALiBi bias overflow float64; "
+                          "give a smaller slope")
 
 
 def _check_projections(mats):
@@ -288,25 +294,26 @@ def main(argv=None):
         mats, scale, variants = _read_options(args)
     except _UsageError as exc:
         return _fail(str(exc))
+    except MemoryError as exc:  # --random N,D's tokens
+        return _fail(f"argument --random: the tokens do not fit in memory: {exc}")
     if args.plot is not None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             return _fail("--plot needs matplotlib, which is not installed "
                          "(pip install 'fastattn[plot]')", status=1)
-    with np.errstate(over="ignore", invalid="ignore"):  # _check_scores names the option
-        t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
-                  is_causal=args.causal, scale=scale, **variants)
     try:
+        with np.errstate(over="ignore", invalid="ignore"):  # _check_scores names the option
+            t = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),
+                      is_causal=args.causal, scale=scale, **variants)
         _check_scores(t)
+        grad = None
+        if args.grad or args.grad_out is not None:
+            grad = _backward(t, mats, args, scale, variants)
     except _UsageError as exc:
         return _fail(str(exc))
-    grad = None
-    if args.grad or args.grad_out is not None:
-        try:
-            grad = _backward(t, mats, args, scale, variants)
-        except _UsageError as exc:
-            return _fail(str(exc))
+    except MemoryError as exc:  # --random N,D: N x N scores, D x D projections
+        return _fail(f"the trace's matrices do not fit in memory: {exc}")
     if not _print_steps(t, args, scale, grad):
         return 1
     if args.plot is not None:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+from .._validate import MAX_THREADS
 from .backward_bias import bias_jobs
 from .backward_report import format_backward
 from .backward_section import backward_jobs, run_backward_section
@@ -129,6 +130,9 @@ def _parse_values(args, parser) -> None:
         args.threads_parsed = parse_int_list(args.threads, "--threads")
     except ValueError as e:
         parser.error(str(e))
+    if max(args.threads_parsed) > MAX_THREADS:
+        parser.error(f"bad --threads {args.threads!r}: at most {MAX_THREADS} (the kernels' "
+                     f"own limit)")
     try:
         args.shapes_parsed = parse_shapes(args.shapes) if args.shapes is not None else None
     except ValueError as e:

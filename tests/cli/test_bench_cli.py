@@ -185,6 +185,8 @@ def test_custom_shapes(tmp_path):
 @pytest.mark.parametrize("bad", [
     ["--threads", "0"],
     ["--threads", "two"],
+    ["--threads", "99999999999999999999999"],   # beyond any C integer
+    ["--threads", "1,257"],
     ["--dtype", "float16"],
     ["--causal", "maybe"],
     ["--shapes", "1,2,3"],

@@ -258,6 +258,9 @@ def test_main_json(capsys):
     (["--scale", "1e308"], "--scale"),                 # the scaled scores overflow
     (["--scale", "1e308", "--grad"], "--scale"),
     (["--x", "1e308,1e308;1,1"], "--x"),               # the scores themselves
+    (["--random", "100000000000,100"], "--random"),     # tokens beyond memory
+    (["--random", "10000000,1"], "error: the trace's matrices do not fit"),  # N x N scores
+    (["--random", "1,100000000"], "error: the trace's matrices do not fit"),  # D x D projections
 ])
 def test_main_malformed_arguments(capsys, argv, option):
     code, out, err = run_main(capsys, *argv)
@@ -517,6 +520,8 @@ def test_main_variants_json(capsys):
     (["--sink", "nan"], "--sink"),
     (["--sink", "inf"], "--sink"),
     (["--sink", "x"], "--sink"),
+    (["--alibi", "1e308"], "--alibi"),                 # the biased scores overflow
+    (["--softcap", "1e-320", "--grad"], "--softcap"),  # its reciprocal overflows
 ])
 def test_main_malformed_variant_arguments(capsys, argv, option):
     test_main_malformed_arguments(capsys, argv, option)     # status 2, one line on stderr
@@ -566,3 +571,12 @@ def test_cli_variants():
     r = cli("--softcap", "0")
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and "--softcap" in r.stderr
+
+
+def test_main_window_longer_than_any_index_is_the_unbounded_window(capsys):
+    code, out, _ = run_main(capsys, "--window", "99999999999999999999999", "--json")
+    assert code == 0
+    wide = json.loads(out)
+    code, out, _ = run_main(capsys, "--json")
+    assert code == 0
+    np.testing.assert_allclose(wide["weights"], json.loads(out)["weights"], rtol=1e-15)
