@@ -19,18 +19,22 @@ __all__ = ["attend", "check_finite_rows", "quantize_rows"]
 
 def check_finite_rows(x32: np.ndarray, name: str, shape: tuple) -> None:
     """ValueError naming ``name`` (of shape ``shape``) if the float32 rows
-    ``x32`` hold a NaN or an infinity, which an int8 cache cannot store."""
+    ``x32`` hold a NaN or an infinity (a NaN or infinity given, or a finite
+    value beyond float32's range, as its scales are), which an int8 cache
+    cannot store."""
     if x32.size and not np.isfinite(x32).all():
         bad = x32[~np.isfinite(x32)][:4]
-        raise ValueError(f"{name} of shape {shape} has non-finite entries {bad}: an int8 "
-                         "cache cannot store NaN or +-inf (the cache was left unchanged)")
+        raise ValueError(f"{name} of shape {shape} has entries that are not finite in float32 "
+                         f"{bad}: an int8 cache (its scales float32) cannot store NaN, +-inf or "
+                         f"values beyond +-3.4e38 (the cache was left unchanged)")
 
 
 def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``x[..., :]`` as ``(levels int8, scales float32)``, symmetric:
     scale = max|row| / 127, levels = round-half-even(row / scale).  A
     non-finite entry cannot be represented: ValueError naming ``name``."""
-    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # beyond float32's range: refused just below
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
     check_finite_rows(x32, name, x.shape)
     rows = x32.reshape(-1, x32.shape[-1])
     levels = np.empty(rows.shape, np.int8)

@@ -194,8 +194,13 @@ def test_paged_append_int8_refuses_non_finite_rows_writing_nothing():
     rows = np.ones((2, 1, 3), np.float32)
     bad = rows.copy()
     bad[1, 0, 2] = np.nan
-    _append_refused(kc, vc, ValueError, "value .* non-finite", np.array([0, 5]), rows, bad,
-                    key_scales=ks, value_scales=vs)
+    _append_refused(kc, vc, ValueError, "value .* not finite in float32", np.array([0, 5]), rows,
+                    bad, key_scales=ks, value_scales=vs)
+    assert not ks.any() and not vs.any()
+    huge = rows.astype(np.float64)
+    huge[1, 0, 2] = 1e39  # finite, but past float32's range (its scales'): inf there
+    _append_refused(kc, vc, ValueError, r"value .* not finite in float32 .* beyond \+-3.4e38",
+                    np.array([0, 5]), rows, huge, key_scales=ks, value_scales=vs)
     assert not ks.any() and not vs.any()
     _append_refused(kc, vc, ValueError, "key_scales is required", np.array([0, 5]), rows, rows)
 
