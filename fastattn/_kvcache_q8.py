@@ -46,17 +46,23 @@ def quantize_rows(x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     return levels.reshape(x32.shape), scales.reshape(x32.shape[:-1])
 
 
+def check_query_shape(q: np.ndarray, batch_size: int, num_kv_heads: int, head_dim: int) -> None:
+    """The ValueError for a cache's query not of shape (batch_size, Hq, L,
+    head_dim) with Hq a multiple of num_kv_heads."""
+    if (q.ndim != 4 or q.shape[0] != batch_size or q.shape[3] != head_dim
+            or q.shape[1] % num_kv_heads != 0 or q.shape[1] == 0):
+        raise ValueError(f"query must have shape (batch_size={batch_size}, Hq, L, "
+                         f"head_dim={head_dim}) with Hq a multiple of num_kv_heads="
+                         f"{num_kv_heads}, got {q.shape}")
+
+
 def _query(query, batch_size: int, num_kv_heads: int, head_dim: int) -> np.ndarray:
     """``query`` as a float32 (B, Hq, L, E) array with unit column stride."""
     q = as_array(query, "query")
     if q.dtype.kind not in "f" or q.dtype == np.float64:
         raise TypeError(f"query must be float32 or float16 for an int8 cache (it serves "
                         f"float32 work), got dtype {q.dtype}")
-    if (q.ndim != 4 or q.shape[0] != batch_size or q.shape[3] != head_dim
-            or q.shape[1] % num_kv_heads != 0 or q.shape[1] == 0):
-        raise ValueError(f"query must have shape (batch_size={batch_size}, Hq, L, "
-                         f"head_dim={head_dim}) with Hq a multiple of num_kv_heads="
-                         f"{num_kv_heads}, got {q.shape}")
+    check_query_shape(q, batch_size, num_kv_heads, head_dim)
     q = q.astype(np.float32, copy=False)
     if q.strides[3] != 4 or not q.flags.aligned:
         q = np.ascontiguousarray(q)

@@ -376,9 +376,9 @@ class KVCache:
                                       self._v_scale[:, :, :self._len], self.num_kv_heads,
                                       self.head_dim, query, **opts)
         q = as_array(query, "query")
+        _kvcache_q8.check_query_shape(q, self.batch_size, self.num_kv_heads, self.head_dim)
         return _api.attention(q, k, v, is_causal="lower_right",
-                              enable_gqa=q.ndim == 4 and q.shape[1] != self.num_kv_heads,
-                              **opts)
+                              enable_gqa=q.shape[1] != self.num_kv_heads, **opts)
 
     def _filled(self):
         # Internal, writable views of the filled part (no copies).

@@ -89,3 +89,19 @@ def test_failed_int8_step_leaves_the_cache_as_it_was(rng, monkeypatch):
     assert len(cache) == 2
     np.testing.assert_array_equal(cache.keys, keys)
     np.testing.assert_array_equal(cache.key_scales, scales)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, "int8"])
+@pytest.mark.parametrize("shape", [(3, 4, 1, 8), (1, 4, 1, 8), (4, 1, 8), (2, 3, 1, 8),
+                                   (2, 4, 1, 6)],
+                         ids=["other_batch", "batch_of_one", "three_dims", "heads_not_a_multiple",
+                              "other_head_dim"])
+def test_attend_query_of_another_shape_is_refused_alike_for_every_dtype(rng, dtype, shape):
+    # the float caches broadcast a query of another batch or rank, the int8
+    # one refused it: the documented shape (batch, Hq, L, head_dim) for all
+    cache = KVCache(2, 2, 8, 6, dtype=dtype)
+    rows = rng.standard_normal((2, 2, 3, 8)).astype(np.float32)
+    cache.append(rows, rows)
+    with pytest.raises(ValueError, match=r"query must have shape \(batch_size=2, Hq, L, "
+                                         r"head_dim=8\) with Hq a multiple of num_kv_heads=2"):
+        cache.attend(rng.standard_normal(shape).astype(np.float32))
