@@ -192,7 +192,11 @@ def _backward(t, mats, args, scale, variants):
     if d_o is not None and d_o.shape != t["output"].shape:
         raise _UsageError(f"argument --grad-out: must have the output's shape "
                           f"{t['output'].shape} (n_tokens x d_v), got {d_o.shape}")
-    g = trace_backward(t, d_o)
+    with np.errstate(over="ignore", invalid="ignore"):  # told below, naming the option
+        g = trace_backward(t, d_o)
+    if not all(np.isfinite(x).all() for x in g.values() if isinstance(x, np.ndarray)):
+        raise _UsageError("argument --grad-out: the gradients overflow float64; give smaller "
+                          "values")
     comp = None
     if scale is not None:
         t0 = trace(mats.get("x"), mats.get("wq"), mats.get("wk"), mats.get("wv"),

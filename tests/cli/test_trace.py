@@ -259,6 +259,7 @@ def test_main_json(capsys):
     (["--scale", "1e308", "--grad"], "--scale"),
     (["--x", "1e308,1e308;1,1"], "--x"),               # the scores themselves
     (["--random", "100000000000,100"], "--random"),     # tokens beyond memory
+    (["--grad-out", "1e308,1e308;1e308,1e308;1e308,1e308"], "--grad-out"),  # dK overflows
     (["--random", "10000000,1"], "error: the trace's matrices do not fit"),  # N x N scores
     (["--random", "1,100000000"], "error: the trace's matrices do not fit"),  # D x D projections
 ])
