@@ -9,7 +9,6 @@ kernels behind :mod:`fastattn._core`, called once per public call."""
 from __future__ import annotations
 
 import math
-import os
 from typing import TYPE_CHECKING, Any, NoReturn, SupportsFloat, SupportsIndex, overload
 
 import numpy as np
@@ -19,7 +18,8 @@ from . import _gqa
 from . import _half
 from . import _scores
 from ._masks import MaskPlan, resolve
-from ._validate import as_array, check_out, check_scale, kernel_dtypes, thread_count
+from ._validate import (as_array, check_out, check_scale, kernel_dtypes, physical_memory,
+                        thread_count)
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -327,20 +327,13 @@ def _batch_shape(qs: tuple, ks: tuple, vs: tuple, gqa, enable_gqa: bool) -> tupl
 def _weights_array(shape: tuple, cdt: np.dtype) -> np.ndarray:
     """The (..., L, S) array return_weights fills, if this machine can hold it."""
     nbytes = math.prod(shape) * cdt.itemsize
-    if nbytes > _physical_memory():
+    if nbytes > physical_memory():
         raise MemoryError(f"the weights {shape} need {nbytes / 2**30:.1f} GiB, more "
                           f"than this machine's memory; use return_weights=False (streaming)")
     try:
         return np.empty(shape, dtype=cdt)
     except ValueError as e:  # larger than the address space
         raise MemoryError(f"the weights {shape} cannot be allocated: {e}") from None
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
 
 
 def run_kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray, cdt: np.dtype, odt: np.dtype,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from . import _half
 
 __all__ = ["MAX_THREADS", "as_array", "kernel_dtypes", "thread_count", "check_scale",
            "text_or_bool", "check_out", "overlapping", "positive_int", "real_array",
-           "forward_array", "whole_elements", "addressable"]
+           "forward_array", "whole_elements", "addressable", "physical_memory"]
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -132,6 +133,16 @@ def overlapping(shape: tuple, strides: tuple, itemsize: int) -> bool:
             return 0 not in shape
         span += st * (n - 1)
     return False
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (2**62 where the OS does not say): an
+    array larger cannot be filled, so it is refused before NumPy is asked
+    (whose request for petabytes a sanitizer's allocator aborts on)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 def as_array(a: Any, name: str) -> np.ndarray:

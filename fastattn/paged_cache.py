@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _half
 from .paged import attention_paged, paged_append
-from ._validate import as_array, positive_int
+from ._validate import as_array, physical_memory, positive_int
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
@@ -96,17 +96,19 @@ class PagedKVCache:
         kshape, vshape = ((n, bs, h, e), (n, bs, h, ev)) if layout == "NHD" else \
             ((n, h, bs, e), (n, h, bs, ev))
         q8 = dt == np.int8
+        need = nl * n * bs * h * ((e + ev) * dt.itemsize + (8 if q8 else 0))
+        what = (f"PagedKVCache(num_blocks={n}, block_size={bs}, num_kv_heads={h}, head_dim={e}, "
+                f"value_dim={ev}, num_layers={nl}, dtype={dt}) needs {need} bytes of pools "
+                f"({kshape} and {vshape} a layer)")
+        if need > physical_memory():
+            raise MemoryError(f"{what}, more than this machine's {physical_memory()}")
         try:
             self._k = [np.zeros(kshape, dt) for _ in range(nl)]
             self._v = [np.zeros(vshape, dt) for _ in range(nl)]
             self._ks = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
             self._vs = [np.zeros((n, bs, h), np.float32) for _ in range(nl)] if q8 else None
         except (MemoryError, ValueError) as err:  # NumPy's ValueError: more bytes than an index holds
-            need = nl * n * bs * h * ((e + ev) * dt.itemsize + (8 if q8 else 0))
-            raise MemoryError(f"PagedKVCache(num_blocks={n}, block_size={bs}, num_kv_heads={h}, "
-                              f"head_dim={e}, value_dim={ev}, num_layers={nl}, dtype={dt}) "
-                              f"needs {need} bytes of pools ({kshape} and {vshape} a layer): "
-                              f"{err}") from None
+            raise MemoryError(f"{what}: {err}") from None
         self._layout, self._bs, self._nl, self._dims = layout, bs, nl, (h, e, ev)
         self._free = list(range(n))          # a heap: the lowest free id first
         self._refs = np.zeros(n, np.int64)
