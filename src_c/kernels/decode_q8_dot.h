@@ -65,7 +65,8 @@ static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, f
         memset(o, 0, (size_t)Ep * sizeof(int16_t));
         if (a > 0) {
             const vf va = vf_set1(a), top = vf_set1(32767.0f);
-            for (int64_t d = 0; d < Evec; d += VW) qd_quant(o + d, vf_div(vf_load(qr[r] + d), va), top);
+            for (int64_t d = 0; d < Evec; d += VW)
+                qd_quant(o + d, vf_div(vf_load(qr[r] + d), va), top);
             for (int64_t d = Evec; d < E; d++) o[d] = (int16_t)rintf((qr[r][d] / a) * 32767.0f);
         }
         sq[r] = a / 32767.0f;
