@@ -62,7 +62,8 @@ static int Q8(quant_q)(int R, int64_t E, const float *const *qr, int16_t *q16, f
         const float a = Q8(absmax)(qr[r], E);
         int16_t *o = q16 + r * Ep;
         if (a < 0) return 0;
-        memset(o, 0, (size_t)Ep * sizeof(int16_t));
+        const int64_t z = a > 0 ? E : 0; /* levels below z are written next */
+        memset(o + z, 0, (size_t)(Ep - z) * sizeof(int16_t));
         if (a > 0) {
             const vf va = vf_set1(a), top = vf_set1(32767.0f);
             for (int64_t d = 0; d < Evec; d += VW)
