@@ -12,7 +12,7 @@
  * once into its thread's scratch (K rows, V^T) and shared by all its query
  * blocks; each block keeps its own state (Q^T,
  * O^T, m, l) across the panels and runs, by the ISA's key_blocks kernel
- * (kernels/flash16_blocks.h), over the key blocks of FA_FLASH16_KB keys of
+ * (kernels/flash16_blocks.h), over the key blocks of kb keys (the table's) of
  * a panel (on its own grid of FA_FLASH16_KGRID from its first key, so every
  * block meets the same key blocks in any chunk):
  *   per key block j: masks (causal, window, key padding) on S^T, the
@@ -36,12 +36,11 @@
 #include "runtime/util.h"
 
 #define MQ FA_FLASH16_MQ
-#define KB FA_FLASH16_KB
 #define KGRID FA_FLASH16_KGRID
 #define HALF FA_FLASH16_HALF
 /* keys packed per panel: its own plus the last block's overhang (a block
- * starting in the panel on a grid offset by KGRID runs KB - KGRID past it) */
-#define PANEL_KEYS (FA_FLASH16_PANEL + KB - KGRID)
+ * starting in the panel on a grid offset by KGRID runs kb - KGRID past it) */
+static int64_t fa_flash16_panel_keys(int64_t kb) { return FA_FLASH16_PANEL + kb - KGRID; }
 
 /* One thread's scratch in bytes, every array 64-byte aligned (a tile row, a
  * cache line): sizes the allocation and carves it.  The chunk's query
@@ -93,8 +92,8 @@ static fa_flash16_layout fa_flash16_layout_of(const fa_flash16_plan *pl)
     y.tf = lay_take(&at, pl->K->tile_bytes);
     y.kp = lay_take(&at, pl->npk * pl->ep * 2);
     y.vt = lay_take(&at, pl->evp * pl->vt_rs * 2);
-    y.st = lay_take(&at, 2 * KB * MQ * 4);                       /* two S^T blocks */
-    y.pt = lay_take(&at, 2 * (KB / 2) * 2 * HALF * 4);           /* two P^T blocks */
+    y.st = lay_take(&at, 2 * pl->K->kb * MQ * 4);                /* two S^T blocks */
+    y.pt = lay_take(&at, 2 * (pl->K->kb / 2) * 2 * HALF * 4);    /* two P^T blocks */
     y.alpha = lay_take(&at, MQ * 4);
     y.tmp = lay_take(&at, 2 * HALF * 2);
     y.flags = lay_take(&at, pl->a->S);
@@ -203,7 +202,7 @@ static void fa_flash16_panel(const fa_flash16_plan *pl, const fa_flash16_bufs *b
     int64_t lo, hi;
     fa_limits_keys(&pl->lim, rows->q0, nq, pl->a->S, &lo, &hi);
     const int64_t g0 = lo / KGRID * KGRID, kend = hi < p1 ? hi : p1;
-    const int64_t k0 = g0 >= p0 ? g0 : g0 + fa_div_up(p0 - g0, KB) * KB;
+    const int64_t kb = pl->K->kb, k0 = g0 >= p0 ? g0 : g0 + fa_div_up(p0 - g0, kb) * kb;
     if (k0 >= kend) return;
     const fa_flash16_blocks blk = {
         bf->tf, pl->f16, rows, bf->kp, bf->vt, s->qt, p0, k0, kend, hi, pl->ep, pl->vt_rs,
@@ -326,7 +325,7 @@ static void fa_flash16_item(void *ctx, int64_t it, int tid)
     if (klo < khi) memset(bf.flags + klo, 0, (size_t)(khi - klo));
     pl->K->tiles_on(bf.tf);
     for (int64_t p0 = klo; p0 < khi; p0 += FA_FLASH16_PANEL) {
-        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off[0], p0, fa_min64(khi, p0 + PANEL_KEYS));
+        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off[0], p0, fa_min64(khi, p0 + fa_flash16_panel_keys(pl->K->kb)));
         for (int64_t h = 0; h < hg; h++)
             for (int64_t b = 0; b < nblk; b++) {
                 const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off[h], r0 + b * MQ);
@@ -389,7 +388,7 @@ static int fa_flash16_setup(fa_flash16_plan *pl, const fa_attention_args *a, int
     pl->nchunks = fa_div_up(pl->nqb, pl->chunk);
     pl->ep = fa_round_up(a->E, FA_FLASH16_EPAIR);
     pl->evp = fa_round_up(a->Ev, FA_FLASH16_EROWS);
-    pl->npk = fa_min64(fa_round_up(a->S, KGRID), PANEL_KEYS);
+    pl->npk = fa_min64(fa_round_up(a->S, KGRID), fa_flash16_panel_keys(pl->K->kb));
     pl->vt_rs = pl->npk + KGRID; /* so that V^T rows are not 4 KiB apart (L1 set aliasing) */
     pl->lay = fa_flash16_layout_of(pl);
     return 1;

@@ -77,12 +77,20 @@
  *   FA_FLASH16_MQ  query rows per block = two 16-lane tile columns: Q.K^T
  *          uses 4 C tiles (2 key tiles x 2 query halves) + 2 A + 2 B, all 8
  *          AMX tile registers (avx512_bf16: two zmm per row of C).
- *   FA_FLASH16_KB  keys per key block: two S^T blocks (KB x 32 float32,
- *          8 KiB each: the one the softmax reads, the one Q.K^T writes), two
- *          P^T blocks (4 KiB each) and O^T (Ev x 32 float32, 8 KiB at Ev =
- *          64) stay in a 48 KiB L1 with the Q^T tiles (4 KiB at E = 64) and
- *          the streamed K and V^T tiles; 128 would overflow it (56 KiB of
- *          buffers), 32 loads and stores O^T twice as often.
+ *   FA_FLASH16_KB_TILES, FA_FLASH16_KB_VEC  keys per key block on the
+ *          tile tiers (amx, neon_bf16) and on avx512_bf16 (the table's kb).
+ *          Tiles: 64 keeps two S^T blocks (KB x 32 float32, 8 KiB each: the
+ *          one the softmax reads, the one Q.K^T writes), two P^T blocks
+ *          (4 KiB each) and O^T (Ev x 32 float32, 8 KiB at Ev = 64) in a
+ *          48 KiB L1 with the Q^T tiles (4 KiB at E = 64) and the streamed
+ *          K and V^T tiles; 128 would overflow it (56 KiB of buffers), 32
+ *          loads and stores O^T twice as often.  VDPBF16PS: 128, half the
+ *          per-block work (O^T loaded and stored by each P.V step, the
+ *          running max, the queue) per key; the buffers then live in the
+ *          L2, which the register-blocked steps' loads hide (Zen 5, 1
+ *          thread, bfloat16 forward: 2.5-8% less time than 64 at E = 64
+ *          and 128, causal, windowed and grouped alike; 32 15% more, 256
+ *          within 2% of 128).
  *   FA_FLASH16_KGRID  key blocks start on multiples of this (a 32-key chunk
  *          of V^T and P^T: 16 key pairs, one tile's rows).
  *   FA_FLASH16_PANEL  keys packed at once per thread (K rows and V^T:
@@ -100,7 +108,8 @@
  *          it by more than this (log2 units): weights stay below 2^8.
  *   FA_FLASH16_MAX_E  E and Ev up to this (the Q^T and O^T blocks). */
 #define FA_FLASH16_MQ 32
-#define FA_FLASH16_KB 64
+#define FA_FLASH16_KB_TILES 64
+#define FA_FLASH16_KB_VEC 128
 #define FA_FLASH16_KGRID 32
 #define FA_FLASH16_PANEL 1024
 #define FA_FLASH16_MAX_CHUNK 32

@@ -29,9 +29,9 @@
  *   qt   Q^T of one query block: (ep / FA_FLASH16_EPAIR) x 2 tiles of
  *        FA_FLASH16_TILE halves, tile (kk, h) = 16 rows (E pairs 16kk + r)
  *        x 16 queries (16h + n), zero past E and past the block's rows;
- *   st   S^T of a key block: FA_FLASH16_KB rows (keys) x FA_FLASH16_MQ
+ *   st   S^T of a key block: kb rows (keys; the table's) x FA_FLASH16_MQ
  *        float32 (query lanes);
- *   pt   P^T of a key block: two halves (queries 16h ..) of FA_FLASH16_KB/2
+ *   pt   P^T of a key block: two halves (queries 16h ..) of kb/2
  *        pair rows x 16 dwords (uint32_t);
  *   ot   O^T: evp rows x FA_FLASH16_MQ float32; m, l, alpha: FA_FLASH16_MQ
  *        float32 (running max in log2 units, sum, rescaling factor).
@@ -107,6 +107,7 @@ typedef struct fa_flash16_blocks {
 
 typedef struct fa_flash16_kernels {
     int64_t tile_bytes; /* the tile state's scratch */
+    int64_t kb;         /* keys per key block (FA_FLASH16_KB_*: a multiple of KGRID) */
     int fp16;           /* 1: runs float16 too (where fa_amx_fp16()) */
     /* kp, vt (and flags) of a panel; returns 1 if a value is NaN or Inf */
     unsigned (*pack_kv)(const fa_flash16_pack *p);

@@ -16,8 +16,7 @@ static inline int FL(cut)(const fa_flash16_rows *r, int64_t k0, int64_t n)
 
 static void FL(key_blocks)(const fa_flash16_blocks *b)
 {
-    const int64_t KB = FA_FLASH16_KB, ST_BLOCK = FA_FLASH16_KB * FA_FLASH16_MQ,
-                  PT_BLOCK = FA_FLASH16_KB * FA_FLASH16_HALF;
+    const int64_t KB = FL_KB, ST_BLOCK = FL_KB * FA_FLASH16_MQ, PT_BLOCK = FL_KB * FA_FLASH16_HALF;
     const fa_flash16_rows *rows = b->rows;
     int64_t k0 = b->k0, kprev = 0, nprev = 0;
     fa_flash16_queue w;

@@ -85,7 +85,7 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
         const float *s = st + HALF * h;
         const m16_vf msafe = m16_zero_ninf(m16f_load(m + HALF * h));
         m16_vf sum0 = zero, sum1 = zero;
-        uint32_t *p = pt + h * (FA_FLASH16_KB / 2) * HALF;
+        uint32_t *p = pt + h * (FL_KB / 2) * HALF;
         int64_t k = 0;
         for (; 2 * k + 1 < n; k++) {
             if ((acc += nst) >= nit) { acc -= nit; FL(step)(w); }
@@ -103,7 +103,7 @@ static void FL(weights)(const float *st, int64_t n, float c, const float *m, flo
             m16_store(p + k * HALF, m16_pairs(f16, zero, p0));
         }
         m16f_store(l + HALF * h, m16f_add(m16f_load(l + HALF * h), m16f_add(sum0, sum1)));
-        m16_dot_rows(pt + h * (FA_FLASH16_KB / 2) * HALF, npair); /* the dot product's layout */
+        m16_dot_rows(pt + h * (FL_KB / 2) * HALF, npair); /* the dot product's layout */
     }
     FL(drain)(w);
 }

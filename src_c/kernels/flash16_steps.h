@@ -9,7 +9,7 @@
 #define HALF FA_FLASH16_HALF
 #define TILE FA_FLASH16_TILE
 #define EPAIR FA_FLASH16_EPAIR
-#define PT_HALF (FA_FLASH16_KB / 2 * HALF) /* dwords of P^T per query half */
+#define PT_HALF (FL_KB / 2 * HALF) /* dwords of P^T per query half */
 
 #if defined(FA_SIMD_AMX)
 /* the call's type: TDPFP16PS for float16 where the build has it */

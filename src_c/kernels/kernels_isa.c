@@ -30,6 +30,11 @@
 #include "simd/flash16_ops.h"
 #endif
 #define FL(name) FA_CAT3(flash16, name, FA_ISA_NAME) /* FL(pack_kv) -> flash16_pack_kv_amx, ... */
+#if defined(FA_SIMD_AMX) || defined(FA_SIMD_NEON_BF16) /* keys per key block (blocking.h) */
+#define FL_KB FA_FLASH16_KB_TILES
+#else
+#define FL_KB FA_FLASH16_KB_VEC
+#endif
 #include "kernels/flash16_pack.h"
 #include "kernels/flash16_steps.h"
 #include "kernels/flash16_softmax.h"
@@ -45,7 +50,7 @@
 #endif
 #endif
 #define FA_FLASH16_ENTRIES                                                                   \
-    {sizeof(fa_tilefile), FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
+    {sizeof(fa_tilefile), FL_KB, FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
      FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax), FL(rescale), FL(weights),  \
      FL(finish), FL(key_blocks)}
 #if defined(FA_AMX_FP16)
