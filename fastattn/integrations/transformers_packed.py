@@ -99,7 +99,13 @@ def is_packed_pattern(mask, cu, causal, window) -> bool:
     """Whether ``mask`` ((1, 1, L, L): bool True = attend, or float 0 / -inf)
     is exactly attention within the sequences of ``cu``, causal (and in the
     window) if so; a mask checked before against the same arguments, and not
-    written since, is not read again."""
+    written since, is not read again (an inference tensor, which has no
+    version counter, always is)."""
+    L = int(cu[-1])
+    if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
+        return False
+    if mask.is_inference():
+        return _pattern_of_bands(mask, cu, causal, window)
     key = (mask._version, tuple(cu.tolist()), bool(causal), window)
     for ref, seen, verdict in _checked:
         if ref() is mask and seen == key:
@@ -110,11 +116,9 @@ def is_packed_pattern(mask, cu, causal, window) -> bool:
 
 
 def _pattern_of_bands(mask, cu, causal, window) -> bool:
-    """is_packed_pattern's check, a band of rows at a time, so that its own
-    temporaries stay a small part of the mask."""
+    """is_packed_pattern's check of an (L, L) mask, a band of rows at a time,
+    so that its own temporaries stay a small part of the mask."""
     L = int(cu[-1])
-    if mask.shape[-2:] != (L, L) or mask.numel() != L * L:
-        return False
     seg = torch.searchsorted(cu[1:], torch.arange(L), right=True)
     got_all = mask.reshape(L, L)
     j = torch.arange(L)[None, :]

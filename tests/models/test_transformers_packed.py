@@ -164,3 +164,36 @@ def test_a_leak_in_a_later_band_of_a_long_mask_is_seen():
     packed[L - 5, 10] = True
     assert fa_tf._packed_rows(q, k, packed[None, None], True, None, None,
                               {"position_ids": pos}) is None
+
+
+def test_inference_tensor_masks_are_read_each_call():
+    # inference tensors have no version counter: the pattern is not memoised
+    L = 6
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2]])
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    q, k = _qk(L)
+    with torch.inference_mode():
+        mask = ((j <= i) & ((i < 3) == (j < 3)))[None, None].clone()
+        assert fa_tf._packed_rows(q, k, mask, True, None, None,
+                                  {"position_ids": pos}).tolist() == [0, 3, 6]
+        mask[0, 0, 4, 1] = True  # written in place: no longer the pattern
+        assert fa_tf._packed_rows(q, k, mask, True, None, None, {"position_ids": pos}) is None
+        compact = torch.ones(1, 1, 1, L, dtype=torch.bool)  # a padding mask's form
+        assert fa_tf._packed_rows(q, k, compact, True, None, None, {"position_ids": pos}) is None
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_left_padded_row_under_inference_mode_matches_no_grad(name):
+    # generate()'s position ids for a left-padded row look like a restart
+    # ([1, 1, 0, 1, 2]): the mask is not the packed pattern, the mask path runs
+    _, ours = train_pair(name, fa_tf.NAME)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, TRAIN_CONFIG["vocab_size"], (1, 5), generator=g)
+    mask = torch.tensor([[0, 0, 1, 1, 1]])
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    ours.eval()
+    with torch.no_grad():
+        want = ours(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    with torch.inference_mode():
+        got = ours(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert torch.equal(got[0, 2:], want[0, 2:])
