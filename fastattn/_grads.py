@@ -45,14 +45,15 @@ def grad_lse_operand(grad_lse: Any, shape: tuple, adt: np.dtype) -> np.ndarray:
 
 def sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     """``grad`` summed over the axes broadcasting added or stretched from
-    ``shape`` (autograd's rule)."""
+    ``shape`` (autograd's rule); an array even where ``shape`` is ``()``
+    (NumPy's sum over every axis gives a scalar)."""
     lead = grad.ndim - len(shape)
     if lead and all(n == 1 for n in grad.shape[:lead]):
         grad = grad.reshape(grad.shape[lead:])  # nothing to add up: no copy
     elif lead:
         grad = grad.sum(axis=tuple(range(lead)))
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
+    return np.asarray(grad.sum(axis=axes, keepdims=True) if axes else grad)
 
 
 def grad_as(grad: np.ndarray, like: np.ndarray) -> np.ndarray:

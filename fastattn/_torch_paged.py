@@ -14,7 +14,7 @@ from ._torch_views import (Tensor as _Tensor, array_view as _array, checked_opti
                            cpu_tensors, fill_out, option_tensor as _slopes, optional_float,
                            require_tensors, subclassed as _subclassed, tensor_out,
                            tensor_view as _tensor, transformed, window_of as _window_of,
-                           window_pair as _window_pair, no_grad_target, written)
+                           window_pair as _window_pair, writable_target, written)
 from ._validate import as_array
 from .paged import attention_paged as _attention_paged
 from .paged import paged_append as _paged_append
@@ -188,7 +188,9 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
     named = {"key_cache": key_cache, "value_cache": value_cache, "slot_mapping": slot_mapping,
              "key": key, "value": value, "key_scales": key_scales, "value_scales": value_scales}
     for name in ("key_cache", "value_cache", "key_scales", "value_scales"):
-        no_grad_target(named[name], name)
+        writable_target(named[name], name)
+    for name in ("key", "value"):
+        _not_differentiable(named[name], name)
     if _is_compiling() or _subclassed(named.values()):
         require_tensors({name: named[name] for name in ("key_cache", "value_cache",
                                                         "slot_mapping", "key", "value")},
@@ -197,6 +199,17 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
                                         str(layout), key_scales, value_scales)
         return
     _append_eager(named, layout)
+
+
+def _not_differentiable(t: Any, name: str) -> None:
+    """The ValueError for rows to append that require grad, in grad mode:
+    written into the cache they would leave autograd's graph without a word
+    (the cache carries no gradient back to them)."""
+    if getattr(t, "requires_grad", False) and torch.is_grad_enabled():
+        raise ValueError(f"{name} requires grad, but fastattn.torch.paged_append has no "
+                         f"gradients (the cache would not carry one back to {name}): call it "
+                         f"under torch.no_grad() or torch.inference_mode(), or pass "
+                         f"{name}.detach()")
 
 
 def _append_eager(named: dict, layout: str) -> None:

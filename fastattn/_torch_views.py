@@ -253,15 +253,24 @@ def tensor_out(out) -> None:
     not differentiable: torch's own ``out=`` functions refuse it too)."""
     if out is not None and not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    no_grad_target(out, "out")
+    writable_target(out, "out")
 
 
-def no_grad_target(t, name: str) -> None:
+def writable_target(t, name: str) -> None:
     """The ValueError for a tensor the call writes that requires grad, in
-    grad mode: autograd cannot follow the write."""
-    if t is not None and getattr(t, "requires_grad", False) and torch.is_grad_enabled():
+    grad mode (autograd cannot follow the write), or that is an inference
+    tensor outside inference mode (torch refuses to write one there; while
+    compiling, the operators' declared writes leave that to torch)."""
+    if t is None:
+        return
+    if getattr(t, "requires_grad", False) and torch.is_grad_enabled():
         raise ValueError(f"{name} requires grad, and writing into it is not differentiable: "
                          f"pass a tensor that does not, or call under torch.no_grad()")
+    if (not torch.compiler.is_compiling() and isinstance(t, Tensor) and t.is_inference()
+            and not torch.is_inference_mode_enabled()):
+        raise ValueError(f"{name} is an inference tensor, which torch does not let a call "
+                         f"write outside torch.inference_mode(): call it there, or pass "
+                         f"a clone made outside it")
 
 
 def written(*tensors) -> None:

@@ -32,12 +32,16 @@ def _parts(name, parts):
     if isinstance(parts, np.ndarray) and parts.ndim == 0:
         raise ValueError(f"{name} must be a sequence of arrays, got a 0-d array")
     try:
-        arrays = [np.asarray(p) for p in parts]
+        items = list(parts)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of arrays, "
                         f"got {type(parts).__name__}") from None
-    except ValueError as e:  # a ragged nested list
-        raise ValueError(f"{name} must be a sequence of arrays: {e}") from None
+    arrays = []
+    for i, p in enumerate(items):
+        try:
+            arrays.append(np.asarray(p))
+        except (TypeError, ValueError) as e:  # a ragged nested list, a foreign array
+            raise type(e)(f"{name}[{i}] cannot be made an array: {e}") from None
     if not arrays:
         raise ValueError(f"{name} is empty: merge_attention needs at least one part")
     first = arrays[0]
@@ -103,6 +107,12 @@ def merge_attention(outputs: Sequence[ArrayLike], lses: Sequence[ArrayLike]
     deterministic; another order of the parts may differ in the last bits.
     Splitting the keys changes the rounding too: the merge matches the
     single call to within the accumulation dtype's rounding, not bitwise.
+
+    ``attention_varlen`` and ``attention_paged`` return token-major outputs,
+    ``(total, H, Dv)``, with head-major lses, ``(H, total)``: move their
+    heads first (``out.transpose(1, 0, 2)``) before merging, and back after.
+    Where ``total == H`` the unmoved parts pass the shape check and merge
+    wrongly.
 
     Examples
     --------

@@ -122,6 +122,26 @@ def test_broadcast_batch_dims_are_summed(isa, dtype):
     _compare(q, k, v, window=(10, 10), sinks=np.array([0.5, -0.5]), grad_lse=True)
 
 
+def test_zero_dim_sinks_get_a_zero_dim_array_gradient():
+    """One sink for every head, given as a NumPy scalar: its gradient is an
+    array of shape () (not a NumPy scalar), the sum of the heads'."""
+    q, k, v = _inputs(np.random.default_rng(5), (1, 2, 5, 4), (1, 2, 7, 4), 4, np.float64)
+    out, lse = fastattn.attention(q, k, v, sinks=np.float64(0.3), return_lse=True)
+    g = np.ones_like(out)
+    got = fastattn.attention_backward(g, q, k, v, out, lse, sinks=np.float64(0.3))[3]
+    wide = fastattn.attention_backward(g, q, k, v, out, lse, sinks=np.array([0.3, 0.3]))[3]
+    assert type(got) is np.ndarray and got.shape == () and got.dtype == np.float64
+    np.testing.assert_allclose(got, wide.sum(), rtol=1e-12)
+    cu = np.array([0, 5])
+    qv, kv, vv = (x[0].transpose(1, 0, 2) for x in (q, k, v))
+    o, l = fastattn.attention_varlen(qv, kv, vv, cu, np.array([0, 7]), sinks=0.3,
+                                     return_lse=True)
+    d = fastattn.attention_varlen_backward(np.ones_like(o), qv, kv, vv, o, l, cu,
+                                           np.array([0, 7]), sinks=np.float64(0.3))[3]
+    assert type(d) is np.ndarray and d.shape == ()
+    np.testing.assert_allclose(d, got, rtol=1e-12)
+
+
 def test_key_padding_per_batch_and_bool_mask_per_head(isa):
     rng = np.random.default_rng(5)
     q, k, v = _inputs(rng, (2, 2, 33, 4), (2, 2, 140, 4), 5, np.float64)

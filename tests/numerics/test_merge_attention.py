@@ -211,12 +211,19 @@ O, LS = np.zeros((2, 3, 4)), np.zeros((2, 3))
                  id="lse-shape-not-out-shape-minus-last"),
     pytest.param([np.zeros(())], [np.zeros(())], "outputs", id="zero-dim-outputs"),
     pytest.param(np.zeros(()), [LS], "outputs", id="zero-dim-array-as-sequence"),
-    pytest.param([[[1.0, 2.0], [1.0]]], [LS], "outputs must be a sequence of arrays",
+    pytest.param([[[1.0, 2.0], [1.0]]], [LS], r"outputs\[0\] cannot be made an array",
                  id="ragged-nested-list"),
 ])
 def test_bad_input_raises_value_error_naming_argument(outputs, lses, match):
     with pytest.raises(ValueError, match=match):
         merge_attention(outputs, lses)
+
+
+class _Unconvertible:
+    """An array of a library NumPy cannot read (torch's bfloat16 tensors)."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Got unsupported ScalarType BFloat16")
 
 
 @pytest.mark.parametrize("outputs, lses, match", [
@@ -225,6 +232,9 @@ def test_bad_input_raises_value_error_naming_argument(outputs, lses, match):
     pytest.param(3, [LS], "outputs", id="not-a-sequence"),
     pytest.param([O.astype(np.longdouble)], [LS], "outputs must hold float16, bfloat16",
                  id="long-double-outputs"),
+    pytest.param([O, _Unconvertible()], [LS, LS],
+                 r"outputs\[1\] cannot be made an array: Got unsupported ScalarType",
+                 id="a-part-numpy-cannot-read"),
 ])
 def test_non_float_input_raises_type_error_naming_argument(outputs, lses, match):
     with pytest.raises(TypeError, match=match):

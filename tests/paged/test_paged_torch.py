@@ -247,3 +247,33 @@ def test_append_moves_the_caches_versions_so_a_saved_copy_cannot_go_stale():
     assert kc._version > 0 and vc._version > 0
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
+
+
+def test_append_of_rows_requiring_grad_is_refused_in_grad_mode_not_cut_from_the_graph():
+    x = torch.randn(1, 1, 2, requires_grad=True)
+    kc, vc = torch.zeros(2, 4, 1, 2), torch.zeros(2, 4, 1, 2)
+    with pytest.raises(ValueError, match="value requires grad, but fastattn.torch.paged_append "
+                                         "has no gradients"):
+        fat.paged_append(kc, vc, torch.tensor([1]), torch.ones(1, 1, 2), 2 * x)
+    assert not kc.any() and not vc.any()
+    with torch.no_grad():
+        fat.paged_append(kc, vc, torch.tensor([1]), 2 * x, 2 * x)
+    torch.testing.assert_close(kc[0, 1], 2 * x.detach()[0])
+
+
+def test_inference_tensors_are_written_only_in_inference_mode():
+    with torch.inference_mode():
+        kc, vc = torch.zeros(2, 4, 1, 2), torch.zeros(2, 4, 1, 2)
+        out = torch.zeros(1, 1, 2)
+    rows, table, lens = torch.ones(1, 1, 2), torch.tensor([[0]]), torch.tensor([1])
+    with pytest.raises(ValueError, match="key_cache is an inference tensor"):
+        fat.paged_append(kc, vc, torch.tensor([0]), rows, rows)
+    assert not kc.any() and not vc.any()
+    with torch.inference_mode():
+        fat.paged_append(kc, vc, torch.tensor([0]), rows, 3 * rows)
+    with pytest.raises(ValueError, match="out is an inference tensor"):
+        fat.attention_paged(torch.randn(1, 1, 2), kc, vc, table, lens, out=out)
+    assert not out.any()
+    with torch.inference_mode():
+        fat.attention_paged(torch.randn(1, 1, 2), kc, vc, table, lens, out=out)
+    assert out.tolist() == [[[3.0, 3.0]]]

@@ -357,6 +357,23 @@ def test_bfloat16_sinks_get_a_bfloat16_gradient():
     torch.testing.assert_close(sinks.grad.double(), s64.grad, atol=2e-2, rtol=2e-2)
 
 
+def test_zero_dim_sinks_get_a_zero_dim_gradient_as_their_broadcast_copy():
+    """One sink shared by every head, as a 0-d tensor: its gradient is the
+    sum of the heads' (autograd's rule), a 0-d tensor."""
+    q, k, v = _leaves()
+    sink = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    sdpa(q, k, v, sinks=sink).sum().backward()
+    wide = torch.tensor([0.5, 0.5], dtype=torch.float64, requires_grad=True)
+    sdpa(q.detach(), k.detach(), v.detach(), sinks=wide).sum().backward()
+    assert sink.grad.shape == ()
+    torch.testing.assert_close(sink.grad, wide.grad.sum(), atol=1e-12, rtol=0)
+    cu = torch.tensor([0, 2, 5])
+    qv = torch.randn(5, 2, 4, dtype=torch.float64)
+    sink.grad = None
+    fat.attention_varlen(qv, qv, qv, cu, cu, sinks=sink).sum().backward()
+    assert sink.grad.shape == () and bool(torch.isfinite(sink.grad))
+
+
 def test_sinks_as_a_sequence_are_a_constant():
     q, k, v = _leaves(dtype=torch.float32)
     sdpa(q, k, v, sinks=[0.3, -1.0]).sum().backward()
