@@ -324,8 +324,9 @@ static void fa_flash16_item(void *ctx, int64_t it, int tid)
     unsigned nonfinite = 0;
     if (klo < khi) memset(bf.flags + klo, 0, (size_t)(khi - klo));
     pl->K->tiles_on(bf.tf);
+    const int64_t panel_keys = fa_flash16_panel_keys(pl->K->kb);
     for (int64_t p0 = klo; p0 < khi; p0 += FA_FLASH16_PANEL) {
-        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off[0], p0, fa_min64(khi, p0 + fa_flash16_panel_keys(pl->K->kb)));
+        nonfinite |= fa_flash16_pack_panel(pl, &bf, &off[0], p0, fa_min64(khi, p0 + panel_keys));
         for (int64_t h = 0; h < hg; h++)
             for (int64_t b = 0; b < nblk; b++) {
                 const fa_flash16_rows rw = fa_flash16_rows_of(pl, &off[h], r0 + b * MQ);

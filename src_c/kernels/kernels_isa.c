@@ -50,9 +50,9 @@
 #endif
 #endif
 #define FA_FLASH16_ENTRIES                                                                   \
-    {sizeof(fa_tilefile), FL_KB, FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on), FL(tiles_off),  \
-     FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax), FL(rescale), FL(weights),  \
-     FL(finish), FL(key_blocks)}
+    {sizeof(fa_tilefile), FL_KB, FL16_FP16, FL(pack_kv), FL(pack_qt), FL(tiles_on),          \
+     FL(tiles_off), FL(queue_qk), FL(queue_pv), FL(drain), FL(mask), FL(newmax),             \
+     FL(rescale), FL(weights), FL(finish), FL(key_blocks)}
 #if defined(FA_AMX_FP16)
 #define FL16_FP16 1
 #else
