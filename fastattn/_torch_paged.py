@@ -62,22 +62,23 @@ def attention_paged(query: _Tensor, key_cache: _Tensor, value_cache: _Tensor,
     tensor_out(out)
     if _is_grad_enabled():
         _inference_only({**named, "alibi_slopes": options.get("alibi_slopes"),
-                         "sinks": options.get("sinks")})
+                         "sinks": options.get("sinks")}, "attention_paged",
+                        "; for training use attention_varlen")
     if _is_compiling() or _subclassed(named.values()) or transformed(query):
         return _paged_traced(named, options)
     return _paged_eager(named, options)
 
 
-def _inference_only(named: dict) -> None:
+def _inference_only(named: dict, call: str, hint: str = "") -> None:
     """The ValueError for a tensor among ``named`` that requires grad (called
-    in grad mode): attention_paged has no backward, and its result would
-    silently carry no gradient."""
+    in grad mode): ``call`` has no backward, and its result (or the cache it
+    writes) would silently carry no gradient."""
     for name, t in named.items():
         if name != "out" and getattr(t, "requires_grad", False):
-            raise ValueError(f"{name} requires grad, but fastattn.torch.attention_paged is "
-                             f"inference only (it has no gradients): call it under "
+            raise ValueError(f"{name} requires grad, but fastattn.torch.{call} has no "
+                             f"gradients (it is inference only): call it under "
                              f"torch.no_grad() or torch.inference_mode(), or pass "
-                             f"{name}.detach(); for training use attention_varlen")
+                             f"{name}.detach(){hint}")
 
 
 def _as_tensor(x: Any, name: str) -> _Tensor | None:
@@ -189,8 +190,8 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
              "key": key, "value": value, "key_scales": key_scales, "value_scales": value_scales}
     for name in ("key_cache", "value_cache", "key_scales", "value_scales"):
         writable_target(named[name], name)
-    for name in ("key", "value"):
-        _not_differentiable(named[name], name)
+    if _is_grad_enabled():
+        _inference_only({"key": key, "value": value}, "paged_append")
     if _is_compiling() or _subclassed(named.values()):
         require_tensors({name: named[name] for name in ("key_cache", "value_cache",
                                                         "slot_mapping", "key", "value")},
@@ -199,17 +200,6 @@ def paged_append(key_cache: _Tensor, value_cache: _Tensor, slot_mapping: _Tensor
                                         str(layout), key_scales, value_scales)
         return
     _append_eager(named, layout)
-
-
-def _not_differentiable(t: Any, name: str) -> None:
-    """The ValueError for rows to append that require grad, in grad mode:
-    written into the cache they would leave autograd's graph without a word
-    (the cache carries no gradient back to them)."""
-    if getattr(t, "requires_grad", False) and torch.is_grad_enabled():
-        raise ValueError(f"{name} requires grad, but fastattn.torch.paged_append has no "
-                         f"gradients (the cache would not carry one back to {name}): call it "
-                         f"under torch.no_grad() or torch.inference_mode(), or pass "
-                         f"{name}.detach()")
 
 
 def _append_eager(named: dict, layout: str) -> None:
